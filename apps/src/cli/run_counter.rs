@@ -1,0 +1,84 @@
+//! `harp run counter`: runs the exact-accounting app and fails unless every parameter equals
+//! its expected sum.
+
+use super::ClusterArgs;
+use crate::counter::{CounterApp, CounterConfig};
+use crate::metrics::MetricsWriter;
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use std::sync::Arc;
+
+#[derive(Args, Debug, Clone)]
+pub struct CounterCliArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Micro-tasks in the job.
+    #[arg(long, default_value_t = 100_000)]
+    pub tasks: u64,
+    /// Distinct counter rows.
+    #[arg(long, default_value_t = 1_000)]
+    pub rows: u64,
+    /// Counters per row.
+    #[arg(long, default_value_t = 4)]
+    pub width: usize,
+    /// Rows each task adds to.
+    #[arg(long, default_value_t = 8)]
+    pub updates_per_task: usize,
+    /// Tasks in flight per executor.
+    #[arg(long, default_value_t = 2)]
+    pub window: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(serde::Serialize)]
+struct CounterReport {
+    tasks: u64,
+    rows_checked: usize,
+    exact: bool,
+    elapsed_s: f64,
+    tasks_per_s: f64,
+    stats: harp::JobStats,
+}
+
+pub fn run(args: CounterCliArgs) -> Result<()> {
+    let config = CounterConfig {
+        tasks: args.tasks,
+        rows: args.rows,
+        width: args.width,
+        updates_per_task: args.updates_per_task,
+        window: args.window,
+        seed: args.seed,
+    };
+    let app = Arc::new(CounterApp::new(config).map_err(|e| anyhow!("counter: {e}"))?);
+    let job = args.cluster.job_config(true);
+    let runtime = args.cluster.runtime()?;
+    let outcome = runtime.block_on(harp::run_job(app.clone(), &job))?;
+    let params = outcome
+        .params
+        .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
+    let checked = app.verify(&outcome.driver, &params);
+    let report = CounterReport {
+        tasks: outcome.driver.completed(),
+        rows_checked: *checked.as_ref().unwrap_or(&0),
+        exact: checked.is_ok(),
+        elapsed_s: outcome.stats.elapsed_s,
+        tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
+        stats: outcome.stats,
+    };
+    if let Some(path) = &args.cluster.metrics_out {
+        MetricsWriter::create(path)?.write(&report)?;
+    }
+    match checked {
+        Ok(rows) => {
+            eprintln!(
+                "counter: {} tasks on {} executors, {rows} rows exact ({:.0} tasks/s)",
+                report.tasks,
+                job.num_executors(),
+                report.tasks_per_s
+            );
+            Ok(())
+        }
+        Err(diff) => bail!("counter: parameters differ from the expected sums\n{diff}"),
+    }
+}

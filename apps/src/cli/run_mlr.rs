@@ -1,0 +1,177 @@
+//! `harp run mlr`: loads the data, trains, prints one line per epoch, writes metrics.
+
+use super::ClusterArgs;
+use crate::data::{load_path, synthetic_classification, Dataset};
+use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
+use crate::metrics::MetricsWriter;
+use crate::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Args, Debug, Clone)]
+pub struct MlrCliArgs {
+    /// Dataset: a LibSVM file, a directory with IDX files (`*idx3-ubyte[.gz]` and
+    /// `*idx1-ubyte[.gz]`), or `synthetic:ROWS,FEATURES,CLASSES[,SEED]`. Default: the built-in
+    /// mnist10k.
+    #[arg(long)]
+    pub data: Option<String>,
+    /// Fraction of the rows, taken from the end, held out for accuracy.
+    #[arg(long, default_value_t = 0.2)]
+    pub test_fraction: f64,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// SSP staleness bound (0 = bulk-synchronous).
+    #[arg(long, default_value_t = 1)]
+    pub staleness: u32,
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u32,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.5)]
+    pub lr: f32,
+    /// Minibatch rows per task.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Features per parameter row (default: about 4096 values per row).
+    #[arg(long)]
+    pub block_features: Option<usize>,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Loads the dataset named by `--data` (or the default) with features scaled to [-1, 1].
+pub fn load_dataset(spec: Option<&str>) -> Result<Dataset> {
+    let mut data = match spec {
+        None => mnist10k().map_err(|e| anyhow!("the built-in dataset is damaged: {e}"))?,
+        Some(s) if s.starts_with("synthetic:") => {
+            let nums: Vec<u64> = s["synthetic:".len()..]
+                .split(',')
+                .map(|p| p.trim().parse::<u64>())
+                .collect::<Result<_, _>>()
+                .with_context(|| {
+                    format!("cannot read '{s}': expected synthetic:ROWS,FEATURES,CLASSES[,SEED]")
+                })?;
+            let (rows, features, classes, seed) = match nums.as_slice() {
+                [r, f, c] => (*r, *f, *c, 1),
+                [r, f, c, seed] => (*r, *f, *c, *seed),
+                _ => bail!("cannot read '{s}': expected synthetic:ROWS,FEATURES,CLASSES[,SEED]"),
+            };
+            synthetic_classification(rows as usize, features as usize, classes as usize, seed)?
+        }
+        Some(path) => load_path(Path::new(path))?,
+    };
+    data.scale_to_unit();
+    Ok(data)
+}
+
+/// Prints epochs, draws the progress bar and writes metrics.
+struct CliObserver {
+    bar: ProgressBar,
+    metrics: Option<MetricsWriter>,
+    write_error: std::sync::Mutex<Option<anyhow::Error>>,
+}
+
+impl MlrObserver for CliObserver {
+    fn task_completed(&self) {
+        self.bar.inc(1);
+    }
+
+    fn epoch_completed(&self, m: &EpochMetrics) {
+        self.bar.println(format!(
+            "epoch {:>3}  loss {:.4}  test loss {:.4}  accuracy {:.2}%  {:.2}s",
+            m.epoch,
+            m.loss,
+            m.test_loss,
+            m.accuracy * 100.0,
+            m.elapsed_s
+        ));
+        if let Some(w) = &self.metrics {
+            if let Err(e) = w.write(m) {
+                self.write_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        }
+    }
+}
+
+pub fn run(args: MlrCliArgs) -> Result<()> {
+    let data = load_dataset(args.data.as_deref())?;
+    let name = args
+        .data
+        .clone()
+        .unwrap_or_else(|| DEFAULT_DATASET_NAME.to_string());
+    let (train, test) = data
+        .split_tail_fraction(args.test_fraction)
+        .with_context(|| format!("cannot hold out {} of {name}", args.test_fraction))?;
+    eprintln!(
+        "mlr on {name}: {} training rows, {} held out, {} features, {} classes",
+        train.rows(),
+        test.rows(),
+        train.num_features,
+        train.num_classes.max(test.num_classes)
+    );
+    let config = MlrConfig {
+        epochs: args.epochs,
+        lr: args.lr,
+        batch: args.batch,
+        staleness: args.staleness,
+        block_features: args.block_features,
+    };
+    let job = args.cluster.job_config(false);
+    job.validate()?;
+    let iterations =
+        (train.rows().div_ceil(job.num_executors() as usize)).div_ceil(args.batch.max(1)) as u64;
+    let total_tasks = args.epochs as u64 * job.num_executors() as u64 * (iterations + 1);
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_tasks)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let observer = Arc::new(CliObserver {
+        bar: bar.clone(),
+        metrics: args
+            .cluster
+            .metrics_out
+            .as_deref()
+            .map(MetricsWriter::create)
+            .transpose()?,
+        write_error: Default::default(),
+    });
+    let app = Arc::new(
+        MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
+            .map_err(|e| anyhow!("mlr: {e}"))?,
+    );
+    let runtime = args.cluster.runtime()?;
+    let outcome = runtime.block_on(harp::run_job(app, &job))?;
+    bar.finish_and_clear();
+    if let Some(e) = observer
+        .write_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        return Err(e);
+    }
+    let last = outcome.driver.history().last().cloned();
+    if let Some(m) = last {
+        eprintln!(
+            "done: {} epochs, {} tasks in {:.2}s, held-out accuracy {:.2}%",
+            m.epoch,
+            outcome.stats.tasks_completed,
+            outcome.stats.elapsed_s,
+            m.accuracy * 100.0
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! The counter executor: checks its probe row against the driver's floor, then adds the
+//! task's known increments.
+
+use super::plan::{task_updates, CounterConfig};
+use super::{CounterArgs, CounterOutput};
+use harp::{AppError, Executor, ParamClient, Table};
+
+pub struct CounterExecutor {
+    config: CounterConfig,
+    counters: Table<i64>,
+}
+
+impl CounterExecutor {
+    pub fn new(config: CounterConfig, counters: Table<i64>) -> Self {
+        Self { config, counters }
+    }
+}
+
+impl Executor<super::CounterApp> for CounterExecutor {
+    async fn run_task(
+        &mut self,
+        args: CounterArgs,
+        ps: &mut ParamClient,
+    ) -> Result<CounterOutput, AppError> {
+        let seen = ps.get(&self.counters, args.probe_row).await?;
+        if seen.iter().zip(&args.probe_floor).any(|(s, f)| s < f) {
+            return Err(format!(
+                "consistency violation: task {} read row {} = {:?}, but tasks completed before its \
+                 dispatch had already added {:?}",
+                args.seq,
+                args.probe_row,
+                seen.as_slice(),
+                args.probe_floor
+            )
+            .into());
+        }
+        for (row, incs) in task_updates(&self.config, args.seq) {
+            ps.update(&self.counters, row, &incs)?;
+        }
+        Ok(CounterOutput {
+            seq: args.seq,
+            probe_seen: seen.to_vec(),
+        })
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>, AppError> {
+        Ok(Vec::new()) // stateless: everything a task needs is in its args
+    }
+
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), AppError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,122 @@
+//! The counter app: exact accounting of parameter updates (DESIGN §4).
+//!
+//! Every micro-task adds known positive integers to known rows of an `i64` table. The updates
+//! of task `seq` are a pure function of `(seed, seq)`, so the driver knows the exact sum every
+//! row must reach from the completions it was handed. Each task also reads one probe row and
+//! checks it against the sum the driver had seen completed when it dispatched the task: a
+//! smaller value means the task missed an update it was guaranteed to observe (the Litz
+//! consistency rule), and the task fails loudly. At the end every row is compared with its
+//! expected sum; any difference fails the job.
+
+mod driver;
+mod executor;
+mod plan;
+
+pub use driver::CounterDriver;
+pub use executor::CounterExecutor;
+pub use plan::{task_updates, CounterConfig};
+
+use harp::{App, AppError, ExecutorId, JobInfo, ParamDump, Table, TableSet};
+use serde::{Deserialize, Serialize};
+
+/// Arguments of one counter task.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CounterArgs {
+    /// Sequence number: the task's updates are `task_updates(seed, seq, ..)`.
+    pub seq: u64,
+    /// The row the task reads before updating.
+    pub probe_row: u64,
+    /// Per column, the probe row's sum over every task the driver saw complete before
+    /// dispatching this one: the value read must be at least this.
+    pub probe_floor: Vec<i64>,
+}
+
+/// Output of one counter task.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CounterOutput {
+    pub seq: u64,
+    /// The probe row as the task read it.
+    pub probe_seen: Vec<i64>,
+}
+
+/// The counter app.
+pub struct CounterApp {
+    config: CounterConfig,
+    tables: TableSet,
+    counters: Table<i64>,
+}
+
+impl CounterApp {
+    pub fn new(config: CounterConfig) -> Result<Self, AppError> {
+        config.validate()?;
+        let mut tables = TableSet::new();
+        let counters = tables.counters_i64("counters", config.width)?;
+        Ok(Self {
+            config,
+            tables,
+            counters,
+        })
+    }
+
+    pub fn counters(&self) -> &Table<i64> {
+        &self.counters
+    }
+
+    /// Compares every row of `params` with the driver's expected sums. Returns the number of
+    /// rows checked, or a description of the first differences.
+    pub fn verify(&self, driver: &CounterDriver, params: &ParamDump) -> Result<usize, String> {
+        let expected = driver.expected();
+        let mut errors = Vec::new();
+        for (row, want) in expected {
+            let got = params.row(&self.counters, *row);
+            if got != Some(want.as_slice()) {
+                errors.push(format!("row {row}: expected {want:?}, found {got:?}"));
+            }
+        }
+        for (row, got) in params.table(&self.counters) {
+            if !expected.contains_key(&row) && got.iter().any(|v| *v != 0) {
+                errors.push(format!("row {row}: expected no updates, found {got:?}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(expected.len())
+        } else {
+            let total = errors.len();
+            errors.truncate(10);
+            Err(format!(
+                "{total} counter rows differ from their expected sums:\n  {}",
+                errors.join("\n  ")
+            ))
+        }
+    }
+}
+
+impl App for CounterApp {
+    type Args = CounterArgs;
+    type Output = CounterOutput;
+    type Driver = CounterDriver;
+    type Executor = CounterExecutor;
+
+    fn name(&self) -> &str {
+        "counter"
+    }
+
+    fn tables(&self) -> &TableSet {
+        &self.tables
+    }
+
+    fn create_driver(&self, job: &JobInfo) -> Result<CounterDriver, AppError> {
+        Ok(CounterDriver::new(self.config.clone(), job.num_executors))
+    }
+
+    fn create_executor(
+        &self,
+        _id: ExecutorId,
+        _job: &JobInfo,
+    ) -> Result<CounterExecutor, AppError> {
+        Ok(CounterExecutor::new(
+            self.config.clone(),
+            self.counters.clone(),
+        ))
+    }
+}

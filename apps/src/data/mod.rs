@@ -1,0 +1,31 @@
+//! Training data for the apps: the dense [`Dataset`] type, loaders for LibSVM text
+//! and IDX (MNIST) files, plain or gzip, a path-based loader that picks between them,
+//! and a deterministic synthetic generator.
+//!
+//! All bad input comes back as a [`DataError`] that names the file and, where it
+//! applies, the line or record; nothing here panics on malformed data.
+//!
+//! | file           | owns                                                     |
+//! |----------------|----------------------------------------------------------|
+//! | `dataset.rs`   | [`Dataset`], validation, splits, partitions, scaling     |
+//! | `error.rs`     | [`DataError`], [`Location`]                              |
+//! | `libsvm.rs`    | [`load_libsvm`], [`parse_libsvm_reader`], [`LibsvmOptions`] |
+//! | `idx.rs`       | [`load_idx_pair`], [`load_idx_pair_from_bytes`]          |
+//! | `discover.rs`  | [`load_path`] (directory → IDX pair, file → LibSVM)      |
+//! | `synthetic.rs` | [`synthetic_classification`]                             |
+//! | `gzip.rs`      | gzip detection by magic bytes and decompression          |
+
+mod dataset;
+mod discover;
+mod error;
+mod gzip;
+mod idx;
+mod libsvm;
+mod synthetic;
+
+pub use dataset::{Dataset, MAX_DENSE_VALUES};
+pub use discover::load_path;
+pub use error::{DataError, Location};
+pub use idx::{load_idx_pair, load_idx_pair_from_bytes};
+pub use libsvm::{load_libsvm, parse_libsvm_reader, LibsvmOptions};
+pub use synthetic::synthetic_classification;

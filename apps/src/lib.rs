@@ -1,0 +1,17 @@
+//! harp's training apps, their data loaders, and the `harp` command.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`data`] | the dense [`data::Dataset`], LibSVM / IDX loaders, the synthetic generator |
+//! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
+//! | [`mlr`] | multinomial logistic regression under SSP |
+//! | [`counter`] | the exact-accounting app (every update checked) |
+//! | [`metrics`] | JSON-lines metrics files |
+//! | [`cli`] | the `harp` command line |
+
+pub mod cli;
+pub mod counter;
+pub mod data;
+pub mod default_data;
+pub mod metrics;
+pub mod mlr;

@@ -1,0 +1,36 @@
+//! Metrics files: one JSON object per line, flushed as each is written so that a crashed or
+//! interrupted run keeps every line it reported.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A JSON-lines writer shared by the threads that report.
+pub struct MetricsWriter {
+    path: PathBuf,
+    out: Mutex<BufWriter<File>>,
+}
+
+impl MetricsWriter {
+    /// Creates (or truncates) `path`.
+    pub fn create(path: &Path) -> Result<Self> {
+        let file = File::create(path)
+            .with_context(|| format!("cannot create metrics file {}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            out: Mutex::new(BufWriter::new(file)),
+        })
+    }
+
+    /// Appends one record as a line.
+    pub fn write<T: Serialize>(&self, record: &T) -> Result<()> {
+        let line = serde_json::to_string(record)?;
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .with_context(|| format!("cannot write metrics file {}", self.path.display()))
+    }
+}

@@ -1,0 +1,206 @@
+//! The MLR driver: stale-synchronous training iterations with a barrier and an evaluation
+//! round at the end of every epoch.
+
+use super::{MlrArgs, MlrOutput};
+use harp::{AppError, Completion, Driver, DriverContext, ExecutorId, SspSchedule};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Figures of one finished epoch.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EpochMetrics {
+    /// 1-based.
+    pub epoch: u32,
+    /// Mean training cross-entropy over the epoch's minibatches.
+    pub loss: f64,
+    /// Mean cross-entropy on the held-out rows after the epoch.
+    pub test_loss: f64,
+    /// Held-out accuracy after the epoch, in [0, 1].
+    pub accuracy: f64,
+    /// Seconds since the driver started.
+    pub elapsed_s: f64,
+    /// Training micro-tasks completed in this epoch.
+    pub tasks: u64,
+}
+
+/// Receives progress from the driver (the `harp` command draws a progress bar and writes
+/// metrics; tests record).
+pub trait MlrObserver: Send + Sync {
+    fn task_completed(&self) {}
+    fn epoch_completed(&self, _metrics: &EpochMetrics) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+impl MlrObserver for Quiet {}
+
+#[derive(Default, Serialize, Deserialize)]
+struct EpochTally {
+    train_loss: f64,
+    train_rows: u64,
+    train_tasks: u64,
+    eval_correct: u64,
+    eval_loss: f64,
+    eval_rows: u64,
+    eval_pending: u32,
+}
+
+pub struct MlrDriver {
+    epochs: u32,
+    iterations_per_epoch: u32,
+    executors: u32,
+    test_rows: u64,
+    schedule: SspSchedule,
+    epoch: u32,
+    tally: EpochTally,
+    history: Vec<EpochMetrics>,
+    started: Instant,
+    observer: Arc<dyn MlrObserver>,
+}
+
+impl MlrDriver {
+    pub fn new(
+        epochs: u32,
+        staleness: u32,
+        iterations_per_epoch: u32,
+        executors: u32,
+        test_rows: u64,
+        observer: Arc<dyn MlrObserver>,
+    ) -> Self {
+        Self {
+            epochs,
+            iterations_per_epoch,
+            executors,
+            test_rows,
+            // executors >= 1 in every job, so the schedule is valid; fall back to 1 otherwise.
+            schedule: SspSchedule::new(staleness, executors.max(1)),
+            epoch: 0,
+            tally: EpochTally::default(),
+            history: Vec::new(),
+            started: Instant::now(),
+            observer,
+        }
+    }
+
+    /// Every finished epoch's figures.
+    pub fn history(&self) -> &[EpochMetrics] {
+        &self.history
+    }
+
+    fn epoch_end(&self) -> u64 {
+        (self.epoch as u64 + 1) * self.iterations_per_epoch as u64
+    }
+
+    fn dispatch_ready(&mut self, ctx: &mut DriverContext<'_, MlrArgs>) -> Result<(), AppError> {
+        for iteration in self.schedule.ready() {
+            let within = (iteration % self.iterations_per_epoch as u64) as u32;
+            for e in 0..self.executors {
+                ctx.dispatch(
+                    ExecutorId(e),
+                    MlrArgs::Train {
+                        epoch: self.epoch,
+                        iteration: within,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_epoch(&mut self, ctx: &mut DriverContext<'_, MlrArgs>) -> Result<(), AppError> {
+        self.tally = EpochTally::default();
+        self.schedule.allow_until(self.epoch_end());
+        self.dispatch_ready(ctx)
+    }
+
+    fn finish_epoch(&mut self, ctx: &mut DriverContext<'_, MlrArgs>) -> Result<(), AppError> {
+        let t = &self.tally;
+        let metrics = EpochMetrics {
+            epoch: self.epoch + 1,
+            loss: t.train_loss / t.train_rows.max(1) as f64,
+            test_loss: t.eval_loss / t.eval_rows.max(1) as f64,
+            accuracy: t.eval_correct as f64 / self.test_rows.max(1) as f64,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            tasks: t.train_tasks,
+        };
+        self.observer.epoch_completed(&metrics);
+        self.history.push(metrics);
+        self.epoch += 1;
+        if self.epoch >= self.epochs {
+            ctx.finish();
+            Ok(())
+        } else {
+            self.start_epoch(ctx)
+        }
+    }
+}
+
+impl Driver<super::MlrApp> for MlrDriver {
+    fn dispatch_initial_tasks(
+        &mut self,
+        ctx: &mut DriverContext<'_, MlrArgs>,
+    ) -> Result<(), AppError> {
+        self.started = Instant::now();
+        self.start_epoch(ctx)
+    }
+
+    fn handle_task_completion(
+        &mut self,
+        completion: Completion<MlrOutput>,
+        ctx: &mut DriverContext<'_, MlrArgs>,
+    ) -> Result<(), AppError> {
+        self.observer.task_completed();
+        match completion.output {
+            MlrOutput::Train {
+                epoch,
+                iteration,
+                loss_sum,
+                rows,
+            } => {
+                self.tally.train_loss += loss_sum;
+                self.tally.train_rows += rows;
+                self.tally.train_tasks += 1;
+                let global = epoch as u64 * self.iterations_per_epoch as u64 + iteration as u64;
+                self.schedule.complete(global)?;
+                if self.schedule.completed_prefix() == self.epoch_end() {
+                    self.tally.eval_pending = self.executors;
+                    for e in 0..self.executors {
+                        ctx.dispatch(ExecutorId(e), MlrArgs::Eval { epoch: self.epoch })?;
+                    }
+                } else {
+                    self.dispatch_ready(ctx)?;
+                }
+            }
+            MlrOutput::Eval {
+                correct,
+                loss_sum,
+                rows,
+            } => {
+                self.tally.eval_correct += correct;
+                self.tally.eval_loss += loss_sum;
+                self.tally.eval_rows += rows;
+                self.tally.eval_pending = self.tally.eval_pending.saturating_sub(1);
+                if self.tally.eval_pending == 0 {
+                    self.finish_epoch(ctx)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>, AppError> {
+        Ok(serde_json::to_vec(&(self.epoch, &self.history))?)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
+        let (epoch, history): (u32, Vec<EpochMetrics>) = serde_json::from_slice(state)?;
+        self.epoch = epoch;
+        self.history = history;
+        // The saved state is taken between epochs: resume at the start of `epoch`.
+        self.schedule = self
+            .schedule
+            .restarted_at(epoch as u64 * self.iterations_per_epoch as u64);
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! The MLR executor: one slice of the training rows and one of the held-out rows, and the
+//! buffers its tasks reuse.
+
+use super::{MlrArgs, MlrConfig, MlrLayout, MlrOutput};
+use crate::data::Dataset;
+use harp::{AppError, Executor, ParamClient, Table};
+use harp_kernels::{MlrScratch, MlrShape};
+use std::ops::Range;
+use std::sync::Arc;
+
+pub struct MlrExecutor {
+    config: MlrConfig,
+    layout: MlrLayout,
+    weights: Table<f32>,
+    block_rows: Vec<u64>,
+    train: Arc<Dataset>,
+    train_rows: Range<usize>,
+    test: Arc<Dataset>,
+    test_rows: Range<usize>,
+    w: Vec<f32>,
+    grad: Vec<f32>,
+    scratch: MlrScratch,
+}
+
+impl MlrExecutor {
+    pub fn new(
+        config: MlrConfig,
+        layout: MlrLayout,
+        weights: Table<f32>,
+        train: Arc<Dataset>,
+        train_rows: Range<usize>,
+        test: Arc<Dataset>,
+        test_rows: Range<usize>,
+    ) -> Self {
+        Self {
+            block_rows: (0..layout.blocks as u64).collect(),
+            grad: vec![0.0; layout.padded_values()],
+            w: Vec::with_capacity(layout.padded_values()),
+            scratch: MlrScratch::with_capacity(config.batch, layout.classes),
+            config,
+            layout,
+            weights,
+            train,
+            train_rows,
+            test,
+            test_rows,
+        }
+    }
+
+    fn shape(&self) -> MlrShape {
+        MlrShape {
+            features: self.layout.features,
+            classes: self.layout.classes,
+        }
+    }
+
+    fn params(&self) -> usize {
+        self.layout.features * self.layout.classes
+    }
+
+    /// The training rows of minibatch `iteration`, empty past the end of the slice.
+    fn batch_rows(&self, iteration: u32) -> Range<usize> {
+        let start = self.train_rows.start + iteration as usize * self.config.batch;
+        let start = start.min(self.train_rows.end);
+        start..(start + self.config.batch).min(self.train_rows.end)
+    }
+
+    async fn train(
+        &mut self,
+        epoch: u32,
+        iteration: u32,
+        ps: &mut ParamClient,
+    ) -> Result<MlrOutput, AppError> {
+        let rows = self.batch_rows(iteration);
+        if rows.is_empty() {
+            return Ok(MlrOutput::Train {
+                epoch,
+                iteration,
+                loss_sum: 0.0,
+                rows: 0,
+            });
+        }
+        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
+            .await?;
+        let f = self.layout.features;
+        let x = &self.train.features[rows.start * f..rows.end * f];
+        let labels = &self.train.labels[rows.clone()];
+        let params = self.params();
+        let loss_sum = harp_kernels::gradient(
+            self.shape(),
+            x,
+            labels,
+            &self.w[..params],
+            &mut self.grad[..params],
+            &mut self.scratch,
+        )?;
+        let scale = -self.config.lr / rows.len() as f32;
+        for g in &mut self.grad[..params] {
+            *g *= scale;
+        }
+        ps.update_many(&self.weights, &self.block_rows, &self.grad)?;
+        Ok(MlrOutput::Train {
+            epoch,
+            iteration,
+            loss_sum,
+            rows: rows.len() as u64,
+        })
+    }
+
+    async fn eval(&mut self, ps: &mut ParamClient) -> Result<MlrOutput, AppError> {
+        let rows = self.test_rows.clone();
+        if rows.is_empty() {
+            return Ok(MlrOutput::Eval {
+                correct: 0,
+                loss_sum: 0.0,
+                rows: 0,
+            });
+        }
+        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
+            .await?;
+        let f = self.layout.features;
+        let x = &self.test.features[rows.start * f..rows.end * f];
+        let labels = &self.test.labels[rows.clone()];
+        let params = self.params();
+        let (correct, loss_sum) = harp_kernels::evaluate(
+            self.shape(),
+            x,
+            labels,
+            &self.w[..params],
+            &mut self.scratch,
+        )?;
+        Ok(MlrOutput::Eval {
+            correct: correct as u64,
+            loss_sum,
+            rows: rows.len() as u64,
+        })
+    }
+}
+
+impl Executor<super::MlrApp> for MlrExecutor {
+    async fn run_task(
+        &mut self,
+        args: MlrArgs,
+        ps: &mut ParamClient,
+    ) -> Result<MlrOutput, AppError> {
+        match args {
+            MlrArgs::Train { epoch, iteration } => self.train(epoch, iteration, ps).await,
+            MlrArgs::Eval { .. } => self.eval(ps).await,
+        }
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>, AppError> {
+        // Minibatches are addressed by (epoch, iteration) in the task args, and the data is
+        // re-read from the dataset: the executor has no state of its own to carry.
+        Ok(Vec::new())
+    }
+
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), AppError> {
+        Ok(())
+    }
+}

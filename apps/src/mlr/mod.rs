@@ -1,0 +1,223 @@
+//! Multinomial logistic regression (softmax regression) trained by minibatch SGD under
+//! stale-synchronous dispatch.
+//!
+//! The weight matrix (features × classes) lives in one `f32` table whose rows are blocks of
+//! `block_features` consecutive features (`block_features × classes` values each), so one
+//! read fetches a few large rows rather than many small ones. Each executor owns a
+//! contiguous slice of the training rows and of the held-out rows. A training task takes the
+//! executor's next minibatch, reads the weights, computes the summed gradient with
+//! [`harp_kernels::gradient`] and adds `-lr/batch × gradient` (aggregated on the node). After
+//! every epoch the driver dispatches one evaluation task per executor and reports the
+//! epoch's training loss and held-out accuracy.
+
+mod driver;
+mod executor;
+
+pub use driver::{EpochMetrics, MlrDriver, MlrObserver, Quiet};
+pub use executor::MlrExecutor;
+
+use crate::data::Dataset;
+use harp::{App, AppError, ExecutorId, Init, JobInfo, Table, TableSet, UpdateRule};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Training hyperparameters and dispatch policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlrConfig {
+    pub epochs: u32,
+    /// Step size of one minibatch update.
+    pub lr: f32,
+    /// Rows per minibatch (per executor and iteration).
+    pub batch: usize,
+    /// SSP bound: iteration `i` is dispatched once iteration `i - staleness - 1` completed
+    /// (0 = bulk-synchronous).
+    pub staleness: u32,
+    /// Features per parameter row; `None` picks about 4096 values per row.
+    pub block_features: Option<usize>,
+}
+
+impl Default for MlrConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 10,
+            lr: 0.5,
+            batch: 100,
+            staleness: 1,
+            block_features: None,
+        }
+    }
+}
+
+/// Arguments of one MLR micro-task.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum MlrArgs {
+    /// Minibatch `iteration` (within `epoch`) of the executor's training slice.
+    Train { epoch: u32, iteration: u32 },
+    /// Evaluate the current weights on the executor's held-out slice.
+    Eval { epoch: u32 },
+}
+
+/// Output of one MLR micro-task.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub enum MlrOutput {
+    Train {
+        epoch: u32,
+        iteration: u32,
+        loss_sum: f64,
+        rows: u64,
+    },
+    Eval {
+        correct: u64,
+        loss_sum: f64,
+        rows: u64,
+    },
+}
+
+/// The shape of the model: how the weight matrix is laid out in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlrLayout {
+    pub features: usize,
+    pub classes: usize,
+    pub block_features: usize,
+    pub blocks: usize,
+}
+
+impl MlrLayout {
+    fn new(
+        features: usize,
+        classes: usize,
+        block_features: Option<usize>,
+    ) -> Result<Self, AppError> {
+        if features == 0 || classes < 2 {
+            return Err(format!(
+                "mlr needs at least 1 feature and 2 classes (got {features} and {classes})"
+            )
+            .into());
+        }
+        let block_features = block_features
+            .unwrap_or((4096 / classes).max(1))
+            .clamp(1, features);
+        Ok(Self {
+            features,
+            classes,
+            block_features,
+            blocks: features.div_ceil(block_features),
+        })
+    }
+
+    /// Values in the padded weight buffer (all blocks).
+    pub fn padded_values(&self) -> usize {
+        self.blocks * self.block_features * self.classes
+    }
+}
+
+/// The MLR app over a training set and a held-out set.
+pub struct MlrApp {
+    config: MlrConfig,
+    train: Arc<Dataset>,
+    test: Arc<Dataset>,
+    layout: MlrLayout,
+    tables: TableSet,
+    weights: Table<f32>,
+    observer: Arc<dyn MlrObserver>,
+}
+
+impl MlrApp {
+    pub fn new(
+        config: MlrConfig,
+        train: Arc<Dataset>,
+        test: Arc<Dataset>,
+        observer: Arc<dyn MlrObserver>,
+    ) -> Result<Self, AppError> {
+        if config.batch == 0 || config.epochs == 0 {
+            return Err("mlr: batch and epochs must be at least 1".into());
+        }
+        if !config.lr.is_finite() || config.lr <= 0.0 {
+            return Err(format!(
+                "mlr: the learning rate must be a positive number, got {}",
+                config.lr
+            )
+            .into());
+        }
+        if train.num_features != test.num_features {
+            return Err(format!(
+                "mlr: training data has {} features but held-out data has {}",
+                train.num_features, test.num_features
+            )
+            .into());
+        }
+        let classes = train.num_classes.max(test.num_classes);
+        let layout = MlrLayout::new(train.num_features, classes, config.block_features)?;
+        let mut tables = TableSet::new();
+        let weights = tables.dense_f32(
+            "mlr.weights",
+            layout.block_features * layout.classes,
+            UpdateRule::Add,
+            Init::Zeros,
+        )?;
+        Ok(Self {
+            config,
+            train,
+            test,
+            layout,
+            tables,
+            weights,
+            observer,
+        })
+    }
+
+    pub fn layout(&self) -> MlrLayout {
+        self.layout
+    }
+
+    pub fn weights(&self) -> &Table<f32> {
+        &self.weights
+    }
+
+    /// Minibatch iterations per epoch for `executors` executors: enough for the largest slice.
+    pub fn iterations_per_epoch(&self, executors: u32) -> u32 {
+        let largest = self.train.rows().div_ceil(executors.max(1) as usize);
+        largest.div_ceil(self.config.batch).max(1) as u32
+    }
+}
+
+impl App for MlrApp {
+    type Args = MlrArgs;
+    type Output = MlrOutput;
+    type Driver = MlrDriver;
+    type Executor = MlrExecutor;
+
+    fn name(&self) -> &str {
+        "mlr"
+    }
+
+    fn tables(&self) -> &TableSet {
+        &self.tables
+    }
+
+    fn create_driver(&self, job: &JobInfo) -> Result<MlrDriver, AppError> {
+        Ok(MlrDriver::new(
+            self.config.epochs,
+            self.config.staleness,
+            self.iterations_per_epoch(job.num_executors),
+            job.num_executors,
+            self.test.rows() as u64,
+            self.observer.clone(),
+        ))
+    }
+
+    fn create_executor(&self, id: ExecutorId, job: &JobInfo) -> Result<MlrExecutor, AppError> {
+        let parts = job.num_executors as usize;
+        let train_rows = self.train.partition_range(parts, id.0 as usize)?;
+        let test_rows = self.test.partition_range(parts, id.0 as usize)?;
+        Ok(MlrExecutor::new(
+            self.config.clone(),
+            self.layout,
+            self.weights.clone(),
+            self.train.clone(),
+            train_rows,
+            self.test.clone(),
+            test_rows,
+        ))
+    }
+}

@@ -1,0 +1,93 @@
+//! The error type shared by every kernel in this crate.
+
+use std::fmt;
+
+/// Why a kernel refused its input. Kernels validate everything before writing any
+/// output, so on error the output buffers are left untouched.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelError {
+    /// A dimension that must be positive was zero (e.g. `features` or `classes`).
+    ZeroDimension {
+        /// Name of the dimension.
+        what: &'static str,
+    },
+    /// A product of dimensions does not fit in `usize`.
+    ShapeOverflow {
+        /// Name of the buffer whose size overflowed.
+        what: &'static str,
+    },
+    /// A slice does not have the length the shape requires.
+    LengthMismatch {
+        /// Name of the offending argument.
+        what: &'static str,
+        /// Length required by the shape (or by the other arguments).
+        expected: usize,
+        /// Length actually passed.
+        actual: usize,
+    },
+    /// A label is not a valid class index.
+    LabelOutOfRange {
+        /// Row (0-based, within the batch) holding the label.
+        row: usize,
+        /// The label found there.
+        label: u32,
+        /// Number of classes; valid labels are `0..classes`.
+        classes: usize,
+    },
+    /// Adam was called with step count 0; steps are 1-based.
+    ZeroStep,
+    /// An optimizer hyperparameter is outside its valid range.
+    InvalidHyperparameter {
+        /// Name of the hyperparameter.
+        what: &'static str,
+        /// The rejected value.
+        value: f32,
+    },
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::ZeroDimension { what } => write!(f, "dimension `{what}` must be positive"),
+            KernelError::ShapeOverflow { what } => {
+                write!(f, "size of `{what}` overflows usize")
+            }
+            KernelError::LengthMismatch {
+                what,
+                expected,
+                actual,
+            } => write!(f, "`{what}` has length {actual}, expected {expected}"),
+            KernelError::LabelOutOfRange {
+                row,
+                label,
+                classes,
+            } => write!(
+                f,
+                "label {label} at row {row} is out of range (classes = {classes})"
+            ),
+            KernelError::ZeroStep => write!(f, "Adam step count must be >= 1 (it is 1-based)"),
+            KernelError::InvalidHyperparameter { what, value } => {
+                write!(f, "invalid hyperparameter `{what}` = {value}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// Returns `Ok(())` when `actual == expected`, otherwise a [`KernelError::LengthMismatch`].
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    actual: usize,
+) -> Result<(), KernelError> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(KernelError::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}

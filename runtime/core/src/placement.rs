@@ -1,0 +1,179 @@
+//! Placement: which worker hosts each executor, which server hosts each shard, and which
+//! shard each parameter key belongs to.
+//!
+//! The master owns both maps. Initial placement is round-robin; later re-balancing (the
+//! elasticity work) changes single entries with [`ExecutorMap::assign`] and
+//! [`ShardMap::assign`]. Every executor and every shard always has exactly one owner.
+
+use crate::error::CoreError;
+use crate::ids::{ExecutorId, ParamKey, ServerId, ShardId, WorkerId};
+use std::collections::BTreeMap;
+
+/// The shard of `key` among `num_shards` shards (a fixed hash of table and row).
+///
+/// Rows of one table spread evenly over shards; the same key always maps to the same
+/// shard, in every process, whatever the placement.
+pub fn shard_of(key: ParamKey, num_shards: u32) -> ShardId {
+    debug_assert!(num_shards > 0, "a job has at least one shard");
+    let mut h = key.row ^ ((key.table.0 as u64) << 48) ^ 0x9E37_79B9_7F4A_7C15;
+    // splitmix64 finalizer: cheap, well mixed, deterministic.
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 31;
+    ShardId((h % num_shards.max(1) as u64) as u32)
+}
+
+/// executor → worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutorMap {
+    owner: BTreeMap<ExecutorId, WorkerId>,
+}
+
+impl ExecutorMap {
+    /// Executors `0..num_executors` dealt round-robin over `workers`.
+    pub fn round_robin(num_executors: u32, workers: &[WorkerId]) -> Result<Self, CoreError> {
+        if workers.is_empty() {
+            return Err(CoreError::NoWorkers);
+        }
+        let owner = (0..num_executors)
+            .map(|e| (ExecutorId(e), workers[e as usize % workers.len()]))
+            .collect();
+        Ok(Self { owner })
+    }
+
+    pub fn worker_of(&self, executor: ExecutorId) -> Result<WorkerId, CoreError> {
+        self.owner
+            .get(&executor)
+            .copied()
+            .ok_or(CoreError::UnknownExecutor(executor))
+    }
+
+    /// Executors hosted by `worker`, in id order.
+    pub fn executors_on(&self, worker: WorkerId) -> Vec<ExecutorId> {
+        self.owner
+            .iter()
+            .filter(|(_, w)| **w == worker)
+            .map(|(e, _)| *e)
+            .collect()
+    }
+
+    /// Moves `executor` to `worker`; returns its previous owner.
+    pub fn assign(
+        &mut self,
+        executor: ExecutorId,
+        worker: WorkerId,
+    ) -> Result<WorkerId, CoreError> {
+        match self.owner.get_mut(&executor) {
+            Some(w) => Ok(std::mem::replace(w, worker)),
+            None => Err(CoreError::UnknownExecutor(executor)),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (ExecutorId, WorkerId)> + '_ {
+        self.owner.iter().map(|(e, w)| (*e, *w))
+    }
+}
+
+/// shard → server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardMap {
+    owner: Vec<ServerId>,
+}
+
+impl ShardMap {
+    /// Shards `0..num_shards` dealt round-robin over `servers`.
+    pub fn round_robin(num_shards: u32, servers: &[ServerId]) -> Result<Self, CoreError> {
+        if servers.is_empty() {
+            return Err(CoreError::NoServers);
+        }
+        if num_shards == 0 {
+            return Err(CoreError::InvalidArgument(
+                "a job needs at least one shard".into(),
+            ));
+        }
+        let owner = (0..num_shards as usize)
+            .map(|s| servers[s % servers.len()])
+            .collect();
+        Ok(Self { owner })
+    }
+
+    pub fn num_shards(&self) -> u32 {
+        self.owner.len() as u32
+    }
+
+    pub fn server_of(&self, shard: ShardId) -> Result<ServerId, CoreError> {
+        self.owner
+            .get(shard.0 as usize)
+            .copied()
+            .ok_or(CoreError::UnknownShard(shard))
+    }
+
+    /// The server that owns `key`'s shard.
+    pub fn server_of_key(&self, key: ParamKey) -> ServerId {
+        // shard_of returns a shard < num_shards, and the map has one entry per shard.
+        self.owner[shard_of(key, self.num_shards()).0 as usize]
+    }
+
+    /// Shards hosted by `server`, in id order.
+    pub fn shards_on(&self, server: ServerId) -> Vec<ShardId> {
+        self.owner
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == server)
+            .map(|(i, _)| ShardId(i as u32))
+            .collect()
+    }
+
+    /// Moves `shard` to `server`; returns its previous owner.
+    pub fn assign(&mut self, shard: ShardId, server: ServerId) -> Result<ServerId, CoreError> {
+        match self.owner.get_mut(shard.0 as usize) {
+            Some(s) => Ok(std::mem::replace(s, server)),
+            None => Err(CoreError::UnknownShard(shard)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TableId;
+
+    #[test]
+    fn round_robin_gives_every_executor_one_owner() {
+        let workers = [WorkerId(0), WorkerId(1), WorkerId(2)];
+        let map = ExecutorMap::round_robin(10, &workers).unwrap();
+        let total: usize = workers.iter().map(|w| map.executors_on(*w).len()).sum();
+        assert_eq!(total, 10);
+        assert_eq!(map.executors_on(WorkerId(0)).len(), 4);
+        assert!(ExecutorMap::round_robin(3, &[]).is_err());
+    }
+
+    #[test]
+    fn shard_hash_is_stable_and_spreads() {
+        let mut counts = [0usize; 8];
+        for row in 0..8000 {
+            let s = shard_of(ParamKey::new(TableId(1), row), 8);
+            assert_eq!(s, shard_of(ParamKey::new(TableId(1), row), 8));
+            counts[s.0 as usize] += 1;
+        }
+        for c in counts {
+            assert!((800..1200).contains(&c), "uneven shard spread: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn shard_assign_moves_one_shard() {
+        let mut map = ShardMap::round_robin(4, &[ServerId(0), ServerId(1)]).unwrap();
+        assert_eq!(map.assign(ShardId(0), ServerId(1)).unwrap(), ServerId(0));
+        assert_eq!(map.shards_on(ServerId(1)).len(), 3);
+        assert!(map.assign(ShardId(9), ServerId(0)).is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! The runtime's error type: one variant per operating condition a user can meet.
+
+use harp_core::{CoreError, ExecutorId, ServerId, TableId, TaskId, WorkerId};
+
+/// Errors an app may return from its `Driver` and `Executor` code. Anything that implements
+/// `std::error::Error` converts into it with `?`.
+pub type AppError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of the harp runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum HarpError {
+    #[error("invalid job configuration: {0}")]
+    InvalidConfig(String),
+    #[error("unknown table {0}")]
+    UnknownTable(TableId),
+    #[error("table '{table}' holds {expected} rows, not {requested}")]
+    TableKindMismatch {
+        table: String,
+        expected: &'static str,
+        requested: &'static str,
+    },
+    #[error("table '{table}': a row has width {expected}, got {found} values")]
+    WidthMismatch {
+        table: String,
+        expected: usize,
+        found: usize,
+    },
+    #[error(
+        "table '{table}': {rows} rows but {values} values (not a multiple of the width {width})"
+    )]
+    BatchShapeMismatch {
+        table: String,
+        rows: usize,
+        values: usize,
+        width: usize,
+    },
+    #[error("non-finite value in an update to table '{table}' row {row}")]
+    NonFiniteUpdate { table: String, row: u64 },
+    #[error("dispatch to unknown {0} (the job has {1} executors)")]
+    UnknownExecutor(ExecutorId, u32),
+    #[error("{0} is unreachable")]
+    ServerUnreachable(ServerId),
+    #[error("{0} is unreachable")]
+    WorkerUnreachable(WorkerId),
+    #[error("the master is unreachable")]
+    MasterUnreachable,
+    #[error("{task} on {executor} failed: {source}")]
+    TaskFailed {
+        task: TaskId,
+        executor: ExecutorId,
+        source: AppError,
+    },
+    #[error("creating {executor} failed: {source}")]
+    ExecutorCreation {
+        executor: ExecutorId,
+        source: AppError,
+    },
+    #[error("the driver failed: {0}")]
+    DriverFailed(AppError),
+    #[error("actor failed to start: {0}")]
+    ActorSpawn(String),
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}

@@ -1,0 +1,260 @@
+//! Running a job in one process: the in-process cluster.
+//!
+//! [`run_job`] starts M server actors, the master actor and N worker actors (each hosting
+//! `executors_per_worker` executors) on the caller's tokio runtime, all of them on one node
+//! (one parameter cache, one update log). It returns when the driver finishes, with the
+//! driver itself, counters, and optionally every parameter row.
+
+use crate::app::{App, JobInfo};
+use crate::error::HarpError;
+use crate::master::{MasterActor, MasterArgs, MasterMsg};
+use crate::node::{NodeStats, ParamStore, Routing};
+use crate::server::{ServerActor, ServerMsg};
+use crate::table::{Element, Table};
+use crate::worker::{NodeShared, WorkerActor, WorkerArgs};
+use harp_core::{ExecutorMap, FlushBook, ParamKey, RowData, ServerId, ShardMap, WorkerId};
+use ractor::{Actor, ActorRef};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// The shape of an in-process job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobConfig {
+    pub workers: u32,
+    pub servers: u32,
+    pub executors_per_worker: u32,
+    /// Logical shards per server at start (shards, not servers, are what move).
+    pub shards_per_server: u32,
+    /// Read every parameter row back from the servers when the job ends.
+    pub collect_params: bool,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            servers: 1,
+            executors_per_worker: 1,
+            shards_per_server: 8,
+            collect_params: false,
+        }
+    }
+}
+
+impl JobConfig {
+    pub fn num_executors(&self) -> u32 {
+        self.workers.saturating_mul(self.executors_per_worker)
+    }
+
+    /// Refuses shapes the runtime cannot run.
+    pub fn validate(&self) -> Result<(), HarpError> {
+        let bad = |what: &str| Err(HarpError::InvalidConfig(what.to_string()));
+        if self.workers == 0 {
+            return bad("a job needs at least one worker");
+        }
+        if self.servers == 0 {
+            return bad("a job needs at least one server");
+        }
+        if self.executors_per_worker == 0 {
+            return bad("a worker needs at least one executor");
+        }
+        if self.shards_per_server == 0 {
+            return bad("a server needs at least one shard");
+        }
+        if self
+            .workers
+            .checked_mul(self.executors_per_worker)
+            .is_none()
+            || self.servers.checked_mul(self.shards_per_server).is_none()
+        {
+            return bad("too many executors or shards");
+        }
+        Ok(())
+    }
+}
+
+/// Counters of a finished job.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct JobStats {
+    pub tasks_completed: u64,
+    pub final_version: u64,
+    pub elapsed_s: f64,
+    pub cached_rows: usize,
+    pub node: NodeStats,
+}
+
+/// Every parameter row at the end of a job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParamDump {
+    pub rows: BTreeMap<ParamKey, RowData>,
+}
+
+impl ParamDump {
+    /// One row of a table, if it was ever read or updated.
+    pub fn row<T: Element>(&self, table: &Table<T>, row: u64) -> Option<&[T]> {
+        self.rows
+            .get(&ParamKey::new(table.id(), row))
+            .and_then(T::slice)
+    }
+
+    /// Every row of a table, by row key.
+    pub fn table<'a, T: Element>(
+        &'a self,
+        table: &'a Table<T>,
+    ) -> impl Iterator<Item = (u64, &'a [T])> + 'a {
+        self.rows
+            .iter()
+            .filter(move |(k, _)| k.table == table.id())
+            .filter_map(|(k, v)| T::slice(v).map(|s| (k.row, s)))
+    }
+}
+
+/// What a finished job hands back.
+pub struct JobOutcome<A: App> {
+    pub driver: A::Driver,
+    pub stats: JobStats,
+    pub params: Option<ParamDump>,
+}
+
+async fn spawn<T: Actor>(actor: T, args: T::Arguments) -> Result<ActorRef<T::Msg>, HarpError> {
+    Actor::spawn(None, actor, args)
+        .await
+        .map(|(r, _handle)| r)
+        .map_err(|e| HarpError::ActorSpawn(e.to_string()))
+}
+
+/// Runs `app` to completion on an in-process cluster shaped by `config`.
+pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutcome<A>, HarpError> {
+    config.validate()?;
+    let started = Instant::now();
+    let tables = Arc::new(app.tables().clone());
+    let info = JobInfo {
+        num_executors: config.num_executors(),
+        num_workers: config.workers,
+        num_servers: config.servers,
+    };
+
+    let mut servers = BTreeMap::new();
+    for s in 0..config.servers {
+        let id = ServerId(s);
+        servers.insert(id, spawn(ServerActor, (id, tables.clone())).await?);
+    }
+    let server_ids: Vec<ServerId> = servers.keys().copied().collect();
+    let shard_map = ShardMap::round_robin(config.servers * config.shards_per_server, &server_ids)?;
+    let store = Arc::new(ParamStore::new(tables, Routing { shard_map, servers }));
+
+    let driver = app.create_driver(&info).map_err(HarpError::DriverFailed)?;
+    let (done_tx, done_rx) = oneshot::channel();
+    let master = spawn(
+        MasterActor::<A>::new(),
+        MasterArgs {
+            driver,
+            info: info.clone(),
+            done: done_tx,
+        },
+    )
+    .await;
+    let master = match master {
+        Ok(m) => m,
+        Err(e) => {
+            stop_servers(&store);
+            return Err(e);
+        }
+    };
+    let node = Arc::new(NodeShared {
+        store: store.clone(),
+        book: Mutex::new(FlushBook::new()),
+        master: master.clone(),
+    });
+
+    let worker_ids: Vec<WorkerId> = (0..config.workers).map(WorkerId).collect();
+    let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
+    let mut workers = BTreeMap::new();
+    for id in &worker_ids {
+        let args = WorkerArgs {
+            id: *id,
+            app: app.clone(),
+            info: info.clone(),
+            executors: executors.executors_on(*id),
+            node: node.clone(),
+        };
+        match spawn(WorkerActor::<A>::new(), args).await {
+            Ok(w) => {
+                workers.insert(*id, w);
+            }
+            Err(e) => {
+                shut_down(&master, workers.values(), &store);
+                return Err(e);
+            }
+        }
+    }
+    let started_ok = master
+        .send_message(MasterMsg::Start {
+            workers: workers.clone(),
+            executors,
+        })
+        .is_ok();
+    let end = if started_ok {
+        done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable))
+    } else {
+        Err(HarpError::MasterUnreachable)
+    };
+    let end = match end {
+        Ok(end) => end,
+        Err(e) => {
+            shut_down(&master, workers.values(), &store);
+            return Err(e);
+        }
+    };
+    let params = if config.collect_params {
+        Some(dump_params(&store).await?)
+    } else {
+        None
+    };
+    let stats = JobStats {
+        tasks_completed: end.tasks_completed,
+        final_version: end.final_version.0,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        cached_rows: store.cached_rows(),
+        node: store.stats(),
+    };
+    shut_down(&master, workers.values(), &store);
+    Ok(JobOutcome {
+        driver: end.driver,
+        stats,
+        params,
+    })
+}
+
+async fn dump_params(store: &ParamStore) -> Result<ParamDump, HarpError> {
+    let mut dump = ParamDump::default();
+    for (id, server) in store.servers() {
+        let (tx, rx) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Dump { reply: tx })
+            .map_err(|_| HarpError::ServerUnreachable(id))?;
+        let rows = rx.await.map_err(|_| HarpError::ServerUnreachable(id))?;
+        dump.rows.extend(rows);
+    }
+    Ok(dump)
+}
+
+fn stop_servers(store: &ParamStore) {
+    for (_, server) in store.servers() {
+        server.stop(None);
+    }
+}
+
+fn shut_down<'a, A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    workers: impl Iterator<Item = &'a ActorRef<crate::worker::WorkerMsg<A>>>,
+    store: &ParamStore,
+) {
+    master.stop(None);
+    for w in workers {
+        w.stop(None);
+    }
+    stop_servers(store);
+}

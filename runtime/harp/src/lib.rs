@@ -1,0 +1,34 @@
+//! harp: an elastic runtime for distributed ML training.
+//!
+//! harp implements the Litz programming model: an app's [`Driver`] dispatches short
+//! micro-tasks to many [`Executor`]s; executors read and update a sharded parameter server
+//! through a [`ParamClient`]; versions decide when a cached parameter may be reused; updates
+//! are aggregated on each node before they are sent. See `docs/ARCHITECTURE.md` for the map.
+//!
+//! ```text
+//! App ─ tables, create_driver, create_executor
+//!  ├─ Driver (master): dispatch_initial_tasks, handle_task_completion → ctx.dispatch(e, args)
+//!  └─ Executor (workers): run_task(args, ps) → ps.get_many / ps.update_many
+//! ```
+//!
+//! [`run_job`] runs an app on an in-process cluster (ractor actors: one master, N workers,
+//! M servers).
+
+pub mod app;
+pub mod error;
+pub mod job;
+mod master;
+mod node;
+pub mod param_client;
+mod server;
+pub mod table;
+mod worker;
+
+pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
+pub use error::{AppError, HarpError};
+pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
+pub use harp_kernels::optim::{AdaGrad, Adam};
+pub use job::{run_job, JobConfig, JobOutcome, JobStats, ParamDump};
+pub use node::NodeStats;
+pub use param_client::{ParamClient, Row};
+pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

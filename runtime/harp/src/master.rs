@@ -1,0 +1,195 @@
+//! The master actor: hosts the app's driver, keeps the version clock and the executor map,
+//! tags and routes dispatched micro-tasks, and hands completions to the driver.
+//!
+//! Completions arrive only after the flush carrying their updates was applied, so a task the
+//! driver dispatches while handling completion `c` observes `c`'s updates (DESIGN §2.1).
+
+use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
+use crate::error::HarpError;
+use crate::worker::{TaskEnvelope, WorkerMsg};
+use harp_core::{ExecutorId, ExecutorMap, TaskId, Version, VersionClock, WorkerId};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use tokio::sync::oneshot;
+
+/// Messages the master handles.
+pub(crate) enum MasterMsg<A: App> {
+    /// Every worker is up: run the driver's initial dispatch.
+    Start {
+        workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
+        executors: ExecutorMap,
+    },
+    /// Micro-tasks whose updates are applied.
+    Completed(Vec<Completion<A::Output>>),
+    /// Something the job cannot continue after.
+    Failed(HarpError),
+}
+
+/// What the master hands back when the job ends.
+pub(crate) struct MasterEnd<A: App> {
+    pub driver: A::Driver,
+    pub tasks_completed: u64,
+    pub final_version: Version,
+}
+
+pub(crate) struct MasterArgs<A: App> {
+    pub driver: A::Driver,
+    pub info: JobInfo,
+    pub done: oneshot::Sender<Result<MasterEnd<A>, HarpError>>,
+}
+
+pub(crate) struct MasterState<A: App> {
+    driver: Option<A::Driver>,
+    info: JobInfo,
+    clock: VersionClock,
+    executors: ExecutorMap,
+    workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
+    next_task: u64,
+    in_flight: u64,
+    completed: u64,
+    done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
+}
+
+pub(crate) struct MasterActor<A>(PhantomData<fn() -> A>);
+
+impl<A> MasterActor<A> {
+    pub(crate) fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<A: App> MasterState<A> {
+    /// Runs one driver callback, then tags and routes what it dispatched.
+    fn drive(
+        &mut self,
+        call: impl FnOnce(
+            &mut A::Driver,
+            &mut DriverContext<'_, A::Args>,
+        ) -> Result<(), crate::AppError>,
+    ) -> Result<bool, HarpError> {
+        let Some(driver) = self.driver.as_mut() else {
+            return Ok(true);
+        };
+        let mut dispatched = Vec::new();
+        let mut finish = false;
+        let version = self.clock.current();
+        let mut ctx = DriverContext::new(
+            version,
+            self.info.num_executors,
+            &mut dispatched,
+            &mut finish,
+        );
+        call(driver, &mut ctx).map_err(HarpError::DriverFailed)?;
+        self.route(dispatched, version)?;
+        Ok(finish || self.in_flight == 0)
+    }
+
+    fn route(
+        &mut self,
+        dispatched: Vec<(ExecutorId, A::Args)>,
+        version: Version,
+    ) -> Result<(), HarpError> {
+        let mut per_worker: BTreeMap<WorkerId, Vec<TaskEnvelope<A::Args>>> = BTreeMap::new();
+        for (executor, args) in dispatched {
+            let worker = self.executors.worker_of(executor)?;
+            let task = TaskId(self.next_task);
+            self.next_task += 1;
+            per_worker.entry(worker).or_default().push(TaskEnvelope {
+                task,
+                executor,
+                version,
+                args,
+            });
+        }
+        for (worker, tasks) in per_worker {
+            let count = tasks.len() as u64;
+            let actor = self
+                .workers
+                .get(&worker)
+                .ok_or(HarpError::WorkerUnreachable(worker))?;
+            actor
+                .send_message(WorkerMsg::Run(tasks))
+                .map_err(|_| HarpError::WorkerUnreachable(worker))?;
+            self.in_flight += count;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, result: Result<(), HarpError>) {
+        let Some(done) = self.done.take() else { return };
+        let outcome = match (result, self.driver.take()) {
+            (Ok(()), Some(driver)) => Ok(MasterEnd {
+                driver,
+                tasks_completed: self.completed,
+                final_version: self.clock.current(),
+            }),
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(HarpError::MasterUnreachable),
+        };
+        // run_job is waiting on the other end unless it was dropped.
+        let _ = done.send(outcome);
+    }
+}
+
+impl<A: App> Actor for MasterActor<A> {
+    type Msg = MasterMsg<A>;
+    type State = MasterState<A>;
+    type Arguments = MasterArgs<A>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(MasterState {
+            driver: Some(args.driver),
+            info: args.info,
+            clock: VersionClock::new(),
+            executors: ExecutorMap::default(),
+            workers: BTreeMap::new(),
+            next_task: 0,
+            in_flight: 0,
+            completed: 0,
+            done: Some(args.done),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.done.is_none() {
+            return Ok(()); // the job already ended; late messages are dropped
+        }
+        let step = match msg {
+            MasterMsg::Start { workers, executors } => {
+                state.workers = workers;
+                state.executors = executors;
+                state.drive(|d, ctx| d.dispatch_initial_tasks(ctx))
+            }
+            MasterMsg::Completed(completions) => {
+                let mut finished = Ok(false);
+                for completion in completions {
+                    state.in_flight = state.in_flight.saturating_sub(1);
+                    state.completed += 1;
+                    state.clock.on_completion();
+                    finished = state.drive(|d, ctx| d.handle_task_completion(completion, ctx));
+                    if !matches!(finished, Ok(false)) {
+                        break;
+                    }
+                }
+                finished
+            }
+            MasterMsg::Failed(e) => Err(e),
+        };
+        match step {
+            Ok(false) => {}
+            Ok(true) => state.end(Ok(())),
+            Err(e) => state.end(Err(e)),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The executor's handle on the parameter server (Litz `PSGet`/`PSUpdate`).
+//!
+//! Reads go through the node's cache under the version rule and may wait on a server; other
+//! executors' micro-tasks run meanwhile. Updates are validated (width, finite values) and
+//! aggregated into the node's update log; they reach the servers at the next flush, before
+//! the task's completion is reported.
+
+use crate::error::HarpError;
+use crate::node::ParamStore;
+use crate::table::{Element, Table};
+use harp_core::{ExecutorId, ParamKey, RowData, TaskId, Version};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// A row read from the parameter server. Cheap to clone; derefs to `&[T]`.
+#[derive(Debug, Clone)]
+pub struct Row<T> {
+    data: Arc<RowData>,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> Row<T> {
+    fn new(data: Arc<RowData>, table: &Table<T>) -> Result<Self, HarpError> {
+        if T::slice(&data).map(<[T]>::len) != Some(table.width()) {
+            return Err(HarpError::TableKindMismatch {
+                table: table.name().to_string(),
+                expected: T::NAME,
+                requested: T::NAME,
+            });
+        }
+        Ok(Self {
+            data,
+            _element: PhantomData,
+        })
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        // Row::new checked the kind, so the slice is always present.
+        T::slice(&self.data).unwrap_or(&[])
+    }
+}
+
+impl<T: Element> Deref for Row<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+/// A micro-task's access to the parameter server.
+pub struct ParamClient {
+    store: Arc<ParamStore>,
+    version: Version,
+    task: TaskId,
+    executor: ExecutorId,
+    keys: Vec<ParamKey>,
+}
+
+impl ParamClient {
+    pub(crate) fn new(
+        store: Arc<ParamStore>,
+        version: Version,
+        task: TaskId,
+        executor: ExecutorId,
+    ) -> Self {
+        Self {
+            store,
+            version,
+            task,
+            executor,
+            keys: Vec::new(),
+        }
+    }
+
+    /// The version this task was dispatched with.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+
+    pub fn executor(&self) -> ExecutorId {
+        self.executor
+    }
+
+    fn check_table<T: Element>(&self, table: &Table<T>) -> Result<(), HarpError> {
+        let spec = self.store.tables.get(table.id())?;
+        if spec.kind != T::KIND || spec.width != table.width() {
+            return Err(HarpError::TableKindMismatch {
+                table: spec.name.to_string(),
+                expected: match spec.kind {
+                    harp_core::RowKind::F32 => "f32",
+                    harp_core::RowKind::I64 => "i64",
+                },
+                requested: T::NAME,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads one row (Litz `PSGet`).
+    pub async fn get<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+    ) -> Result<Row<T>, HarpError> {
+        let mut rows = self.get_many(table, &[row]).await?;
+        rows.pop()
+            .ok_or_else(|| HarpError::InvalidConfig("empty reply for one row".into()))
+    }
+
+    /// Reads several rows of one table at once; one request per server at most.
+    pub async fn get_many<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        rows: &[u64],
+    ) -> Result<Vec<Row<T>>, HarpError> {
+        self.check_table(table)?;
+        self.keys.clear();
+        self.keys
+            .extend(rows.iter().map(|r| ParamKey::new(table.id(), *r)));
+        let data = self.store.read(&self.keys, self.version).await?;
+        data.into_iter().map(|d| Row::new(d, table)).collect()
+    }
+
+    /// Reads several rows and copies them, concatenated in order, into `out` (cleared first).
+    pub async fn get_many_into<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        rows: &[u64],
+        out: &mut Vec<T>,
+    ) -> Result<(), HarpError> {
+        let got = self.get_many(table, rows).await?;
+        out.clear();
+        out.reserve(rows.len() * table.width());
+        for row in &got {
+            out.extend_from_slice(row);
+        }
+        Ok(())
+    }
+
+    /// Adds `delta` to one row (Litz `PSUpdate`); under a table's update rule it is a gradient.
+    pub fn update<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        delta: &[T],
+    ) -> Result<(), HarpError> {
+        self.check_table(table)?;
+        self.check_delta(table, row, delta)?;
+        self.store
+            .record(ParamKey::new(table.id(), row), T::into_row(delta.to_vec()))
+    }
+
+    /// Updates several rows of one table; `deltas` holds one row after another.
+    pub fn update_many<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        rows: &[u64],
+        deltas: &[T],
+    ) -> Result<(), HarpError> {
+        self.check_table(table)?;
+        let width = table.width();
+        if deltas.len() != rows.len() * width {
+            return Err(HarpError::BatchShapeMismatch {
+                table: table.name().to_string(),
+                rows: rows.len(),
+                values: deltas.len(),
+                width,
+            });
+        }
+        for (row, delta) in rows.iter().zip(deltas.chunks_exact(width)) {
+            self.check_delta(table, *row, delta)?;
+        }
+        for (row, delta) in rows.iter().zip(deltas.chunks_exact(width)) {
+            self.store
+                .record(ParamKey::new(table.id(), *row), T::into_row(delta.to_vec()))?;
+        }
+        Ok(())
+    }
+
+    fn check_delta<T: Element>(
+        &self,
+        table: &Table<T>,
+        row: u64,
+        delta: &[T],
+    ) -> Result<(), HarpError> {
+        let reject = |e: HarpError| {
+            self.store
+                .counters
+                .updates_rejected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(e)
+        };
+        if delta.len() != table.width() {
+            return reject(HarpError::WidthMismatch {
+                table: table.name().to_string(),
+                expected: table.width(),
+                found: delta.len(),
+            });
+        }
+        if !delta.iter().all(Element::is_finite) {
+            return reject(HarpError::NonFiniteUpdate {
+                table: table.name().to_string(),
+                row,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,175 @@
+//! A server's parameter storage: the rows of the shards it hosts, their optimizer state, and
+//! the application of update rules.
+//!
+//! Rows are created with their table's initial value the first time they are read or
+//! updated. A delta of the wrong kind or width is refused and counted; the row is unchanged.
+
+use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
+use harp_core::{CoreError, ParamKey, RowData};
+use harp_kernels::optim;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Optimizer state kept beside a parameter row.
+#[derive(Debug, Clone)]
+enum OptState {
+    None,
+    AdaGrad { accum: Vec<f32> },
+    Adam { m: Vec<f32>, v: Vec<f32>, step: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct StoredRow {
+    value: Arc<RowData>,
+    opt: OptState,
+}
+
+/// The rows a server holds.
+#[derive(Debug)]
+pub(crate) struct ShardStore {
+    tables: Arc<TableSet>,
+    rows: HashMap<ParamKey, StoredRow>,
+    rejected_updates: u64,
+}
+
+impl ShardStore {
+    pub(crate) fn new(tables: Arc<TableSet>) -> Self {
+        Self {
+            tables,
+            rows: HashMap::new(),
+            rejected_updates: 0,
+        }
+    }
+
+    fn spec(&self, key: ParamKey) -> Result<&TableSpec, CoreError> {
+        self.tables
+            .get(key.table)
+            .map_err(|_| CoreError::InvalidArgument(format!("unknown table in key {key}")))
+    }
+
+    fn row_mut(&mut self, key: ParamKey) -> Result<&mut StoredRow, CoreError> {
+        if !self.rows.contains_key(&key) {
+            let spec = self.spec(key)?;
+            let value = Arc::new(initial_row(spec, key.row));
+            let opt = match spec.rule {
+                UpdateRule::Add => OptState::None,
+                UpdateRule::AdaGrad(_) => OptState::AdaGrad {
+                    accum: vec![0.0; spec.width],
+                },
+                UpdateRule::Adam(_) => OptState::Adam {
+                    m: vec![0.0; spec.width],
+                    v: vec![0.0; spec.width],
+                    step: 0,
+                },
+            };
+            self.rows.insert(key, StoredRow { value, opt });
+        }
+        // Inserted just above when absent.
+        self.rows
+            .get_mut(&key)
+            .ok_or_else(|| CoreError::InvalidArgument(format!("row {key} vanished")))
+    }
+
+    /// The current value of `key` (created on first access).
+    pub(crate) fn get(&mut self, key: ParamKey) -> Result<Arc<RowData>, CoreError> {
+        Ok(self.row_mut(key)?.value.clone())
+    }
+
+    /// Applies one aggregated delta under the table's rule.
+    pub(crate) fn apply(&mut self, key: ParamKey, delta: &RowData) -> Result<(), CoreError> {
+        let rule = self.spec(key)?.rule;
+        let result = self.apply_rule(key, rule, delta);
+        if result.is_err() {
+            self.rejected_updates += 1;
+        }
+        result
+    }
+
+    fn apply_rule(
+        &mut self,
+        key: ParamKey,
+        rule: UpdateRule,
+        delta: &RowData,
+    ) -> Result<(), CoreError> {
+        let row = self.row_mut(key)?;
+        row.value.check_compatible(delta)?;
+        let value = Arc::make_mut(&mut row.value);
+        let kernel_result = match (rule, &mut row.opt, value, delta) {
+            (UpdateRule::Add, _, value, delta) => return value.add_assign(delta),
+            (
+                UpdateRule::AdaGrad(p),
+                OptState::AdaGrad { accum },
+                RowData::F32(w),
+                RowData::F32(g),
+            ) => optim::adagrad_step(w, accum, g, p),
+            (
+                UpdateRule::Adam(p),
+                OptState::Adam { m, v, step },
+                RowData::F32(w),
+                RowData::F32(g),
+            ) => {
+                *step += 1;
+                optim::adam_step(w, m, v, g, *step, p)
+            }
+            _ => {
+                return Err(CoreError::InvalidArgument(format!(
+                    "update rule {rule:?} does not apply to row {key}"
+                )))
+            }
+        };
+        kernel_result.map_err(|e| CoreError::InvalidArgument(format!("row {key}: {e}")))
+    }
+
+    /// Updates refused since the server started.
+    pub(crate) fn rejected_updates(&self) -> u64 {
+        self.rejected_updates
+    }
+
+    /// Every row's current value, sorted by key.
+    pub(crate) fn dump(&self) -> Vec<(ParamKey, RowData)> {
+        let mut out: Vec<_> = self
+            .rows
+            .iter()
+            .map(|(k, r)| (*k, (*r.value).clone()))
+            .collect();
+        out.sort_unstable_by_key(|(k, _)| *k);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Init;
+    use harp_kernels::optim::Adam;
+
+    fn store() -> (ShardStore, ParamKey, ParamKey) {
+        let mut set = TableSet::new();
+        let w = set
+            .dense_f32("w", 3, UpdateRule::Adam(Adam::default()), Init::Zeros)
+            .unwrap();
+        let c = set.counters_i64("c", 2).unwrap();
+        let keys = (ParamKey::new(w.id(), 1), ParamKey::new(c.id(), 9));
+        (ShardStore::new(Arc::new(set)), keys.0, keys.1)
+    }
+
+    #[test]
+    fn counters_add_and_bad_deltas_are_refused_and_counted() {
+        let (mut s, _, c) = store();
+        s.apply(c, &RowData::I64(vec![2, 3])).unwrap();
+        s.apply(c, &RowData::I64(vec![1, 1])).unwrap();
+        assert!(s.apply(c, &RowData::I64(vec![1])).is_err());
+        assert!(s.apply(c, &RowData::F32(vec![1.0, 1.0])).is_err());
+        assert_eq!(*s.get(c).unwrap(), RowData::I64(vec![3, 4]));
+        assert_eq!(s.rejected_updates(), 2);
+    }
+
+    #[test]
+    fn adam_rule_moves_against_the_gradient() {
+        let (mut s, w, _) = store();
+        s.apply(w, &RowData::F32(vec![1.0, -1.0, 0.0])).unwrap();
+        let v = s.get(w).unwrap();
+        let v = v.as_f32().unwrap();
+        assert!(v[0] < 0.0 && v[1] > 0.0 && v[2] == 0.0, "{v:?}");
+    }
+}

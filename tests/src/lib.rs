@@ -1,1 +1,1 @@
-//! placeholder
+//! placeholder (being written)

@@ -138,6 +138,14 @@ impl Dataset {
         self.features.get(start..end)
     }
 
+    /// The features (row-major) and labels of the rows in `range`, or `None` when the range
+    /// is out of bounds.
+    pub fn batch(&self, range: Range<usize>) -> Option<(&[f32], &[u32])> {
+        let start = range.start.checked_mul(self.num_features)?;
+        let end = range.end.checked_mul(self.num_features)?;
+        Some((self.features.get(start..end)?, self.labels.get(range)?))
+    }
+
     /// Keeps the first rows for training and the last `test_rows` as held-out; error if test_rows == 0 or >= rows.
     pub fn split_tail(mut self, test_rows: usize) -> Result<(Dataset, Dataset), DataError> {
         let rows = self.rows();

@@ -58,6 +58,13 @@ impl MlrExecutor {
         self.layout.features * self.layout.classes
     }
 
+    /// Reads every block of the weight matrix into `self.w` (features × classes, padded).
+    async fn load_weights(&mut self, ps: &mut ParamClient) -> Result<(), AppError> {
+        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
+            .await?;
+        Ok(())
+    }
+
     /// The training rows of minibatch `iteration`, empty past the end of the slice.
     fn batch_rows(&self, iteration: u32) -> Range<usize> {
         let start = self.train_rows.start + iteration as usize * self.config.batch;
@@ -80,11 +87,8 @@ impl MlrExecutor {
                 rows: 0,
             });
         }
-        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
-            .await?;
-        let f = self.layout.features;
-        let x = &self.train.features[rows.start * f..rows.end * f];
-        let labels = &self.train.labels[rows.clone()];
+        self.load_weights(ps).await?;
+        let (x, labels) = slice_rows(&self.train, rows.clone())?;
         let params = self.params();
         let loss_sum = harp_kernels::gradient(
             self.shape(),
@@ -116,11 +120,8 @@ impl MlrExecutor {
                 rows: 0,
             });
         }
-        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
-            .await?;
-        let f = self.layout.features;
-        let x = &self.test.features[rows.start * f..rows.end * f];
-        let labels = &self.test.labels[rows.clone()];
+        self.load_weights(ps).await?;
+        let (x, labels) = slice_rows(&self.test, rows.clone())?;
         let params = self.params();
         let (correct, loss_sum) = harp_kernels::evaluate(
             self.shape(),
@@ -135,6 +136,12 @@ impl MlrExecutor {
             rows: rows.len() as u64,
         })
     }
+}
+
+/// Features and labels of `rows` (ranges come from `partition_range`, so they are in bounds).
+fn slice_rows(data: &Dataset, rows: Range<usize>) -> Result<(&[f32], &[u32]), AppError> {
+    data.batch(rows.clone())
+        .ok_or_else(|| format!("rows {rows:?} are outside {}", data.source).into())
 }
 
 impl Executor<super::MlrApp> for MlrExecutor {

@@ -65,6 +65,10 @@ impl<T> FlushBook<T> {
 
     /// Starts a flush: every task finished so far is covered by it. The caller must drain
     /// the update log *after* this call and send what it drained as this flush.
+    ///
+    /// Every flush begun must eventually be passed to [`flush_applied`](Self::flush_applied),
+    /// even one that covers no task: until it is, it holds back the release of every later
+    /// flush's tasks (the low watermark).
     pub fn begin_flush(&mut self) -> FlushId {
         let id = self.next_flush;
         self.next_flush += 1;

@@ -26,28 +26,28 @@ impl UpdateLog {
     /// Adds `delta` into the entry for `key`. A delta whose kind or width differs from an
     /// earlier delta of the same key is refused and the log is unchanged.
     pub fn record(&mut self, key: ParamKey, delta: &RowData) -> Result<(), CoreError> {
-        self.records += 1;
         match self.entries.get_mut(&key) {
-            Some(entry) => entry.add_assign(delta),
+            Some(entry) => entry.add_assign(delta)?,
             None => {
                 self.bytes += delta.bytes();
                 self.entries.insert(key, delta.clone());
-                Ok(())
             }
         }
+        self.records += 1;
+        Ok(())
     }
 
     /// Like [`record`](Self::record) but takes ownership, avoiding a copy for new keys.
     pub fn record_owned(&mut self, key: ParamKey, delta: RowData) -> Result<(), CoreError> {
-        self.records += 1;
         match self.entries.get_mut(&key) {
-            Some(entry) => entry.add_assign(&delta),
+            Some(entry) => entry.add_assign(&delta)?,
             None => {
                 self.bytes += delta.bytes();
                 self.entries.insert(key, delta);
-                Ok(())
             }
         }
+        self.records += 1;
+        Ok(())
     }
 
     /// Number of distinct keys waiting.
@@ -112,6 +112,7 @@ mod tests {
         let mut log = UpdateLog::new();
         log.record(key(1), &RowData::F32(vec![1.0])).unwrap();
         assert!(log.record(key(1), &RowData::F32(vec![1.0, 2.0])).is_err());
+        assert_eq!(log.records(), 1);
         assert_eq!(log.drain(), vec![(key(1), RowData::F32(vec![1.0]))]);
     }
 }

@@ -34,10 +34,7 @@ impl Bits {
     }
 
     pub fn is_disjoint(&self, other: &Bits) -> bool {
-        self.words
-            .iter()
-            .zip(&other.words)
-            .all(|(a, b)| a & b == 0)
+        self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
     }
 
     pub fn union_with(&mut self, other: &Bits) {

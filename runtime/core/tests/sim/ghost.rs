@@ -111,14 +111,15 @@ impl Ghost {
         }
     }
 
-    /// The consistency check of one value a task read.
+    /// The consistency check of one value a task read. Returns whether the floor was
+    /// non-empty (the check had something to catch).
     pub fn check_read(
         &self,
         task: TaskId,
         floor: &Floor,
         key: ParamKey,
         value: &Value,
-    ) -> Result<(), Violation> {
+    ) -> Result<bool, Violation> {
         let k = key.row as usize;
         let row = value.row.as_i64().unwrap_or(&[]);
         if row != self.sum(&value.contribs).as_slice() {
@@ -140,6 +141,6 @@ impl Ghost {
                 ),
             ));
         }
-        Ok(())
+        Ok(floor.by_key[k].iter().next().is_some())
     }
 }

@@ -6,8 +6,7 @@
 //! than others and deliveries reorder heavily across links.
 
 use super::ghost::{Floor, Value};
-use harp_core::{ExecutorId, FlushId, ParamKey, RowData, TaskId, Version, WorkerId};
-use harp_core::ServerId;
+use harp_core::{ExecutorId, FlushId, ParamKey, RowData, ServerId, TaskId, Version, WorkerId};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -97,7 +96,11 @@ impl Net {
     /// Deliverable messages as `(from, to, index in link, weight)`.
     pub fn deliverable(&self, out: &mut Vec<(Actor, Actor, usize, u32)>) {
         for ((from, to), link) in &self.links {
-            let n = if self.fifo { link.queue.len().min(1) } else { link.queue.len() };
+            let n = if self.fifo {
+                link.queue.len().min(1)
+            } else {
+                link.queue.len()
+            };
             out.extend((0..n).map(|i| (*from, *to, i, link.weight)));
         }
     }

@@ -13,7 +13,23 @@ fn main() {
         .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", describe(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes, skipping a cause whose text the message already contains (many
+/// errors print their source as part of their own message).
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&line);
+        }
+    }
+    text
 }

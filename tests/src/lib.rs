@@ -1,1 +1,243 @@
-//! placeholder (being written)
+//! Helpers shared by harp's integration tests (`tests/tests/*.rs`).
+//!
+//! | test file | checks |
+//! |---|---|
+//! | `cli_bad_input.rs` | the `harp` command refuses bad data and bad options with a clear message, a non-zero exit and no panic (G5) |
+//! | `mlr_acceptance.rs` | `harp run mlr` reaches the accuracy targets on mnist10k, digits and the built-in data |
+//! | `counter_acceptance.rs` | `harp run counter` and a grid of cluster shapes account for every update exactly |
+//! | `runtime_errors.rs` | typed runtime errors from tiny apps: failing or panicking tasks, bad dispatches, bad updates, server-side Adam / AdaGrad |
+//! | `consistency_runtime.rs` | the Litz consistency rule and exact accounting under many shapes and seeds |
+//!
+//! # How the tests reach the `harp` command
+//!
+//! Most tests call the command in-process: [`run_cli`] parses the arguments with the same
+//! [`harp_apps::cli::Cli`] the binary uses and calls [`harp_apps::cli::run`], exactly what
+//! `apps/src/main.rs` does after installing its log subscriber. That is fast, needs no
+//! process, and an error comes back as the same `anyhow::Error` the binary prints.
+//!
+//! The few tests that must see what a user sees (the exit status, stderr, the absence of a
+//! panic message) spawn a real process. Cargo builds the binaries of the package under test
+//! for its integration tests and passes their paths as `CARGO_BIN_EXE_<name>`, but it does
+//! **not** build the binaries of a *dependency*; running `cargo build` from inside a test
+//! would contend for the target directory's lock with the outer cargo (and with anyone else
+//! building in the shared target directory) and would pick a profile of its own. So this
+//! crate declares a binary, `harp-cli`, whose source *is* `apps/src/main.rs` (see
+//! `tests/Cargo.toml`): the very file that makes the `harp` binary, compiled against the same
+//! `harp-apps` library, built by the same `cargo test` invocation in the same profile, with
+//! its path handed to the tests by Cargo. No lock, no stale binary, no guessing of paths.
+//! [`harp_binary!`] resolves it; setting `HARP_BIN` to another executable (for example a
+//! release build of `harp`) runs the same tests against that one instead.
+//!
+//! # Shared data
+//!
+//! The real datasets live in `shared/data` beside the repository (`../../shared/data` from
+//! this crate's manifest directory). Tests that need them call [`shared_data`], which prints
+//! `skipping: shared data not found at ...` and returns `None` when they are absent; tests on
+//! the built-in dataset never skip.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
+
+use clap::Parser;
+use harp::JobConfig;
+use harp_apps::counter::{CounterApp, CounterConfig};
+
+/// The `harp` executable the process-level tests run: `$HARP_BIN` when set, else the
+/// `harp-cli` binary Cargo built for this crate's tests.
+#[macro_export]
+macro_rules! harp_binary {
+    () => {
+        $crate::resolve_binary(env!("CARGO_BIN_EXE_harp-cli"))
+    };
+}
+
+/// `$HARP_BIN` when it is set and non-empty, else `built`.
+pub fn resolve_binary(built: &str) -> PathBuf {
+    match std::env::var_os("HARP_BIN") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => PathBuf::from(built),
+    }
+}
+
+/// What a finished `harp` process left behind.
+#[derive(Debug)]
+pub struct ProcessOutcome {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ProcessOutcome {
+    /// A one-paragraph description for assertion messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "status: {:?}\n--- stderr ---\n{}\n--- stdout ---\n{}",
+            self.status, self.stderr, self.stdout
+        )
+    }
+}
+
+/// Runs `binary` with `args` (no stdin, default log level) and waits for it.
+pub fn run_process<I, S>(binary: &Path, args: I) -> ProcessOutcome
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let output = Command::new(binary)
+        .args(&args)
+        .env_remove("HARP_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    ProcessOutcome {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs the `harp` command line in this process: `args` are what follows `harp`.
+///
+/// Parse errors come back as errors too (as clap would print them). Must not be called from
+/// inside a tokio runtime: the command starts its own.
+pub fn run_cli<I, S>(args: I) -> anyhow::Result<()>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let argv = std::iter::once(OsString::from("harp")).chain(args.into_iter().map(Into::into));
+    let cli = harp_apps::cli::Cli::try_parse_from(argv)?;
+    harp_apps::cli::run(cli)
+}
+
+/// `shared/data/<relative>` when it exists; otherwise prints why the caller skips and
+/// returns `None`.
+pub fn shared_data(relative: &str) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+    let path = root.join(relative);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipping: shared data not found at {}", path.display());
+        None
+    }
+}
+
+/// Reads a JSON-lines file into one value per non-empty line.
+pub fn read_json_lines(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line).unwrap_or_else(|e| {
+                panic!("{} line {}: not JSON ({e}): {line}", path.display(), i + 1)
+            })
+        })
+        .collect()
+}
+
+/// An IDX file of unsigned bytes (magic `00 00 08 NN`, big-endian sizes, then the data).
+pub fn idx_bytes(dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out.extend_from_slice(data);
+    out
+}
+
+/// `bytes` gzip-compressed.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder
+        .write_all(bytes)
+        .and_then(|_| encoder.finish())
+        .expect("gzip into memory")
+}
+
+/// How to run a job: a tokio runtime flavour and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threads {
+    /// A current-thread runtime: every actor and task interleaves on one thread.
+    Current,
+    /// A multi-thread runtime with this many worker threads.
+    Multi(usize),
+}
+
+/// A tokio runtime of the given flavour.
+pub fn runtime(threads: Threads) -> tokio::runtime::Runtime {
+    let mut builder = match threads {
+        Threads::Current => tokio::runtime::Builder::new_current_thread(),
+        Threads::Multi(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.max(1));
+            b
+        }
+    };
+    builder.enable_all().build().expect("a tokio runtime")
+}
+
+/// What an exact counter job reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CounterSummary {
+    /// Completions the driver was handed.
+    pub completed: u64,
+    /// Rows compared with their expected sums.
+    pub rows_checked: usize,
+    pub stats: harp::JobStats,
+}
+
+/// Runs the counter app in-process on `job` (parameters collected) and checks every row
+/// against the driver's expected sums. The error says which shape and seed failed and how.
+pub fn run_counter_job(
+    config: &CounterConfig,
+    job: &JobConfig,
+    threads: Threads,
+) -> Result<CounterSummary, String> {
+    let context = || format!("counter {config:?} on {job:?} with {threads:?}");
+    let app = Arc::new(CounterApp::new(config.clone()).map_err(|e| format!("{}: {e}", context()))?);
+    let job = JobConfig {
+        collect_params: true,
+        ..job.clone()
+    };
+    let outcome = runtime(threads)
+        .block_on(harp::run_job(app.clone(), &job))
+        .map_err(|e| format!("{}: the job failed: {e}", context()))?;
+    let params = outcome
+        .params
+        .ok_or_else(|| format!("{}: no parameters collected", context()))?;
+    let rows_checked = app
+        .verify(&outcome.driver, &params)
+        .map_err(|diff| format!("{}: not exact:\n{diff}", context()))?;
+    Ok(CounterSummary {
+        completed: outcome.driver.completed(),
+        rows_checked,
+        stats: outcome.stats,
+    })
+}
+
+/// A small deterministic generator (splitmix64) for test shapes; print its seed to replay.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}

@@ -50,7 +50,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         window: args.window,
         seed: args.seed,
     };
-    let app = Arc::new(CounterApp::new(config).map_err(|e| anyhow!("counter: {e}"))?);
+    let app = Arc::new(CounterApp::new(config).map_err(|e| anyhow!("{e}"))?);
     let job = args.cluster.job_config(true);
     let runtime = args.cluster.runtime()?;
     let outcome = runtime.block_on(harp::run_job(app.clone(), &job))?;

@@ -28,8 +28,8 @@ pub struct MlrCliArgs {
     pub staleness: u32,
     #[arg(long, default_value_t = 10)]
     pub epochs: u32,
-    /// Learning rate.
-    #[arg(long, default_value_t = 0.5)]
+    /// Learning rate (the step of one executor's minibatch update).
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     pub lr: f32,
     /// Minibatch rows per task.
     #[arg(long, default_value_t = 100)]
@@ -150,7 +150,7 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
     });
     let app = Arc::new(
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
-            .map_err(|e| anyhow!("mlr: {e}"))?,
+            .map_err(|e| anyhow!("{e}"))?,
     );
     let runtime = args.cluster.runtime()?;
     let outcome = runtime.block_on(harp::run_job(app, &job))?;

@@ -64,7 +64,9 @@ impl<T> FlushBook<T> {
     }
 
     /// Starts a flush: every task finished so far is covered by it. The caller must drain
-    /// the update log *after* this call and send what it drained as this flush.
+    /// the update log *after* this call and send what it drained as this flush, and flushes
+    /// must drain in the order they began (begin and drain under one lock): a later flush
+    /// that drained first would carry updates of tasks this one covers.
     ///
     /// Every flush begun must eventually be passed to [`flush_applied`](Self::flush_applied),
     /// even one that covers no task: until it is, it holds back the release of every later

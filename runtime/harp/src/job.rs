@@ -145,7 +145,13 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
     let shard_map = ShardMap::round_robin(config.servers * config.shards_per_server, &server_ids)?;
     let store = Arc::new(ParamStore::new(tables, Routing { shard_map, servers }));
 
-    let driver = app.create_driver(&info).map_err(HarpError::DriverFailed)?;
+    let driver = match app.create_driver(&info) {
+        Ok(d) => d,
+        Err(e) => {
+            stop_servers(&store);
+            return Err(HarpError::DriverFailed(e));
+        }
+    };
     let (done_tx, done_rx) = oneshot::channel();
     let master = spawn(
         MasterActor::<A>::new(),
@@ -173,11 +179,16 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
     let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
     let mut workers = BTreeMap::new();
     for id in &worker_ids {
+        let hosted = match create_executors(&*app, &executors.executors_on(*id), &info) {
+            Ok(hosted) => hosted,
+            Err(e) => {
+                shut_down(&master, workers.values(), &store);
+                return Err(e);
+            }
+        };
         let args = WorkerArgs {
             id: *id,
-            app: app.clone(),
-            info: info.clone(),
-            executors: executors.executors_on(*id),
+            executors: hosted,
             node: node.clone(),
         };
         match spawn(WorkerActor::<A>::new(), args).await {
@@ -226,6 +237,24 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
         stats,
         params,
     })
+}
+
+/// Creates the executors a worker hosts (the app loads their input partitions).
+fn create_executors<A: App>(
+    app: &A,
+    ids: &[harp_core::ExecutorId],
+    info: &JobInfo,
+) -> Result<Vec<(harp_core::ExecutorId, A::Executor)>, HarpError> {
+    ids.iter()
+        .map(|&id| {
+            app.create_executor(id, info)
+                .map(|e| (id, e))
+                .map_err(|source| HarpError::ExecutorCreation {
+                    executor: id,
+                    source,
+                })
+        })
+        .collect()
 }
 
 async fn dump_params(store: &ParamStore) -> Result<ParamDump, HarpError> {

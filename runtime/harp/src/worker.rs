@@ -7,7 +7,7 @@
 //! flush book then releases the completions whose updates are applied, and those go to the
 //! master.
 
-use crate::app::{App, Completion, Executor, JobInfo};
+use crate::app::{App, Completion, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
 use crate::node::ParamStore;
@@ -54,14 +54,17 @@ impl<A: App> NodeShared<A> {
 
     /// Flushes the update log and reports the completions it releases.
     async fn flush_and_report(self: Arc<Self>) {
-        let flush = {
+        // Beginning the flush and draining the log must happen as one step: if a later flush
+        // could drain first, it would carry updates of tasks this flush covers, and this
+        // flush's ack would release them before their updates were applied.
+        let (flush, batches) = {
             let mut book = self.book();
             if book.unflushed_tasks() == 0 {
                 return; // another flush already covers every finished task
             }
-            book.begin_flush()
+            let flush = book.begin_flush();
+            (flush, self.store.drain_log())
         };
-        let batches = self.store.drain_log();
         if let Err(e) = self.store.apply(batches).await {
             return self.fail(e);
         }
@@ -85,9 +88,8 @@ impl<A: App> NodeShared<A> {
 
 pub(crate) struct WorkerArgs<A: App> {
     pub id: WorkerId,
-    pub app: Arc<A>,
-    pub info: JobInfo,
-    pub executors: Vec<ExecutorId>,
+    /// The executors this worker hosts, already created.
+    pub executors: Vec<(ExecutorId, A::Executor)>,
     pub node: Arc<NodeShared<A>>,
 }
 
@@ -117,13 +119,7 @@ impl<A: App> Actor for WorkerActor<A> {
     ) -> Result<Self::State, ActorProcessingErr> {
         let running = Arc::new(AtomicUsize::new(0));
         let mut loops = HashMap::new();
-        for id in args.executors {
-            let executor = args.app.create_executor(id, &args.info).map_err(|source| {
-                HarpError::ExecutorCreation {
-                    executor: id,
-                    source,
-                }
-            })?;
+        for (id, executor) in args.executors {
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(executor_loop::<A>(
                 id,

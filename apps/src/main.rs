@@ -1,6 +1,11 @@
 //! The `harp` command.
 
 use clap::Parser;
+
+/// mimalloc keeps the large, short-lived row buffers of training in process memory instead
+/// of mapping and zeroing fresh pages for each.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use harp_apps::cli::{run, Cli};
 
 fn main() {

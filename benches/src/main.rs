@@ -7,13 +7,16 @@
 //! | `overpartition` | 16 executors per worker against 1 (1 worker, 1 thread) |
 //! | `speedup` | 2 workers on 2 threads against 1 worker on 1 thread |
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod measure;
 mod plain;
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use harp_apps::data::Dataset;
-use measure::{harp_epochs, median, Shape};
+use measure::{harp_epochs, median, Paired, Run, Shape};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -27,7 +30,7 @@ enum Bench {
 
 #[derive(Parser, Debug)]
 #[command(name = "harp-bench", about = "harp benchmarks (JSON lines on stdout)")]
-struct Args {
+pub(crate) struct Args {
     /// Which benchmark to run.
     #[arg(value_enum, default_value_t = Bench::All)]
     bench: Bench,
@@ -44,9 +47,16 @@ struct Args {
     /// Epochs per measured run on the synthetic dataset.
     #[arg(long, default_value_t = 3)]
     synthetic_epochs: u32,
+    /// Rounds per benchmark: each round measures the reference and the candidate back to
+    /// back, and the median of the rounds' ratios is reported (this machine is noisy).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Minibatch rows per task.
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Features per parameter row of the MLR weights (default: at least 256 features, about 16K values per row).
+    #[arg(long)]
+    block_features: Option<usize>,
     /// SSP staleness of the harp runs.
     #[arg(long, default_value_t = 1)]
     staleness: u32,
@@ -94,20 +104,44 @@ fn emit(value: serde_json::Value) {
     println!("{value}");
 }
 
+/// Runs `reference` and `candidate` back to back `rounds` times; returns the median epoch
+/// times of each round and the median ratio candidate/reference.
+fn paired(
+    rounds: usize,
+    mut reference: impl FnMut() -> Result<Run>,
+    mut candidate: impl FnMut() -> Result<Run>,
+) -> Result<Paired> {
+    let mut out = Paired::default();
+    for _ in 0..rounds.max(1) {
+        let r = reference()?;
+        let c = candidate()?;
+        out.ratios.push(median(&c.epoch_s) / median(&r.epoch_s));
+        out.reference_s.push(median(&r.epoch_s));
+        out.candidate_s.push(median(&c.epoch_s));
+        out.reference_accuracy = r.accuracy;
+        out.candidate_accuracy = c.accuracy;
+    }
+    out.ratio = median(&out.ratios);
+    Ok(out)
+}
+
 fn overhead(w: &Workload, args: &Args) -> Result<()> {
-    let plain = plain::epochs(&w.train, &w.test, args.batch, w.lr, w.epochs)?;
     let shape = Shape {
         workers: 1,
         executors_per_worker: 1,
         threads: 1,
         staleness: args.staleness,
     };
-    let harp = harp_epochs(w, shape, args.batch)?;
-    let (p, h) = (median(&plain.epoch_s), median(&harp.epoch_s));
+    let p = paired(
+        args.rounds,
+        || plain::epochs(&w.train, &w.test, args.batch, w.lr, w.epochs),
+        || harp_epochs(w, shape, args),
+    )?;
     emit(json!({
         "bench": "overhead", "dataset": w.name, "batch": args.batch, "staleness": args.staleness,
-        "plain_epoch_s": p, "harp_epoch_s": h, "ratio": h / p, "target_max": 1.15,
-        "plain_accuracy": plain.accuracy, "harp_accuracy": harp.accuracy,
+        "plain_epoch_s": p.reference_s, "harp_epoch_s": p.candidate_s, "ratios": p.ratios,
+        "ratio": p.ratio, "target_max": 1.15,
+        "plain_accuracy": p.reference_accuracy, "harp_accuracy": p.candidate_accuracy,
     }));
     Ok(())
 }
@@ -123,13 +157,16 @@ fn overpartition(w: &Workload, args: &Args) -> Result<()> {
         executors_per_worker: 16,
         ..one
     };
-    let a = harp_epochs(w, one, args.batch)?;
-    let b = harp_epochs(w, sixteen, args.batch)?;
-    let (ta, tb) = (median(&a.epoch_s), median(&b.epoch_s));
+    let p = paired(
+        args.rounds,
+        || harp_epochs(w, one, args),
+        || harp_epochs(w, sixteen, args),
+    )?;
     emit(json!({
         "bench": "overpartition", "dataset": w.name, "batch": args.batch,
-        "epoch_s_1_executor": ta, "epoch_s_16_executors": tb, "ratio": tb / ta, "target_max": 1.11,
-        "accuracy_1": a.accuracy, "accuracy_16": b.accuracy,
+        "epoch_s_1_executor": p.reference_s, "epoch_s_16_executors": p.candidate_s,
+        "ratios": p.ratios, "ratio": p.ratio, "target_max": 1.11,
+        "accuracy_1": p.reference_accuracy, "accuracy_16": p.candidate_accuracy,
     }));
     Ok(())
 }
@@ -146,13 +183,17 @@ fn speedup(w: &Workload, args: &Args) -> Result<()> {
         threads: 2,
         ..one
     };
-    let a = harp_epochs(w, one, args.batch)?;
-    let b = harp_epochs(w, two, args.batch)?;
-    let (ta, tb) = (median(&a.epoch_s), median(&b.epoch_s));
+    let p = paired(
+        args.rounds,
+        || harp_epochs(w, one, args),
+        || harp_epochs(w, two, args),
+    )?;
     emit(json!({
         "bench": "speedup", "dataset": w.name, "batch": args.batch,
-        "epoch_s_1_worker": ta, "epoch_s_2_workers": tb, "speedup": ta / tb, "target_min": 1.6,
-        "accuracy_1": a.accuracy, "accuracy_2": b.accuracy,
+        "epoch_s_1_worker": p.reference_s, "epoch_s_2_workers": p.candidate_s,
+        "speedups": p.ratios.iter().map(|r| 1.0 / r).collect::<Vec<_>>(),
+        "speedup": 1.0 / p.ratio, "target_min": 1.6,
+        "accuracy_1": p.reference_accuracy, "accuracy_2": p.candidate_accuracy,
     }));
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Runs MLR on harp with a given cluster shape and records the duration of every epoch.
 
-use crate::Workload;
+use crate::{Args, Workload};
 use anyhow::Result;
 use harp::JobConfig;
 use harp_apps::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver};
@@ -14,9 +14,21 @@ pub struct Shape {
     pub staleness: u32,
 }
 
-pub struct HarpRun {
+/// One measured training run: the duration of every epoch and the final accuracy.
+pub struct Run {
     pub epoch_s: Vec<f64>,
     pub accuracy: f64,
+}
+
+/// Rounds of a reference and a candidate measured back to back.
+#[derive(Default)]
+pub struct Paired {
+    pub reference_s: Vec<f64>,
+    pub candidate_s: Vec<f64>,
+    pub ratios: Vec<f64>,
+    pub ratio: f64,
+    pub reference_accuracy: f64,
+    pub candidate_accuracy: f64,
 }
 
 #[derive(Default)]
@@ -40,14 +52,14 @@ pub fn median(xs: &[f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-pub fn harp_epochs(w: &Workload, shape: Shape, batch: usize) -> Result<HarpRun> {
+pub fn harp_epochs(w: &Workload, shape: Shape, args: &Args) -> Result<Run> {
     let recorder = Arc::new(Recorder::default());
     let config = MlrConfig {
         epochs: w.epochs,
         lr: w.lr,
-        batch,
+        batch: args.batch,
         staleness: shape.staleness,
-        block_features: None,
+        block_features: args.block_features,
     };
     let app = Arc::new(
         MlrApp::new(config, w.train.clone(), w.test.clone(), recorder.clone())
@@ -81,5 +93,5 @@ pub fn harp_epochs(w: &Workload, shape: Shape, batch: usize) -> Result<HarpRun> 
         .last()
         .map(|m| m.accuracy)
         .unwrap_or(0.0);
-    Ok(HarpRun { epoch_s, accuracy })
+    Ok(Run { epoch_s, accuracy })
 }

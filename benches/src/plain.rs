@@ -1,23 +1,13 @@
 //! The reference: a plain single-threaded loop of the same MLR kernel over the same data,
 //! batch and step size, evaluating on the held-out rows after every epoch as harp's MLR does.
 
+use crate::measure::Run;
 use anyhow::Result;
 use harp_apps::data::Dataset;
 use harp_kernels::{MlrScratch, MlrShape};
 use std::time::Instant;
 
-pub struct PlainRun {
-    pub epoch_s: Vec<f64>,
-    pub accuracy: f64,
-}
-
-pub fn epochs(
-    train: &Dataset,
-    test: &Dataset,
-    batch: usize,
-    lr: f32,
-    epochs: u32,
-) -> Result<PlainRun> {
+pub fn epochs(train: &Dataset, test: &Dataset, batch: usize, lr: f32, epochs: u32) -> Result<Run> {
     let shape = MlrShape {
         features: train.num_features,
         classes: train.num_classes.max(test.num_classes),
@@ -33,18 +23,16 @@ pub fn epochs(
         let mut row = 0;
         while row < train.rows() {
             let end = (row + batch).min(train.rows());
-            harp_kernels::gradient(
+            harp_kernels::gradient_scaled(
                 shape,
                 &train.features[row * f..end * f],
                 &train.labels[row..end],
                 &w,
+                -lr / (end - row) as f32,
                 &mut grad,
                 &mut scratch,
             )?;
-            let scale = -lr / (end - row) as f32;
-            for (wi, gi) in w.iter_mut().zip(&grad) {
-                *wi += scale * gi;
-            }
+            harp_kernels::add_assign(&mut w, &grad)?;
             row = end;
         }
         let (correct, _) =
@@ -52,5 +40,5 @@ pub fn epochs(
         accuracy = correct as f64 / test.rows() as f64;
         epoch_s.push(start.elapsed().as_secs_f64());
     }
-    Ok(PlainRun { epoch_s, accuracy })
+    Ok(Run { epoch_s, accuracy })
 }

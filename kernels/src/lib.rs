@@ -20,5 +20,7 @@ pub mod mlr;
 pub mod optim;
 
 pub use error::KernelError;
-pub use mlr::{evaluate, gradient, gradient_reference, MlrScratch, MlrShape};
+pub use mlr::{
+    evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch, MlrShape,
+};
 pub use optim::{adagrad_step, adam_step, add_assign, axpy, AdaGrad, Adam};

@@ -11,11 +11,13 @@
 //!
 //! Losses and gradients are **sums** over the batch, not means; the caller scales.
 
+mod blocked;
 mod fast;
 mod reference;
 mod softmax;
 
-pub use fast::{evaluate, gradient};
+pub use blocked::gradient_blocked;
+pub use fast::{evaluate, gradient, gradient_scaled};
 pub use reference::gradient_reference;
 
 use crate::error::{check_len, KernelError};
@@ -89,6 +91,21 @@ pub(crate) fn validate(
         return Err(KernelError::ZeroDimension { what: "classes" });
     }
     check_len("w", shape.params()?, w.len())?;
+    validate_batch(shape, x, labels)
+}
+
+/// Validates the shape, `x` and the labels (not the weights) and returns the batch size.
+pub(crate) fn validate_batch(
+    shape: MlrShape,
+    x: &[f32],
+    labels: &[u32],
+) -> Result<usize, KernelError> {
+    if shape.features == 0 {
+        return Err(KernelError::ZeroDimension { what: "features" });
+    }
+    if shape.classes == 0 {
+        return Err(KernelError::ZeroDimension { what: "classes" });
+    }
     let rows = labels.len();
     let x_len = rows
         .checked_mul(shape.features)

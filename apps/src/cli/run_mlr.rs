@@ -34,7 +34,7 @@ pub struct MlrCliArgs {
     /// Minibatch rows per task.
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
-    /// Features per parameter row (default: about 4096 values per row).
+    /// Features per parameter row (default: at least 256 features, about 16K values per row).
     #[arg(long)]
     pub block_features: Option<usize>,
     /// Do not draw a progress bar.

@@ -18,7 +18,6 @@ pub struct MlrExecutor {
     test: Arc<Dataset>,
     test_rows: Range<usize>,
     w: Vec<f32>,
-    grad: Vec<f32>,
     scratch: MlrScratch,
 }
 
@@ -34,7 +33,6 @@ impl MlrExecutor {
     ) -> Self {
         Self {
             block_rows: (0..layout.blocks as u64).collect(),
-            grad: vec![0.0; layout.padded_values()],
             w: Vec::with_capacity(layout.padded_values()),
             scratch: MlrScratch::with_capacity(config.batch, layout.classes),
             config,
@@ -87,22 +85,26 @@ impl MlrExecutor {
                 rows: 0,
             });
         }
-        self.load_weights(ps).await?;
+        // Read the weight blocks in place and write each block's update into its own row:
+        // no copy of the matrix either way.
+        let blocks = ps.get_many(&self.weights, &self.block_rows).await?;
+        let w_blocks: Vec<&[f32]> = blocks.iter().map(|b| b.as_slice()).collect();
+        let width = self.weights.width();
+        let mut deltas: Vec<Vec<f32>> = (0..self.layout.blocks).map(|_| vec![0.0; width]).collect();
+        let mut delta_refs: Vec<&mut [f32]> = deltas.iter_mut().map(Vec::as_mut_slice).collect();
         let (x, labels) = slice_rows(&self.train, rows.clone())?;
-        let params = self.params();
-        let loss_sum = harp_kernels::gradient(
+        let loss_sum = harp_kernels::gradient_blocked(
             self.shape(),
+            self.layout.block_features,
             x,
             labels,
-            &self.w[..params],
-            &mut self.grad[..params],
+            &w_blocks,
+            -self.config.lr / rows.len() as f32,
+            &mut delta_refs,
             &mut self.scratch,
         )?;
-        let scale = -self.config.lr / rows.len() as f32;
-        for g in &mut self.grad[..params] {
-            *g *= scale;
-        }
-        ps.update_many(&self.weights, &self.block_rows, &self.grad)?;
+        drop(blocks);
+        ps.update_many_owned(&self.weights, &self.block_rows, deltas)?;
         Ok(MlrOutput::Train {
             epoch,
             iteration,

@@ -5,8 +5,9 @@
 //! `block_features` consecutive features (`block_features × classes` values each), so one
 //! read fetches a few large rows rather than many small ones. Each executor owns a
 //! contiguous slice of the training rows and of the held-out rows. A training task takes the
-//! executor's next minibatch, reads the weights, computes the summed gradient with
-//! [`harp_kernels::gradient`] and adds `-lr/batch × gradient` (aggregated on the node). After
+//! executor's next minibatch, reads the weight blocks, computes `-lr/batch × gradient` block
+//! by block in place with [`harp_kernels::gradient_blocked`] and sends each block as that
+//! row's delta (aggregated on the node). After
 //! every epoch the driver dispatches one evaluation task per executor and reports the
 //! epoch's training loss and held-out accuracy.
 
@@ -32,7 +33,8 @@ pub struct MlrConfig {
     /// SSP bound: iteration `i` is dispatched once iteration `i - staleness - 1` completed
     /// (0 = bulk-synchronous).
     pub staleness: u32,
-    /// Features per parameter row; `None` picks about 4096 values per row.
+    /// Features per parameter row; `None` picks rows of at least 256 features and about
+    /// 16K values.
     pub block_features: Option<usize>,
 }
 
@@ -94,8 +96,10 @@ impl MlrLayout {
             )
             .into());
         }
+        // Default: rows of at least 256 features and about 16K values, so that the blocked
+        // GEMM runs on large panels while a big model still spreads over several shards.
         let block_features = block_features
-            .unwrap_or((4096 / classes).max(1))
+            .unwrap_or((16_384 / classes).max(256))
             .clamp(1, features);
         Ok(Self {
             features,

@@ -25,6 +25,24 @@ pub fn gradient(
     grad: &mut [f32],
     scratch: &mut MlrScratch,
 ) -> Result<f64, KernelError> {
+    gradient_scaled(shape, x, labels, w, 1.0, grad, scratch)
+}
+
+/// [`gradient`] with the result multiplied by `alpha` inside the GEMM (no extra pass):
+/// `grad = alpha * sum_i x_iᵀ (softmax(x_i W) - onehot(y_i))`. An SGD step writes its
+/// update directly with `alpha = -lr / rows`. The returned loss is not scaled.
+///
+/// # Errors
+/// As [`gradient`].
+pub fn gradient_scaled(
+    shape: MlrShape,
+    x: &[f32],
+    labels: &[u32],
+    w: &[f32],
+    alpha: f32,
+    grad: &mut [f32],
+    scratch: &mut MlrScratch,
+) -> Result<f64, KernelError> {
     let rows = validate(shape, x, labels, w)?;
     check_len("grad", w.len(), grad.len())?;
     if rows == 0 {
@@ -56,7 +74,7 @@ pub fn gradient(
             shape.features,
             rows,
             shape.classes,
-            1.0,
+            alpha,
             x.as_ptr(),
             1,
             f,

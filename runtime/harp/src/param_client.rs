@@ -172,12 +172,42 @@ impl ParamClient {
                 width,
             });
         }
+        // Copy and check each row while it is hot in cache; record only if every row is valid.
+        let mut staged = Vec::with_capacity(rows.len());
         for (row, delta) in rows.iter().zip(deltas.chunks_exact(width)) {
+            let copy = delta.to_vec();
+            self.check_delta(table, *row, &copy)?;
+            staged.push((ParamKey::new(table.id(), *row), T::into_row(copy)));
+        }
+        for (key, delta) in staged {
+            self.store.record(key, delta)?;
+        }
+        Ok(())
+    }
+
+    /// Like [`update_many`](Self::update_many), but takes one owned row per key and records
+    /// them without copying (for tasks that compute each row's delta in its own buffer).
+    pub fn update_many_owned<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        rows: &[u64],
+        deltas: Vec<Vec<T>>,
+    ) -> Result<(), HarpError> {
+        self.check_table(table)?;
+        if deltas.len() != rows.len() {
+            return Err(HarpError::BatchShapeMismatch {
+                table: table.name().to_string(),
+                rows: rows.len(),
+                values: deltas.iter().map(Vec::len).sum(),
+                width: table.width(),
+            });
+        }
+        for (row, delta) in rows.iter().zip(&deltas) {
             self.check_delta(table, *row, delta)?;
         }
-        for (row, delta) in rows.iter().zip(deltas.chunks_exact(width)) {
+        for (row, delta) in rows.iter().zip(deltas) {
             self.store
-                .record(ParamKey::new(table.id(), *row), T::into_row(delta.to_vec()))?;
+                .record(ParamKey::new(table.id(), *row), T::into_row(delta))?;
         }
         Ok(())
     }
@@ -202,7 +232,8 @@ impl ParamClient {
                 found: delta.len(),
             });
         }
-        if !delta.iter().all(Element::is_finite) {
+        // No short-circuit: a plain fold vectorizes, and bad rows are rare.
+        if !delta.iter().fold(true, |ok, v| ok & v.is_finite()) {
             return reject(HarpError::NonFiniteUpdate {
                 table: table.name().to_string(),
                 row,

@@ -1,0 +1,168 @@
+//! A node's QUIC endpoint: listens for and opens connections to other nodes of the job.
+//!
+//! Every operation has a deadline: connecting (handshake included) gives up after
+//! `connect_timeout_ms`, and a connection whose peer stops answering is closed by QUIC's idle
+//! timeout (`idle_timeout_ms`, kept alive every `keep_alive_ms` while the peer lives), so a
+//! dead peer surfaces as an error within seconds instead of a hang.
+
+use crate::credentials::{JobCredentials, NodeIdentity, NODE_NAME};
+use crate::error::NetError;
+use crate::tls;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Deadlines and limits of the transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportConfig {
+    pub connect_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub keep_alive_ms: u64,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout_ms: 3_000,
+            idle_timeout_ms: 3_000,
+            keep_alive_ms: 500,
+        }
+    }
+}
+
+impl TransportConfig {
+    fn quic(&self) -> Result<Arc<quinn::TransportConfig>, NetError> {
+        if self.keep_alive_ms == 0 || self.keep_alive_ms >= self.idle_timeout_ms {
+            return Err(NetError::Tls(format!(
+                "keep-alive ({} ms) must be shorter than the idle timeout ({} ms)",
+                self.keep_alive_ms, self.idle_timeout_ms
+            )));
+        }
+        let idle = quinn::IdleTimeout::try_from(Duration::from_millis(self.idle_timeout_ms))
+            .map_err(|e| NetError::Tls(format!("idle timeout: {e}")))?;
+        let mut t = quinn::TransportConfig::default();
+        t.max_idle_timeout(Some(idle));
+        t.keep_alive_interval(Some(Duration::from_millis(self.keep_alive_ms)));
+        // Bulk transfers of parameter rows and executor state: large windows.
+        t.stream_receive_window(quinn::VarInt::from_u32(64 << 20));
+        t.receive_window(quinn::VarInt::from_u32(256 << 20));
+        t.send_window(256 << 20);
+        Ok(Arc::new(t))
+    }
+}
+
+/// A bound endpoint that accepts and opens connections to nodes of one job.
+pub struct NetEndpoint {
+    endpoint: quinn::Endpoint,
+    config: TransportConfig,
+}
+
+/// A connection to another node.
+#[derive(Clone)]
+pub struct PeerConnection {
+    pub(crate) conn: quinn::Connection,
+}
+
+impl PeerConnection {
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.conn.remote_address()
+    }
+
+    /// The underlying QUIC connection (streams are opened through it).
+    pub fn quic(&self) -> &quinn::Connection {
+        &self.conn
+    }
+
+    /// Closes the connection with a reason the peer sees.
+    pub fn close(&self, reason: &str) {
+        self.conn
+            .close(quinn::VarInt::from_u32(0), reason.as_bytes());
+    }
+}
+
+impl NetEndpoint {
+    /// Binds `addr` (port 0 picks a free port) with the job's credentials.
+    pub fn bind(
+        addr: SocketAddr,
+        creds: &JobCredentials,
+        identity: &NodeIdentity,
+        config: TransportConfig,
+    ) -> Result<Self, NetError> {
+        let transport = config.quic()?;
+        let server_tls = QuicServerConfig::try_from(tls::server_config(creds, identity)?)
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_tls));
+        server.transport_config(transport.clone());
+        let client_tls = QuicClientConfig::try_from(tls::client_config(creds, identity)?)
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(client_tls));
+        client.transport_config(transport);
+        let mut endpoint = quinn::Endpoint::server(server, addr).map_err(|e| NetError::Bind {
+            addr,
+            message: e.to_string(),
+        })?;
+        endpoint.set_default_client_config(client);
+        Ok(Self { endpoint, config })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, NetError> {
+        self.endpoint.local_addr().map_err(|e| NetError::Bind {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            message: e.to_string(),
+        })
+    }
+
+    /// Connects to the node at `addr`, within the connect deadline.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<PeerConnection, NetError> {
+        let connecting = self
+            .endpoint
+            .connect(addr, NODE_NAME)
+            .map_err(|e| NetError::Connect {
+                addr,
+                message: e.to_string(),
+            })?;
+        let deadline = Duration::from_millis(self.config.connect_timeout_ms);
+        match tokio::time::timeout(deadline, connecting).await {
+            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
+            Ok(Err(e)) => Err(NetError::Handshake {
+                addr,
+                message: e.to_string(),
+            }),
+            Err(_) => Err(NetError::Timeout {
+                what: format!("connecting to {addr}"),
+                after_ms: self.config.connect_timeout_ms,
+            }),
+        }
+    }
+
+    /// Waits for the next incoming connection; `None` once the endpoint is closed. A peer
+    /// that fails the handshake (no or foreign credentials) yields an error, and the endpoint
+    /// keeps accepting.
+    pub async fn accept(&self) -> Option<Result<PeerConnection, NetError>> {
+        let incoming = self.endpoint.accept().await?;
+        let addr = incoming.remote_address();
+        let deadline = Duration::from_millis(self.config.connect_timeout_ms);
+        Some(match tokio::time::timeout(deadline, incoming).await {
+            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
+            Ok(Err(e)) => Err(NetError::Handshake {
+                addr,
+                message: e.to_string(),
+            }),
+            Err(_) => Err(NetError::Timeout {
+                what: format!("handshake with {addr}"),
+                after_ms: self.config.connect_timeout_ms,
+            }),
+        })
+    }
+
+    /// Closes every connection and stops accepting.
+    pub fn close(&self) {
+        self.endpoint
+            .close(quinn::VarInt::from_u32(0), b"endpoint closed");
+    }
+
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+}

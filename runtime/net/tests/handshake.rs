@@ -108,11 +108,16 @@ async fn a_peer_that_closes_ends_the_connection_with_its_reason() {
     let (a, b) = (endpoint(&creds), endpoint(&creds));
     let addr = b.local_addr().unwrap();
     let accept = tokio::spawn(async move {
-        let _conn = b.accept().await.unwrap().unwrap();
+        let conn = b.accept().await.unwrap().unwrap();
         b.close();
+        conn.quic().closed().await;
     });
     let conn = a.connect(addr).await.unwrap();
     accept.await.unwrap();
-    let reason = conn.quic().closed().await;
-    assert!(reason.to_string().contains("endpoint closed"), "{reason}");
+    match conn.quic().closed().await {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(&close.reason[..], b"endpoint closed");
+        }
+        other => panic!("expected the peer's close, got {other}"),
+    }
 }

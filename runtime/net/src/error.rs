@@ -28,6 +28,11 @@ pub enum NetError {
     },
     #[error("{what} timed out after {after_ms} ms")]
     Timeout { what: String, after_ms: u64 },
+    #[error("protocol error from {addr}: {message}")]
+    Protocol {
+        addr: std::net::SocketAddr,
+        message: String,
+    },
     #[error("connection to {addr} lost: {message}")]
     ConnectionLost {
         addr: std::net::SocketAddr,

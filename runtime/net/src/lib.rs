@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`credentials`] | the job's certificate authority (generated or user-provided), node identities, PEM files |
 //! | [`tls`] | rustls client and server configurations that accept only peers holding the job's credentials |
+//! | [`link`] | framed harp-wire messages over a connection: one ordered control stream, one stream per bulk message |
 //! | [`endpoint`] | the QUIC endpoint: bind, connect and accept with deadlines, idle timeout and keep-alive |
 //!
 //! Only nodes holding a certificate issued by the job's authority can connect, and a node
@@ -14,8 +15,10 @@
 pub mod credentials;
 pub mod endpoint;
 pub mod error;
+pub mod link;
 pub mod tls;
 
 pub use credentials::{JobCredentials, NodeIdentity};
 pub use endpoint::{NetEndpoint, PeerConnection, TransportConfig};
 pub use error::NetError;
+pub use link::{Incoming, Link};

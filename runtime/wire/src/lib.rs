@@ -1,0 +1,35 @@
+//! harp's wire format: every message between nodes, framed, bounded and validated.
+//!
+//! Nodes in different processes exchange [`Message`]s over QUIC streams. Each message is an
+//! rkyv archive inside a length-prefixed frame ([`frame`]); the decoder refuses oversized
+//! prefixes before allocating, validates every payload with rkyv's checked access before
+//! use, counts every rejection ([`WireCounters`]) and never panics on bad input (DESIGN §4,
+//! G5). The first message of a connection is a [`Hello`] checked for protocol version and
+//! job identity ([`handshake`]).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`message`] | [`Message`] and its payload types, [`MessageKind`] (the header's kind byte), conversions to `harp_core` types |
+//! | [`frame`] | the frame layout, [`encode`], the incremental [`FrameDecoder`], [`FrameLimits`] |
+//! | [`error`] | [`WireError`] (one variant per rejection) and [`WireCounters`] |
+//! | [`handshake`] | [`PROTOCOL_VERSION`], [`check_hello`], [`check_welcome`] |
+//!
+//! This crate does no IO: the transport reads chunks from a stream, pushes them into a
+//! [`FrameDecoder`] and writes the [`bytes::Bytes`] that [`encode`] returns.
+
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod message;
+
+pub use error::{WireCounters, WireCountersSnapshot, WireError};
+pub use frame::{
+    decode_frame, encode, encode_with, FrameDecoder, FrameLimits, FRAME_BYTES_MAX,
+    FRAME_HEADER_BYTES, FRAME_LEN_BYTES,
+};
+pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
+pub use message::{
+    ArchivedMessage, Assignment, CompletionWire, Hello, JobId, JobInfoWire, Message, MessageKind,
+    NodeRole, ParamKeyWire, Placement, RowWire, RowsResult, ServerPlace, ShardPlace, TaskEnvelope,
+    Welcome, NODE_ID_UNASSIGNED,
+};

@@ -1,0 +1,560 @@
+//! Every message nodes exchange, as rkyv types, and the kind byte that names each one.
+//!
+//! This module owns the vocabulary of the wire: [`Message`] and the payload types it carries
+//! ([`Hello`], [`Welcome`], [`TaskEnvelope`], [`RowWire`], ...), plus [`MessageKind`], the
+//! one-byte discriminant written in every frame header. Invariants it keeps:
+//!
+//! - every [`Message`] variant has exactly one [`MessageKind`], and kind numbers are stable
+//!   (append new kinds at the end; renumbering one is a [`PROTOCOL_VERSION`] bump);
+//! - kind 0 is never used, so a zeroed header is an unknown kind;
+//! - ids travel as plain integers; the `*_id()` accessors and `From` impls convert them to and
+//!   from `harp_core`'s typed ids, so the shell never handles raw integers.
+//!
+//! App-level payloads (task arguments, task outputs) are opaque bytes serialized by the app;
+//! parameter rows are mirrored ([`RowWire`], [`ParamKeyWire`]) because `harp_core`'s types
+//! are serde-only.
+//!
+//! [`PROTOCOL_VERSION`]: crate::PROTOCOL_VERSION
+
+use harp_core::{ExecutorId, ParamKey, RowData, ServerId, ShardId, TableId, TaskId, Version};
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// A job's identity: 16 bytes chosen by the master (e.g. random) and known to every node.
+pub type JobId = [u8; 16];
+
+/// `Hello::node_id` of a node that has no id yet (first join).
+pub const NODE_ID_UNASSIGNED: u32 = u32::MAX;
+
+/// What a node offers or does.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[rkyv(derive(Debug))]
+pub struct NodeRole {
+    pub worker: bool,
+    pub server: bool,
+    pub master: bool,
+}
+
+/// The first message on a connection, from the node that opened it.
+///
+/// Its layout must never change (new handshake data goes into new message kinds), so that a
+/// peer of another protocol version is told [`WireError::ProtocolVersion`] rather than
+/// [`WireError::Invalid`].
+///
+/// [`WireError::ProtocolVersion`]: crate::WireError::ProtocolVersion
+/// [`WireError::Invalid`]: crate::WireError::Invalid
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub job_id: JobId,
+    /// The node's id if it has one (a reconnect, a node-to-node connection), else
+    /// [`NODE_ID_UNASSIGNED`].
+    pub node_id: u32,
+    pub role: NodeRole,
+    /// Where the node accepts connections from its peers (`host:port`).
+    pub listen_addr: String,
+}
+
+/// The master's answer to an accepted [`Hello`].
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Welcome {
+    pub protocol_version: u32,
+    pub job_id: JobId,
+    pub assigned_node_id: u32,
+    /// The app the job runs; a node running another app refuses to go on.
+    pub app_name: String,
+    /// A node whose lease is not renewed within this time is declared dead.
+    pub lease_timeout_ms: u64,
+    /// How often the node sends [`Message::Heartbeat`].
+    pub heartbeat_interval_ms: u64,
+}
+
+/// Facts about the job every driver and executor may read (mirror of `harp::JobInfo`).
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct JobInfoWire {
+    pub num_executors: u32,
+    pub num_workers: u32,
+    pub num_servers: u32,
+}
+
+/// What the master asks one node to host.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Assignment {
+    pub job: JobInfoWire,
+    /// The worker this node runs, and the executors it hosts.
+    pub worker: Option<u32>,
+    pub executors: Vec<u32>,
+    /// The server this node runs, and the shards it owns.
+    pub server: Option<u32>,
+    pub shards: Vec<u32>,
+}
+
+/// One shard's owner.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ShardPlace {
+    pub shard: u32,
+    pub server: u32,
+}
+
+/// Where one server runs.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ServerPlace {
+    pub server: u32,
+    pub node_id: u32,
+    pub listen_addr: String,
+}
+
+/// The shard→server map and the servers' addresses, versioned by `epoch` (a node keeps the
+/// placement of the highest epoch it has seen).
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Placement {
+    pub epoch: u64,
+    pub num_shards: u32,
+    pub shards: Vec<ShardPlace>,
+    pub servers: Vec<ServerPlace>,
+}
+
+/// One dispatched micro-task on its way to the worker that hosts its executor.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct TaskEnvelope {
+    pub task: u64,
+    pub executor: u32,
+    /// The version the task was dispatched with.
+    pub version: u64,
+    /// The app's task arguments, serialized by the app.
+    pub args: Vec<u8>,
+}
+
+impl TaskEnvelope {
+    pub fn new(task: TaskId, executor: ExecutorId, version: Version, args: Vec<u8>) -> Self {
+        Self {
+            task: task.0,
+            executor: executor.0,
+            version: version.0,
+            args,
+        }
+    }
+
+    pub fn task_id(&self) -> TaskId {
+        TaskId(self.task)
+    }
+
+    pub fn executor_id(&self) -> ExecutorId {
+        ExecutorId(self.executor)
+    }
+
+    pub fn dispatch_version(&self) -> Version {
+        Version(self.version)
+    }
+}
+
+/// A micro-task whose updates are applied, on its way to the master.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct CompletionWire {
+    pub task: u64,
+    pub executor: u32,
+    /// The version the task was dispatched with.
+    pub dispatched_at: u64,
+    /// The app's task output, serialized by the app.
+    pub output: Vec<u8>,
+}
+
+impl CompletionWire {
+    pub fn new(
+        task: TaskId,
+        executor: ExecutorId,
+        dispatched_at: Version,
+        output: Vec<u8>,
+    ) -> Self {
+        Self {
+            task: task.0,
+            executor: executor.0,
+            dispatched_at: dispatched_at.0,
+            output,
+        }
+    }
+
+    pub fn task_id(&self) -> TaskId {
+        TaskId(self.task)
+    }
+
+    pub fn executor_id(&self) -> ExecutorId {
+        ExecutorId(self.executor)
+    }
+
+    pub fn dispatched_at_version(&self) -> Version {
+        Version(self.dispatched_at)
+    }
+}
+
+/// The address of one parameter row (mirror of [`harp_core::ParamKey`]).
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[rkyv(derive(Debug))]
+pub struct ParamKeyWire {
+    pub table: u16,
+    pub row: u64,
+}
+
+impl From<ParamKey> for ParamKeyWire {
+    fn from(key: ParamKey) -> Self {
+        Self {
+            table: key.table.0,
+            row: key.row,
+        }
+    }
+}
+
+impl From<ParamKeyWire> for ParamKey {
+    fn from(key: ParamKeyWire) -> Self {
+        ParamKey::new(TableId(key.table), key.row)
+    }
+}
+
+/// One row's values or delta (mirror of [`harp_core::RowData`]).
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum RowWire {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+impl From<RowData> for RowWire {
+    fn from(row: RowData) -> Self {
+        match row {
+            RowData::F32(v) => RowWire::F32(v),
+            RowData::I64(v) => RowWire::I64(v),
+        }
+    }
+}
+
+impl From<&RowData> for RowWire {
+    fn from(row: &RowData) -> Self {
+        match row {
+            RowData::F32(v) => RowWire::F32(v.clone()),
+            RowData::I64(v) => RowWire::I64(v.clone()),
+        }
+    }
+}
+
+impl From<RowWire> for RowData {
+    fn from(row: RowWire) -> Self {
+        match row {
+            RowWire::F32(v) => RowData::F32(v),
+            RowWire::I64(v) => RowData::I64(v),
+        }
+    }
+}
+
+/// A server's answer to [`Message::Get`]: one row per requested key, in order, or why not.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum RowsResult {
+    Ok(Vec<RowWire>),
+    Err(String),
+}
+
+impl From<Result<Vec<RowWire>, String>> for RowsResult {
+    fn from(result: Result<Vec<RowWire>, String>) -> Self {
+        match result {
+            Ok(rows) => RowsResult::Ok(rows),
+            Err(message) => RowsResult::Err(message),
+        }
+    }
+}
+
+impl From<RowsResult> for Result<Vec<RowWire>, String> {
+    fn from(result: RowsResult) -> Self {
+        match result {
+            RowsResult::Ok(rows) => Ok(rows),
+            RowsResult::Err(message) => Err(message),
+        }
+    }
+}
+
+/// Everything one node sends another. Requests carry a `request_id` chosen by the sender,
+/// echoed in the reply.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum Message {
+    // ---- handshake ----
+    /// node → master (or node → node): who I am, which job I belong to.
+    Hello(Hello),
+    /// master → node: accepted; your id and the lease rules.
+    Welcome(Welcome),
+    /// Either way: not accepted; the connection closes after this.
+    Refused { reason: String },
+
+    // ---- setup ----
+    /// master → node: what to host.
+    Assign(Assignment),
+    /// master → every node: where shards live (sent at start and whenever it changes).
+    Placement(Placement),
+    /// node → master: executors created and/or server up; the node can take work.
+    Ready { node_id: u32 },
+
+    // ---- micro-tasks ----
+    /// master → worker node: run these tasks.
+    RunTasks { tasks: Vec<TaskEnvelope> },
+    /// worker node → master: these tasks finished and their updates are applied.
+    Completed { completions: Vec<CompletionWire> },
+    /// worker node → master: something the job cannot continue after.
+    Failed { message: String },
+
+    // ---- parameters ----
+    /// node → server node: read rows of `server`.
+    Get {
+        request_id: u64,
+        server: u32,
+        keys: Vec<ParamKeyWire>,
+    },
+    /// server node → node: the answer to [`Message::Get`].
+    Rows { request_id: u64, rows: RowsResult },
+    /// node → server node: apply one flush's aggregated deltas for `server`'s shards, all of
+    /// them or none. `(node_id, flush_id)` identifies the batch (for exactly-once apply).
+    Apply {
+        request_id: u64,
+        server: u32,
+        node_id: u32,
+        flush_id: u64,
+        updates: Vec<(ParamKeyWire, RowWire)>,
+    },
+    /// server node → node: the answer to [`Message::Apply`]; `error` is `None` when applied.
+    Applied {
+        request_id: u64,
+        error: Option<String>,
+    },
+    /// master → server node: every row `server` holds.
+    Dump { request_id: u64, server: u32 },
+    /// server node → master: the answer to [`Message::Dump`].
+    DumpRows {
+        request_id: u64,
+        rows: Vec<(ParamKeyWire, RowWire)>,
+    },
+
+    // ---- membership ----
+    /// node → master: renew my lease.
+    Heartbeat { node_id: u32, lease_seq: u64 },
+    /// master → node: lease renewed.
+    HeartbeatAck { node_id: u32, lease_seq: u64 },
+    /// master → node: stop now.
+    Shutdown { reason: String },
+    /// master → every node: the job is over.
+    JobEnded { ok: bool, message: String },
+}
+
+impl Message {
+    /// The kind byte written in this message's frame header.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Hello(_) => MessageKind::Hello,
+            Message::Welcome(_) => MessageKind::Welcome,
+            Message::Refused { .. } => MessageKind::Refused,
+            Message::Assign(_) => MessageKind::Assign,
+            Message::Placement(_) => MessageKind::Placement,
+            Message::Ready { .. } => MessageKind::Ready,
+            Message::RunTasks { .. } => MessageKind::RunTasks,
+            Message::Completed { .. } => MessageKind::Completed,
+            Message::Failed { .. } => MessageKind::Failed,
+            Message::Get { .. } => MessageKind::Get,
+            Message::Rows { .. } => MessageKind::Rows,
+            Message::Apply { .. } => MessageKind::Apply,
+            Message::Applied { .. } => MessageKind::Applied,
+            Message::Dump { .. } => MessageKind::Dump,
+            Message::DumpRows { .. } => MessageKind::DumpRows,
+            Message::Heartbeat { .. } => MessageKind::Heartbeat,
+            Message::HeartbeatAck { .. } => MessageKind::HeartbeatAck,
+            Message::Shutdown { .. } => MessageKind::Shutdown,
+            Message::JobEnded { .. } => MessageKind::JobEnded,
+        }
+    }
+
+    /// The typed server id of a `Get`, `Apply` or `Dump`.
+    pub fn server_id(&self) -> Option<ServerId> {
+        match self {
+            Message::Get { server, .. }
+            | Message::Apply { server, .. }
+            | Message::Dump { server, .. } => Some(ServerId(*server)),
+            _ => None,
+        }
+    }
+}
+
+impl ArchivedMessage {
+    /// The kind of an archived (validated, not yet deserialized) message.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            ArchivedMessage::Hello(_) => MessageKind::Hello,
+            ArchivedMessage::Welcome(_) => MessageKind::Welcome,
+            ArchivedMessage::Refused { .. } => MessageKind::Refused,
+            ArchivedMessage::Assign(_) => MessageKind::Assign,
+            ArchivedMessage::Placement(_) => MessageKind::Placement,
+            ArchivedMessage::Ready { .. } => MessageKind::Ready,
+            ArchivedMessage::RunTasks { .. } => MessageKind::RunTasks,
+            ArchivedMessage::Completed { .. } => MessageKind::Completed,
+            ArchivedMessage::Failed { .. } => MessageKind::Failed,
+            ArchivedMessage::Get { .. } => MessageKind::Get,
+            ArchivedMessage::Rows { .. } => MessageKind::Rows,
+            ArchivedMessage::Apply { .. } => MessageKind::Apply,
+            ArchivedMessage::Applied { .. } => MessageKind::Applied,
+            ArchivedMessage::Dump { .. } => MessageKind::Dump,
+            ArchivedMessage::DumpRows { .. } => MessageKind::DumpRows,
+            ArchivedMessage::Heartbeat { .. } => MessageKind::Heartbeat,
+            ArchivedMessage::HeartbeatAck { .. } => MessageKind::HeartbeatAck,
+            ArchivedMessage::Shutdown { .. } => MessageKind::Shutdown,
+            ArchivedMessage::JobEnded { .. } => MessageKind::JobEnded,
+        }
+    }
+}
+
+impl Assignment {
+    /// The assigned shards as typed ids.
+    pub fn shard_ids(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.shards.iter().map(|s| ShardId(*s))
+    }
+
+    /// The assigned executors as typed ids.
+    pub fn executor_ids(&self) -> impl Iterator<Item = ExecutorId> + '_ {
+        self.executors.iter().map(|e| ExecutorId(*e))
+    }
+}
+
+/// The one-byte message discriminant of a frame header. Numbers are part of the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum MessageKind {
+    Hello = 1,
+    Welcome = 2,
+    Refused = 3,
+    Assign = 4,
+    Placement = 5,
+    Ready = 6,
+    RunTasks = 7,
+    Completed = 8,
+    Failed = 9,
+    Get = 10,
+    Rows = 11,
+    Apply = 12,
+    Applied = 13,
+    Dump = 14,
+    DumpRows = 15,
+    Heartbeat = 16,
+    HeartbeatAck = 17,
+    Shutdown = 18,
+    JobEnded = 19,
+}
+
+impl MessageKind {
+    /// How many kinds exist; kind bytes run `1..=COUNT`.
+    pub const COUNT: usize = 19;
+
+    /// Every kind, in number order.
+    pub const ALL: [MessageKind; Self::COUNT] = [
+        MessageKind::Hello,
+        MessageKind::Welcome,
+        MessageKind::Refused,
+        MessageKind::Assign,
+        MessageKind::Placement,
+        MessageKind::Ready,
+        MessageKind::RunTasks,
+        MessageKind::Completed,
+        MessageKind::Failed,
+        MessageKind::Get,
+        MessageKind::Rows,
+        MessageKind::Apply,
+        MessageKind::Applied,
+        MessageKind::Dump,
+        MessageKind::DumpRows,
+        MessageKind::Heartbeat,
+        MessageKind::HeartbeatAck,
+        MessageKind::Shutdown,
+        MessageKind::JobEnded,
+    ];
+
+    /// The kind a header byte names, if any.
+    pub fn from_u8(byte: u8) -> Option<Self> {
+        let index = usize::from(byte).checked_sub(1)?;
+        Self::ALL.get(index).copied()
+    }
+
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// Position in [`Self::ALL`] (`as_u8() - 1`), for per-kind tables.
+    pub fn index(self) -> usize {
+        usize::from(self.as_u8()) - 1
+    }
+
+    /// A short lowercase name for logs and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            MessageKind::Hello => "hello",
+            MessageKind::Welcome => "welcome",
+            MessageKind::Refused => "refused",
+            MessageKind::Assign => "assign",
+            MessageKind::Placement => "placement",
+            MessageKind::Ready => "ready",
+            MessageKind::RunTasks => "run_tasks",
+            MessageKind::Completed => "completed",
+            MessageKind::Failed => "failed",
+            MessageKind::Get => "get",
+            MessageKind::Rows => "rows",
+            MessageKind::Apply => "apply",
+            MessageKind::Applied => "applied",
+            MessageKind::Dump => "dump",
+            MessageKind::DumpRows => "dump_rows",
+            MessageKind::Heartbeat => "heartbeat",
+            MessageKind::HeartbeatAck => "heartbeat_ack",
+            MessageKind::Shutdown => "shutdown",
+            MessageKind::JobEnded => "job_ended",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_numbers_match_their_position() {
+        for (i, kind) in MessageKind::ALL.iter().enumerate() {
+            assert_eq!(kind.index(), i);
+            assert_eq!(MessageKind::from_u8(kind.as_u8()), Some(*kind));
+        }
+        assert_eq!(MessageKind::from_u8(0), None);
+        assert_eq!(MessageKind::from_u8(MessageKind::COUNT as u8 + 1), None);
+        assert_eq!(MessageKind::from_u8(u8::MAX), None);
+    }
+
+    #[test]
+    fn rows_and_keys_convert_both_ways() {
+        let key = ParamKey::new(TableId(3), 77);
+        assert_eq!(ParamKey::from(ParamKeyWire::from(key)), key);
+        for row in [RowData::F32(vec![1.5, -2.0]), RowData::I64(vec![7, -9, 0])] {
+            assert_eq!(RowData::from(RowWire::from(&row)), row);
+            assert_eq!(RowData::from(RowWire::from(row.clone())), row);
+        }
+    }
+
+    #[test]
+    fn envelope_accessors_give_typed_ids() {
+        let t = TaskEnvelope::new(TaskId(9), ExecutorId(2), Version(5), vec![1]);
+        assert_eq!(
+            (t.task_id(), t.executor_id(), t.dispatch_version()),
+            (TaskId(9), ExecutorId(2), Version(5))
+        );
+        let c = CompletionWire::new(TaskId(9), ExecutorId(2), Version(5), vec![]);
+        assert_eq!(
+            (c.task_id(), c.executor_id(), c.dispatched_at_version()),
+            (TaskId(9), ExecutorId(2), Version(5))
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Shared test helpers: proptest strategies that generate every `Message` variant with
+//! arbitrary contents (any f32 bit pattern, any unicode, empty and non-empty collections).
+
+#![allow(dead_code)]
+
+use harp_wire::*;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::strategy::Union;
+
+pub fn arb_string() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "\\PC{0,24}", ".{0,64}"]
+}
+
+pub fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..96)
+}
+
+pub fn arb_key() -> impl Strategy<Value = ParamKeyWire> {
+    (any::<u16>(), any::<u64>()).prop_map(|(table, row)| ParamKeyWire { table, row })
+}
+
+pub fn arb_row() -> impl Strategy<Value = RowWire> {
+    prop_oneof![
+        vec(any::<u32>().prop_map(f32::from_bits), 0..24).prop_map(RowWire::F32),
+        vec(any::<i64>(), 0..24).prop_map(RowWire::I64),
+    ]
+}
+
+pub fn arb_updates() -> impl Strategy<Value = Vec<(ParamKeyWire, RowWire)>> {
+    vec((arb_key(), arb_row()), 0..8)
+}
+
+pub fn arb_role() -> impl Strategy<Value = NodeRole> {
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(worker, server, master)| NodeRole {
+        worker,
+        server,
+        master,
+    })
+}
+
+pub fn arb_hello() -> impl Strategy<Value = Hello> {
+    (
+        any::<u32>(),
+        any::<[u8; 16]>(),
+        any::<u32>(),
+        arb_role(),
+        arb_string(),
+    )
+        .prop_map(
+            |(protocol_version, job_id, node_id, role, listen_addr)| Hello {
+                protocol_version,
+                job_id,
+                node_id,
+                role,
+                listen_addr,
+            },
+        )
+}
+
+pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
+    (
+        any::<u32>(),
+        any::<[u8; 16]>(),
+        any::<u32>(),
+        arb_string(),
+        any::<u64>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(
+                protocol_version,
+                job_id,
+                assigned_node_id,
+                app_name,
+                lease_timeout_ms,
+                heartbeat_interval_ms,
+            )| Welcome {
+                protocol_version,
+                job_id,
+                assigned_node_id,
+                app_name,
+                lease_timeout_ms,
+                heartbeat_interval_ms,
+            },
+        )
+}
+
+pub fn arb_assignment() -> impl Strategy<Value = Assignment> {
+    (
+        (any::<u32>(), any::<u32>(), any::<u32>()),
+        any::<Option<u32>>(),
+        vec(any::<u32>(), 0..16),
+        any::<Option<u32>>(),
+        vec(any::<u32>(), 0..16),
+    )
+        .prop_map(
+            |((e, w, s), worker, executors, server, shards)| Assignment {
+                job: JobInfoWire {
+                    num_executors: e,
+                    num_workers: w,
+                    num_servers: s,
+                },
+                worker,
+                executors,
+                server,
+                shards,
+            },
+        )
+}
+
+pub fn arb_placement() -> impl Strategy<Value = Placement> {
+    (
+        any::<u64>(),
+        any::<u32>(),
+        vec(
+            (any::<u32>(), any::<u32>()).prop_map(|(shard, server)| ShardPlace { shard, server }),
+            0..16,
+        ),
+        vec(
+            (any::<u32>(), any::<u32>(), arb_string()).prop_map(
+                |(server, node_id, listen_addr)| ServerPlace {
+                    server,
+                    node_id,
+                    listen_addr,
+                },
+            ),
+            0..4,
+        ),
+    )
+        .prop_map(|(epoch, num_shards, shards, servers)| Placement {
+            epoch,
+            num_shards,
+            shards,
+            servers,
+        })
+}
+
+pub fn arb_task() -> impl Strategy<Value = TaskEnvelope> {
+    (any::<u64>(), any::<u32>(), any::<u64>(), arb_bytes()).prop_map(
+        |(task, executor, version, args)| TaskEnvelope {
+            task,
+            executor,
+            version,
+            args,
+        },
+    )
+}
+
+pub fn arb_completion() -> impl Strategy<Value = CompletionWire> {
+    (any::<u64>(), any::<u32>(), any::<u64>(), arb_bytes()).prop_map(
+        |(task, executor, dispatched_at, output)| CompletionWire {
+            task,
+            executor,
+            dispatched_at,
+            output,
+        },
+    )
+}
+
+/// Every variant, with equal weight. Keep in sync with `MessageKind::ALL` (checked by the
+/// round-trip test, which asserts that every kind was generated).
+pub fn arb_message() -> impl Strategy<Value = Message> {
+    Union::new(vec![
+        arb_hello().prop_map(Message::Hello).boxed(),
+        arb_welcome().prop_map(Message::Welcome).boxed(),
+        arb_string()
+            .prop_map(|reason| Message::Refused { reason })
+            .boxed(),
+        arb_assignment().prop_map(Message::Assign).boxed(),
+        arb_placement().prop_map(Message::Placement).boxed(),
+        any::<u32>()
+            .prop_map(|node_id| Message::Ready { node_id })
+            .boxed(),
+        vec(arb_task(), 0..6)
+            .prop_map(|tasks| Message::RunTasks { tasks })
+            .boxed(),
+        vec(arb_completion(), 0..6)
+            .prop_map(|completions| Message::Completed { completions })
+            .boxed(),
+        arb_string()
+            .prop_map(|message| Message::Failed { message })
+            .boxed(),
+        (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
+            .prop_map(|(request_id, server, keys)| Message::Get {
+                request_id,
+                server,
+                keys,
+            })
+            .boxed(),
+        (
+            any::<u64>(),
+            prop_oneof![
+                vec(arb_row(), 0..8).prop_map(RowsResult::Ok),
+                arb_string().prop_map(RowsResult::Err)
+            ],
+        )
+            .prop_map(|(request_id, rows)| Message::Rows { request_id, rows })
+            .boxed(),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            arb_updates(),
+        )
+            .prop_map(
+                |(request_id, server, node_id, flush_id, updates)| Message::Apply {
+                    request_id,
+                    server,
+                    node_id,
+                    flush_id,
+                    updates,
+                },
+            )
+            .boxed(),
+        (any::<u64>(), proptest::option::of(arb_string()))
+            .prop_map(|(request_id, error)| Message::Applied { request_id, error })
+            .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, server)| Message::Dump { request_id, server })
+            .boxed(),
+        (any::<u64>(), arb_updates())
+            .prop_map(|(request_id, rows)| Message::DumpRows { request_id, rows })
+            .boxed(),
+        (any::<u32>(), any::<u64>())
+            .prop_map(|(node_id, lease_seq)| Message::Heartbeat { node_id, lease_seq })
+            .boxed(),
+        (any::<u32>(), any::<u64>())
+            .prop_map(|(node_id, lease_seq)| Message::HeartbeatAck { node_id, lease_seq })
+            .boxed(),
+        arb_string()
+            .prop_map(|reason| Message::Shutdown { reason })
+            .boxed(),
+        (any::<bool>(), arb_string())
+            .prop_map(|(ok, message)| Message::JobEnded { ok, message })
+            .boxed(),
+    ])
+}
+
+/// Bit-exact equality (f32 rows may hold NaNs, which `PartialEq` never equates): two
+/// messages are the same iff they encode to the same frame.
+pub fn same(a: &Message, b: &Message) -> bool {
+    match (encode(a), encode(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}

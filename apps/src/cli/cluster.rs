@@ -22,6 +22,23 @@ pub struct ClusterArgs {
     /// Threads of the runtime (default: the number of CPU cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Run across processes: this process is the master and starts N-1 `harp node`
+    /// processes, each hosting one worker and one server (--workers/--servers are ignored).
+    #[arg(long)]
+    pub processes: Option<u32>,
+    /// Run across processes with N nodes started by hand (`harp node --join`).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Where the master listens for nodes (default 127.0.0.1 on a free port).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// A directory with the job's certificate authority (`ca.pem`, `ca.key`); default: a
+    /// fresh one per job.
+    #[arg(long)]
+    pub credentials: Option<std::path::PathBuf>,
+    /// A node not heard from for this long is declared dead.
+    #[arg(long, default_value_t = 3_000)]
+    pub lease_timeout_ms: u64,
     /// Write one JSON object per epoch (or per run) to this file.
     #[arg(long)]
     pub metrics_out: Option<std::path::PathBuf>,

@@ -1,6 +1,7 @@
 //! The `harp` command line: argument parsing and the `run` subcommands.
 
 mod cluster;
+mod processes;
 mod run_counter;
 mod run_mlr;
 
@@ -21,10 +22,25 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run an app on an in-process cluster.
+    /// Run an app: in process, or across processes with --processes / --nodes.
     Run {
         #[command(subcommand)]
         app: RunApp,
+    },
+    /// Join a job across processes as a node (one worker and one server).
+    Node {
+        /// The master's address.
+        #[arg(long)]
+        join: std::net::SocketAddr,
+        /// The job's credentials directory (`ca.pem`, `ca.key`).
+        #[arg(long)]
+        credentials: std::path::PathBuf,
+        /// The address this node listens on for other nodes.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// The job's `run` arguments, after `--` (e.g. `-- run counter --tasks 100000`).
+        #[arg(last = true, required = true)]
+        job: Vec<String>,
     },
 }
 
@@ -45,5 +61,34 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run {
             app: RunApp::Counter(args),
         } => run_counter::run(args),
+        Command::Node {
+            join,
+            credentials,
+            bind,
+            job,
+        } => {
+            let job = Cli::try_parse_from(std::iter::once("harp".to_string()).chain(job))?;
+            match job.command {
+                Command::Run {
+                    app: RunApp::Mlr(args),
+                } => processes::run_node(
+                    run_mlr::build_app(&args, true)?,
+                    join,
+                    &credentials,
+                    bind,
+                    &args.cluster,
+                ),
+                Command::Run {
+                    app: RunApp::Counter(args),
+                } => processes::run_node(
+                    run_counter::build_app(&args)?,
+                    join,
+                    &credentials,
+                    bind,
+                    &args.cluster,
+                ),
+                Command::Node { .. } => anyhow::bail!("a node's job must be a `run` command"),
+            }
+        }
     }
 }

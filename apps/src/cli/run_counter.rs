@@ -41,7 +41,8 @@ struct CounterReport {
     stats: harp::JobStats,
 }
 
-pub fn run(args: CounterCliArgs) -> Result<()> {
+/// The counter app described by the command line.
+pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
     let config = CounterConfig {
         tasks: args.tasks,
         rows: args.rows,
@@ -50,10 +51,14 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         window: args.window,
         seed: args.seed,
     };
-    let app = Arc::new(CounterApp::new(config).map_err(|e| anyhow!("{e}"))?);
-    let job = args.cluster.job_config(true);
-    let runtime = args.cluster.runtime()?;
-    let outcome = runtime.block_on(harp::run_job(app.clone(), &job))?;
+    Ok(Arc::new(
+        CounterApp::new(config).map_err(|e| anyhow!("{e}"))?,
+    ))
+}
+
+pub fn run(args: CounterCliArgs) -> Result<()> {
+    let app = build_app(&args)?;
+    let outcome = super::processes::execute(app.clone(), &args.cluster, true)?;
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
@@ -72,10 +77,8 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
     match checked {
         Ok(rows) => {
             eprintln!(
-                "counter: {} tasks on {} executors, {rows} rows exact ({:.0} tasks/s)",
-                report.tasks,
-                job.num_executors(),
-                report.tasks_per_s
+                "counter: {} tasks, {rows} rows exact ({:.0} tasks/s)",
+                report.tasks, report.tasks_per_s
             );
             Ok(())
         }

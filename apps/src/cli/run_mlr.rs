@@ -4,7 +4,7 @@ use super::ClusterArgs;
 use crate::data::{load_path, synthetic_classification, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
 use crate::metrics::MetricsWriter;
-use crate::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver};
+use crate::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver, Quiet};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -99,7 +99,8 @@ impl MlrObserver for CliObserver {
     }
 }
 
-pub fn run(args: MlrCliArgs) -> Result<()> {
+/// The training and held-out sets the command line names, and a name for messages.
+fn load_split(args: &MlrCliArgs) -> Result<(Dataset, Dataset, String)> {
     let data = load_dataset(args.data.as_deref())?;
     let name = args
         .data
@@ -108,6 +109,34 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
     let (train, test) = data
         .split_tail_fraction(args.test_fraction)
         .with_context(|| format!("cannot hold out {} of {name}", args.test_fraction))?;
+    Ok((train, test, name))
+}
+
+fn mlr_config(args: &MlrCliArgs) -> MlrConfig {
+    MlrConfig {
+        epochs: args.epochs,
+        lr: args.lr,
+        batch: args.batch,
+        staleness: args.staleness,
+        block_features: args.block_features,
+    }
+}
+
+/// The MLR app a node process runs: same data and hyperparameters, no progress output.
+pub fn build_app(args: &MlrCliArgs, _node: bool) -> Result<Arc<MlrApp>> {
+    let (train, test, _) = load_split(args)?;
+    let app = MlrApp::new(
+        mlr_config(args),
+        Arc::new(train),
+        Arc::new(test),
+        Arc::new(Quiet),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    Ok(Arc::new(app))
+}
+
+pub fn run(args: MlrCliArgs) -> Result<()> {
+    let (train, test, name) = load_split(&args)?;
     eprintln!(
         "mlr on {name}: {} training rows, {} held out, {} features, {} classes",
         train.rows(),
@@ -115,18 +144,17 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         train.num_features,
         train.num_classes.max(test.num_classes)
     );
-    let config = MlrConfig {
-        epochs: args.epochs,
-        lr: args.lr,
-        batch: args.batch,
-        staleness: args.staleness,
-        block_features: args.block_features,
-    };
+    let config = mlr_config(&args);
     let job = args.cluster.job_config(false);
     job.validate()?;
-    let iterations =
-        (train.rows().div_ceil(job.num_executors() as usize)).div_ceil(args.batch.max(1)) as u64;
-    let total_tasks = args.epochs as u64 * job.num_executors() as u64 * (iterations + 1);
+    let executors = match args.cluster.node_count()? {
+        Some(nodes) => nodes * args.cluster.executors_per_worker,
+        None => job.num_executors(),
+    } as u64;
+    let iterations = (train.rows() as u64)
+        .div_ceil(executors.max(1))
+        .div_ceil(args.batch.max(1) as u64);
+    let total_tasks = args.epochs as u64 * executors * (iterations + 1);
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
@@ -152,8 +180,7 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let runtime = args.cluster.runtime()?;
-    let outcome = runtime.block_on(harp::run_job(app, &job))?;
+    let outcome = super::processes::execute(app, &args.cluster, false)?;
     bar.finish_and_clear();
     if let Some(e) = observer
         .write_error

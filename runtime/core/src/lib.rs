@@ -14,11 +14,13 @@
 //! | [`flush_book`] | which finished tasks wait on which flush; when completions may be reported |
 //! | [`ssp`] | stale-synchronous dispatch: which iterations a driver may start |
 //! | [`placement`] | the executor→worker and shard→server maps, and key→shard hashing |
+//! | [`membership`] | the master's member table: joins, lease renewal by heartbeat, leaves, deaths by lease expiry |
 
 pub mod cache_rule;
 pub mod error;
 pub mod flush_book;
 pub mod ids;
+pub mod membership;
 pub mod placement;
 pub mod rows;
 pub mod ssp;
@@ -29,6 +31,10 @@ pub use cache_rule::{cached_value_usable, should_replace_cached};
 pub use error::CoreError;
 pub use flush_book::{FlushBook, FlushId};
 pub use ids::{ExecutorId, ParamKey, ServerId, ShardId, TableId, TaskId, WorkerId};
+pub use membership::{
+    LeaseGrant, Member, MemberInfo, MembershipConfig, MembershipError, MembershipEvent,
+    MembershipView, NodeId, NodeRoles,
+};
 pub use placement::{shard_of, ExecutorMap, ShardMap};
 pub use rows::{RowData, RowKind};
 pub use ssp::SspSchedule;

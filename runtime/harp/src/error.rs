@@ -59,6 +59,12 @@ pub enum HarpError {
     DriverFailed(AppError),
     #[error("actor failed to start: {0}")]
     ActorSpawn(String),
+    #[error("{0}")]
+    Remote(String),
+    #[error("node {node} died ({detail})")]
+    NodeDied { node: u32, detail: String },
+    #[error(transparent)]
+    Net(#[from] harp_net::NetError),
     #[error(transparent)]
     Core(#[from] CoreError),
 }

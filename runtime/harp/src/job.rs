@@ -118,7 +118,10 @@ pub struct JobOutcome<A: App> {
     pub params: Option<ParamDump>,
 }
 
-async fn spawn<T: Actor>(actor: T, args: T::Arguments) -> Result<ActorRef<T::Msg>, HarpError> {
+pub(crate) async fn spawn<T: Actor>(
+    actor: T,
+    args: T::Arguments,
+) -> Result<ActorRef<T::Msg>, HarpError> {
     Actor::spawn(None, actor, args)
         .await
         .map(|(r, _handle)| r)
@@ -240,7 +243,7 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
 }
 
 /// Creates the executors a worker hosts (the app loads their input partitions).
-fn create_executors<A: App>(
+pub(crate) fn create_executors<A: App>(
     app: &A,
     ids: &[harp_core::ExecutorId],
     info: &JobInfo,

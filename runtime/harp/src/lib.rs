@@ -20,6 +20,7 @@ pub mod job;
 mod master;
 mod node;
 pub mod param_client;
+pub mod remote;
 mod server;
 pub mod table;
 mod worker;
@@ -28,7 +29,9 @@ pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload
 pub use error::{AppError, HarpError};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
 pub use harp_kernels::optim::{AdaGrad, Adam};
+pub use harp_net::JobCredentials;
 pub use job::{run_job, JobConfig, JobOutcome, JobStats, ParamDump};
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};
+pub use remote::{run_job_across, run_node, ClusterOptions};
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

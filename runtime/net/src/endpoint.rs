@@ -52,7 +52,9 @@ impl TransportConfig {
     }
 }
 
-/// A bound endpoint that accepts and opens connections to nodes of one job.
+/// A bound endpoint that accepts and opens connections to nodes of one job. Clones share
+/// the endpoint.
+#[derive(Clone)]
 pub struct NetEndpoint {
     endpoint: quinn::Endpoint,
     config: TransportConfig,

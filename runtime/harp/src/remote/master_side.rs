@@ -1,0 +1,440 @@
+//! The master process of a job across processes: waits for its nodes, assigns them work,
+//! runs the driver, watches the nodes' leases, and collects the parameters at the end.
+
+use super::job_id;
+use super::proxies::{completions_from_wire, Pending, PendingReplies, WorkerProxy};
+use crate::app::{App, JobInfo};
+use crate::error::HarpError;
+use crate::job::{spawn, JobOutcome, JobStats, ParamDump};
+use crate::master::{MasterActor, MasterArgs, MasterMsg};
+use crate::node::NodeStats;
+use crate::worker::WorkerMsg;
+use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_wire::{
+    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, Placement, ServerPlace,
+    ShardPlace, Welcome, WireCounters, PROTOCOL_VERSION,
+};
+use ractor::ActorRef;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// The shape and rules of a job across processes.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// Node processes to wait for; each runs one worker and one server.
+    pub nodes: u32,
+    /// Where the master listens for its nodes.
+    pub listen: SocketAddr,
+    pub executors_per_worker: u32,
+    pub shards_per_server: u32,
+    pub collect_params: bool,
+    /// A node whose lease is not renewed for this long is dead.
+    pub lease_timeout_ms: u64,
+    /// How long to wait for every node to join.
+    pub join_timeout_ms: u64,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            nodes: 2,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            executors_per_worker: 1,
+            shards_per_server: 8,
+            collect_params: false,
+            lease_timeout_ms: 3_000,
+            join_timeout_ms: 30_000,
+        }
+    }
+}
+
+struct JoinedNode {
+    id: u32,
+    link: Link,
+    incoming: mpsc::UnboundedReceiver<Incoming>,
+    listen_addr: String,
+}
+
+fn transport(lease_timeout_ms: u64) -> TransportConfig {
+    TransportConfig {
+        idle_timeout_ms: lease_timeout_ms,
+        keep_alive_ms: (lease_timeout_ms / 6).max(50),
+        ..TransportConfig::default()
+    }
+}
+
+/// Runs `app` with its master here and `options.nodes` node processes (started elsewhere,
+/// e.g. `harp node --join ADDR`). `listening` is called with the bound address once the
+/// master accepts nodes.
+pub async fn run_job_across<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
+) -> Result<JobOutcome<A>, HarpError> {
+    if options.nodes == 0 || options.executors_per_worker == 0 || options.shards_per_server == 0 {
+        return Err(HarpError::InvalidConfig(
+            "a job across processes needs at least one node, one executor per worker and one shard per server".into(),
+        ));
+    }
+    let started = Instant::now();
+    let identity = creds.issue_node()?;
+    let endpoint = NetEndpoint::bind(
+        options.listen,
+        creds,
+        &identity,
+        transport(options.lease_timeout_ms),
+    )?;
+    listening(endpoint.local_addr()?);
+    let job = job_id(creds);
+    let counters = Arc::new(WireCounters::new());
+    let nodes = accept_nodes(&endpoint, app.name(), job, options, &counters).await?;
+
+    let n = options.nodes;
+    let info = JobInfo {
+        num_executors: n * options.executors_per_worker,
+        num_workers: n,
+        num_servers: n,
+    };
+    let worker_ids: Vec<WorkerId> = (0..n).map(WorkerId).collect();
+    let server_ids: Vec<ServerId> = (0..n).map(ServerId).collect();
+    let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
+    let shards = ShardMap::round_robin(n * options.shards_per_server, &server_ids)?;
+    let placement = Placement {
+        epoch: 1,
+        num_shards: shards.num_shards(),
+        shards: (0..shards.num_shards())
+            .map(|s| ShardPlace {
+                shard: s,
+                server: shards
+                    .server_of(harp_core::ShardId(s))
+                    .map(|x| x.0)
+                    .unwrap_or(0),
+            })
+            .collect(),
+        servers: nodes
+            .iter()
+            .map(|node| ServerPlace {
+                server: node.id,
+                node_id: node.id,
+                listen_addr: node.listen_addr.clone(),
+            })
+            .collect(),
+    };
+    for node in &nodes {
+        let assignment = Assignment {
+            job: JobInfoWire {
+                num_executors: info.num_executors,
+                num_workers: n,
+                num_servers: n,
+            },
+            worker: Some(node.id),
+            executors: executors
+                .executors_on(WorkerId(node.id))
+                .iter()
+                .map(|e| e.0)
+                .collect(),
+            server: Some(node.id),
+            shards: shards
+                .shards_on(ServerId(node.id))
+                .iter()
+                .map(|s| s.0)
+                .collect(),
+        };
+        node.link.send(&Message::Assign(assignment))?;
+        node.link.send(&Message::Placement(placement.clone()))?;
+    }
+    let mut nodes = wait_ready(nodes, options.join_timeout_ms).await?;
+
+    let driver = app.create_driver(&info).map_err(HarpError::DriverFailed)?;
+    let (done_tx, done_rx) = oneshot::channel();
+    let master = spawn(
+        MasterActor::<A>::new(),
+        MasterArgs {
+            driver,
+            info: info.clone(),
+            done: done_tx,
+        },
+    )
+    .await?;
+    let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
+    let mut replies = Vec::new();
+    let last_seen: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    for node in nodes.iter_mut() {
+        workers.insert(
+            WorkerId(node.id),
+            spawn(WorkerProxy::<A>::new(), node.link.clone()).await?,
+        );
+        let pending = Arc::new(PendingReplies::default());
+        let incoming = std::mem::replace(&mut node.incoming, mpsc::unbounded_channel().1);
+        let held = format!(
+            "worker-{id} with {} executors and server-{id} with {} shards",
+            executors.executors_on(WorkerId(node.id)).len(),
+            shards.shards_on(ServerId(node.id)).len(),
+            id = node.id
+        );
+        tokio::spawn(read_node::<A>(
+            node.id,
+            held,
+            incoming,
+            master.clone(),
+            pending.clone(),
+            last_seen.clone(),
+            started,
+        ));
+        replies.push(pending);
+    }
+    tokio::spawn(watch_leases::<A>(
+        last_seen,
+        started,
+        options.lease_timeout_ms,
+        master.clone(),
+    ));
+    let _ = master.send_message(MasterMsg::Start { workers, executors });
+
+    let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+    let result = match end {
+        Ok(end) => {
+            let params = if options.collect_params {
+                Some(dump_params(&nodes, &replies).await?)
+            } else {
+                None
+            };
+            Ok(JobOutcome {
+                stats: JobStats {
+                    tasks_completed: end.tasks_completed,
+                    final_version: end.final_version.0,
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                    cached_rows: 0,
+                    node: NodeStats::default(),
+                },
+                driver: end.driver,
+                params,
+            })
+        }
+        Err(e) => Err(e),
+    };
+    let message = match &result {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    for node in &nodes {
+        let _ = node.link.send(&Message::JobEnded {
+            ok: result.is_ok(),
+            message: message.clone(),
+        });
+    }
+    master.stop(None);
+    // Give the nodes a moment to read JobEnded and hang up before the endpoint closes.
+    let deadline = Instant::now() + Duration::from_millis(2_000);
+    for node in &nodes {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, node.link.connection().quic().closed()).await;
+    }
+    endpoint.close();
+    result
+}
+
+async fn accept_nodes(
+    endpoint: &NetEndpoint,
+    app_name: &str,
+    job: harp_wire::JobId,
+    options: &ClusterOptions,
+    counters: &Arc<WireCounters>,
+) -> Result<Vec<JoinedNode>, HarpError> {
+    let mut nodes = Vec::new();
+    let deadline = Instant::now() + Duration::from_millis(options.join_timeout_ms);
+    while nodes.len() < options.nodes as usize {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let conn = match tokio::time::timeout(left, endpoint.accept()).await {
+            Ok(Some(Ok(conn))) => conn,
+            Ok(Some(Err(e))) => {
+                tracing::warn!(error = %e, "a node failed to connect");
+                continue;
+            }
+            Ok(None) => return Err(HarpError::Remote("the master's endpoint closed".into())),
+            Err(_) => {
+                return Err(HarpError::Remote(format!(
+                    "only {} of {} nodes joined within {} ms",
+                    nodes.len(),
+                    options.nodes,
+                    options.join_timeout_ms
+                )))
+            }
+        };
+        let limits = FrameLimits::default();
+        let (link, mut incoming) = Link::accept(conn, limits, counters.clone()).await?;
+        let hello = match tokio::time::timeout(left, incoming.recv()).await {
+            Ok(Some(Ok(Message::Hello(hello)))) => hello,
+            _ => {
+                link.close("expected hello");
+                continue;
+            }
+        };
+        if let Err(e) = check_hello(&hello, job) {
+            tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a node");
+            let _ = link.send(&refusal(&e));
+            continue;
+        }
+        let id = nodes.len() as u32;
+        link.send(&Message::Welcome(Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            job_id: job,
+            assigned_node_id: id,
+            app_name: app_name.to_string(),
+            lease_timeout_ms: options.lease_timeout_ms,
+            heartbeat_interval_ms: (options.lease_timeout_ms / 6).max(50),
+        }))?;
+        tracing::info!(node = id, addr = %link.remote_addr(), "node joined");
+        nodes.push(JoinedNode {
+            id,
+            link,
+            incoming,
+            listen_addr: hello.listen_addr,
+        });
+    }
+    Ok(nodes)
+}
+
+async fn wait_ready(
+    mut nodes: Vec<JoinedNode>,
+    timeout_ms: u64,
+) -> Result<Vec<JoinedNode>, HarpError> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    for node in nodes.iter_mut() {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, node.incoming.recv()).await {
+                Ok(Some(Ok(Message::Ready { .. }))) => break,
+                Ok(Some(Ok(Message::Heartbeat { .. }))) => continue,
+                Ok(Some(Ok(Message::Failed { message }))) => {
+                    return Err(HarpError::Remote(format!(
+                        "node {} failed to start: {message}",
+                        node.id
+                    )))
+                }
+                Ok(Some(Ok(other))) => {
+                    tracing::debug!(node = node.id, kind = ?other.kind(), "ignored before ready");
+                }
+                Ok(Some(Err(e))) => return Err(e.into()),
+                Ok(None) | Err(_) => {
+                    return Err(HarpError::NodeDied {
+                        node: node.id,
+                        detail: "it did not get ready".into(),
+                    })
+                }
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+fn now_ms(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}
+
+/// Reads one node's link for the master: completions, failures, heartbeats, replies.
+async fn read_node<A: App>(
+    node: u32,
+    held: String,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    master: ActorRef<MasterMsg<A>>,
+    pending: Arc<PendingReplies>,
+    last_seen: Arc<Vec<AtomicU64>>,
+    started: Instant,
+) {
+    let seen = |last_seen: &Vec<AtomicU64>| {
+        if let Some(s) = last_seen.get(node as usize) {
+            s.store(now_ms(started), Ordering::Relaxed);
+        }
+    };
+    seen(&last_seen);
+    let cause = loop {
+        let message = match incoming.recv().await {
+            Some(Ok(message)) => message,
+            Some(Err(e)) => break e.to_string(),
+            None => break "its connection closed".to_string(),
+        };
+        seen(&last_seen);
+        let Some(message) = pending.resolve(message) else {
+            continue;
+        };
+        match message {
+            Message::Completed { completions } => match completions_from_wire::<A>(completions) {
+                Ok(c) => {
+                    let _ = master.send_message(MasterMsg::Completed(c));
+                }
+                Err(e) => {
+                    let _ = master.send_message(MasterMsg::Failed(e));
+                }
+            },
+            Message::Failed { message } => {
+                let _ = master.send_message(MasterMsg::Failed(HarpError::Remote(format!(
+                    "node {node}: {message}"
+                ))));
+            }
+            Message::Heartbeat { .. } => {}
+            other => tracing::debug!(node, kind = ?other.kind(), "ignored from a node"),
+        }
+    };
+    pending.fail_all();
+    let _ = master.send_message(MasterMsg::Failed(HarpError::NodeDied {
+        node,
+        detail: format!("{cause}; it held {held}"),
+    }));
+}
+
+/// Declares a node dead when it has not been heard from for a lease.
+async fn watch_leases<A: App>(
+    last_seen: Arc<Vec<AtomicU64>>,
+    started: Instant,
+    lease_timeout_ms: u64,
+    master: ActorRef<MasterMsg<A>>,
+) {
+    let tick = Duration::from_millis((lease_timeout_ms / 10).max(10));
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = now_ms(started);
+        for (node, seen) in last_seen.iter().enumerate() {
+            let silent_ms = now.saturating_sub(seen.load(Ordering::Relaxed));
+            if silent_ms > lease_timeout_ms {
+                let error = HarpError::NodeDied {
+                    node: node as u32,
+                    detail: format!(
+                        "no heartbeat for {silent_ms} ms (lease {lease_timeout_ms} ms)"
+                    ),
+                };
+                if master.send_message(MasterMsg::Failed(error)).is_err() {
+                    return;
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn dump_params(
+    nodes: &[JoinedNode],
+    replies: &[Arc<PendingReplies>],
+) -> Result<ParamDump, HarpError> {
+    let mut dump = ParamDump::default();
+    for (node, pending) in nodes.iter().zip(replies) {
+        let (tx, rx) = oneshot::channel();
+        let request_id = pending.register(Pending::Dump(tx));
+        node.link.send(&Message::Dump {
+            request_id,
+            server: node.id,
+        })?;
+        let rows = rx.await.map_err(|_| HarpError::NodeDied {
+            node: node.id,
+            detail: "it went away during the final dump".into(),
+        })?;
+        dump.rows.extend(rows);
+    }
+    Ok(dump)
+}

@@ -1,0 +1,42 @@
+//! Jobs across processes: the master in one process, each node (one worker and one server)
+//! in its own `harp node` process, talking over QUIC links (harp-net) in harp-wire frames.
+//!
+//! The master and worker actors are the same as in process; proxies ([`proxies`]) stand for
+//! the actors of other processes, so the protocol logic does not know where a peer lives.
+//!
+//! Start-up: a node dials the master and says `Hello` (job identity and protocol version are
+//! checked); the master answers `Welcome` with the node's id, and once every expected node
+//! joined sends each one its `Assign`ment (worker, executors, server, shards) and the
+//! `Placement` (which server holds which shard, and where it listens). Nodes dial the nodes
+//! whose servers they need, create their executors, and report `Ready`; then the driver
+//! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
+//! connection breaks, is reported dead with what it held, and the job ends with that error.
+
+mod codec;
+mod master_side;
+mod node_side;
+mod proxies;
+
+pub use master_side::{run_job_across, ClusterOptions};
+pub use node_side::run_node;
+
+use harp_net::JobCredentials;
+use harp_wire::JobId;
+
+/// The job identity every node derives from the job's authority certificate.
+pub fn job_id(creds: &JobCredentials) -> JobId {
+    let der = creds.ca_cert().as_ref();
+    let mut out = [0u8; 16];
+    for (half, seed) in [
+        (0usize, 0x9E37_79B9_7F4A_7C15u64),
+        (8, 0xD1B5_4A32_D192_ED03),
+    ] {
+        let mut h = seed;
+        for b in der {
+            h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01B3);
+            h ^= h >> 29;
+        }
+        out[half..half + 8].copy_from_slice(&h.to_le_bytes());
+    }
+    out
+}

@@ -1,0 +1,335 @@
+//! A node process: joins the master, hosts the worker and the server it is assigned, talks to
+//! the other nodes' servers through proxies, and serves its own server to them.
+
+use super::job_id;
+use super::proxies::{serve_server_requests, tasks_from_wire, MasterProxy, ServerProxy};
+use crate::app::{App, JobInfo};
+use crate::error::HarpError;
+use crate::job::{create_executors, spawn};
+use crate::node::{ParamStore, Routing};
+use crate::server::{ServerActor, ServerMsg};
+use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
+use harp_core::{FlushBook, ServerId, ShardId, ShardMap, WorkerId};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_wire::{
+    check_welcome, Assignment, FrameLimits, Hello, Message, NodeRole, Placement, WireCounters,
+    NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+};
+use ractor::ActorRef;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+async fn next_message(
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    what: &str,
+) -> Result<Message, HarpError> {
+    match tokio::time::timeout(Duration::from_secs(30), incoming.recv()).await {
+        Ok(Some(Ok(Message::Refused { reason }))) => Err(HarpError::Remote(format!(
+            "the master refused this node: {reason}"
+        ))),
+        Ok(Some(Ok(message))) => Ok(message),
+        Ok(Some(Err(e))) => Err(e.into()),
+        Ok(None) => Err(HarpError::Remote(format!(
+            "the master hung up while this node waited for {what}"
+        ))),
+        Err(_) => Err(HarpError::Remote(format!(
+            "no {what} from the master within 30 s"
+        ))),
+    }
+}
+
+/// Joins the job whose master listens at `join`, runs what the master assigns, and returns
+/// when the job ends (`Ok` if it ended well).
+pub async fn run_node<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    join: SocketAddr,
+    bind: IpAddr,
+) -> Result<(), HarpError> {
+    let job = job_id(creds);
+    let identity = creds.issue_node()?;
+    let endpoint = NetEndpoint::bind(
+        SocketAddr::new(bind, 0),
+        creds,
+        &identity,
+        TransportConfig::default(),
+    )?;
+    let listen_addr = endpoint.local_addr()?;
+    let counters = Arc::new(WireCounters::new());
+    let limits = FrameLimits::default();
+    let hello = |node_id| {
+        Message::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            job_id: job,
+            node_id,
+            role: NodeRole {
+                worker: true,
+                server: true,
+                master: false,
+            },
+            listen_addr: listen_addr.to_string(),
+        })
+    };
+    let conn = endpoint.connect(join).await?;
+    let (master_link, mut from_master) =
+        Link::open(conn, &hello(NODE_ID_UNASSIGNED), limits, counters.clone()).await?;
+    let welcome = match next_message(&mut from_master, "a welcome").await? {
+        Message::Welcome(w) => w,
+        other => {
+            return Err(HarpError::Remote(format!(
+                "expected a welcome, got {:?}",
+                other.kind()
+            )))
+        }
+    };
+    check_welcome(&welcome, job).map_err(|e| HarpError::Remote(e.to_string()))?;
+    if welcome.app_name != app.name() {
+        return Err(HarpError::Remote(format!(
+            "the job runs app '{}', this node was started for '{}'",
+            welcome.app_name,
+            app.name()
+        )));
+    }
+    let me = welcome.assigned_node_id;
+    let assignment = match next_message(&mut from_master, "an assignment").await? {
+        Message::Assign(a) => a,
+        other => {
+            return Err(HarpError::Remote(format!(
+                "expected an assignment, got {:?}",
+                other.kind()
+            )))
+        }
+    };
+    let placement = match next_message(&mut from_master, "the placement").await? {
+        Message::Placement(p) => p,
+        other => {
+            return Err(HarpError::Remote(format!(
+                "expected the placement, got {:?}",
+                other.kind()
+            )))
+        }
+    };
+    let started = start_node(
+        app,
+        &endpoint,
+        &assignment,
+        &placement,
+        me,
+        master_link.clone(),
+        &hello,
+        job,
+        &counters,
+    )
+    .await;
+    let (worker, servers) = match started {
+        Ok(parts) => parts,
+        Err(e) => {
+            let _ = master_link.send(&Message::Failed {
+                message: e.to_string(),
+            });
+            return Err(e);
+        }
+    };
+    master_link.send(&Message::Ready { node_id: me })?;
+    let heartbeat = {
+        let link = master_link.clone();
+        let every = Duration::from_millis(welcome.heartbeat_interval_ms.max(10));
+        tokio::spawn(async move {
+            let mut seq = 0;
+            loop {
+                tokio::time::sleep(every).await;
+                seq += 1;
+                if link
+                    .send(&Message::Heartbeat {
+                        node_id: me,
+                        lease_seq: seq,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        })
+    };
+    let result = serve_master::<A>(
+        &mut from_master,
+        &worker,
+        servers.get(&ServerId(me)),
+        &master_link,
+    )
+    .await;
+    heartbeat.abort();
+    worker.stop(None);
+    for server in servers.values() {
+        server.stop(None);
+    }
+    endpoint.close();
+    result
+}
+
+type Started<A> = (
+    ActorRef<WorkerMsg<A>>,
+    BTreeMap<ServerId, ActorRef<ServerMsg>>,
+);
+
+#[allow(clippy::too_many_arguments)]
+async fn start_node<A: App>(
+    app: Arc<A>,
+    endpoint: &NetEndpoint,
+    assignment: &Assignment,
+    placement: &Placement,
+    me: u32,
+    master_link: Link,
+    hello: &impl Fn(u32) -> Message,
+    job: harp_wire::JobId,
+    counters: &Arc<WireCounters>,
+) -> Result<Started<A>, HarpError> {
+    let tables = Arc::new(app.tables().clone());
+    let limits = FrameLimits::default();
+    let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
+    let mut local_servers = BTreeMap::new();
+    if let Some(server) = assignment.server {
+        let id = ServerId(server);
+        let actor = spawn(ServerActor, (id, tables.clone())).await?;
+        local_servers.insert(id, actor.clone());
+        servers.insert(id, actor);
+    }
+    // Serve the local server to the other nodes.
+    if let Some(local) = local_servers.values().next().cloned() {
+        accept_peers(endpoint, local, counters.clone(), job);
+    }
+    // Reach every other server through a proxy.
+    for place in &placement.servers {
+        let id = ServerId(place.server);
+        if servers.contains_key(&id) {
+            continue;
+        }
+        let addr: SocketAddr = place.listen_addr.parse().map_err(|_| {
+            HarpError::Remote(format!("bad address for {id}: {}", place.listen_addr))
+        })?;
+        let conn = endpoint.connect(addr).await?;
+        let (link, incoming) = Link::open(conn, &hello(me), limits, counters.clone()).await?;
+        servers.insert(id, spawn(ServerProxy, (id, link, incoming)).await?);
+    }
+    let server_ids: Vec<ServerId> = servers.keys().copied().collect();
+    let mut shard_map = ShardMap::round_robin(placement.num_shards, &server_ids)?;
+    for place in &placement.shards {
+        shard_map.assign(ShardId(place.shard), ServerId(place.server))?;
+    }
+    let store = Arc::new(ParamStore::new(
+        tables,
+        Routing {
+            shard_map,
+            servers: servers.clone(),
+        },
+    ));
+    let master = spawn(MasterProxy::<A>::new(), master_link).await?;
+    let info = JobInfo {
+        num_executors: assignment.job.num_executors,
+        num_workers: assignment.job.num_workers,
+        num_servers: assignment.job.num_servers,
+    };
+    let executors = create_executors(&*app, &assignment.executor_ids().collect::<Vec<_>>(), &info)?;
+    let node = Arc::new(NodeShared {
+        store,
+        book: Mutex::new(FlushBook::new()),
+        master,
+    });
+    let worker = spawn(
+        WorkerActor::<A>::new(),
+        WorkerArgs {
+            id: WorkerId(assignment.worker.unwrap_or(me)),
+            executors,
+            node,
+        },
+    )
+    .await?;
+    Ok((worker, servers))
+}
+
+/// Accepts links from other nodes and serves the local server on each.
+fn accept_peers(
+    endpoint: &NetEndpoint,
+    local: ActorRef<ServerMsg>,
+    counters: Arc<WireCounters>,
+    job: harp_wire::JobId,
+) {
+    let endpoint = endpoint.clone();
+    tokio::spawn(async move {
+        while let Some(conn) = endpoint.accept().await {
+            let Ok(conn) = conn else { continue };
+            let (local, counters) = (local.clone(), counters.clone());
+            tokio::spawn(async move {
+                let Ok((link, mut incoming)) =
+                    Link::accept(conn, FrameLimits::default(), counters).await
+                else {
+                    return;
+                };
+                match incoming.recv().await {
+                    Some(Ok(Message::Hello(hello)))
+                        if harp_wire::check_hello(&hello, job).is_ok() =>
+                    {
+                        serve_server_requests(link, incoming, local).await
+                    }
+                    _ => link.close("expected a hello of this job"),
+                }
+            });
+        }
+    });
+}
+
+/// Runs the master's orders until the job ends.
+async fn serve_master<A: App>(
+    from_master: &mut mpsc::UnboundedReceiver<Incoming>,
+    worker: &ActorRef<WorkerMsg<A>>,
+    local_server: Option<&ActorRef<ServerMsg>>,
+    master_link: &Link,
+) -> Result<(), HarpError> {
+    loop {
+        let message = match from_master.recv().await {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return Err(HarpError::Remote(format!("lost the master: {e}"))),
+            None => return Err(HarpError::Remote("lost the master".into())),
+        };
+        match message {
+            Message::RunTasks { tasks } => {
+                let tasks = tasks_from_wire::<A>(tasks)?;
+                worker
+                    .send_message(WorkerMsg::Run(tasks))
+                    .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+            }
+            Message::Dump { request_id, .. } => {
+                let Some(server) = local_server else { continue };
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = server.send_message(ServerMsg::Dump { reply: tx });
+                let link = master_link.clone();
+                tokio::spawn(async move {
+                    if let Ok(rows) = rx.await {
+                        let rows = super::codec::rows_to_wire(rows);
+                        let _ = link
+                            .send_bulk(&Message::DumpRows { request_id, rows })
+                            .await;
+                    }
+                });
+            }
+            Message::JobEnded { ok, message } => {
+                master_link.close("job ended");
+                return if ok {
+                    Ok(())
+                } else {
+                    Err(HarpError::Remote(format!("the job failed: {message}")))
+                };
+            }
+            Message::Shutdown { reason } => {
+                master_link.close("shutdown");
+                return Err(HarpError::Remote(format!(
+                    "shut down by the master: {reason}"
+                )));
+            }
+            other => tracing::debug!(kind = ?other.kind(), "ignored from the master"),
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Stand-ins for actors in other processes. Each proxy is a local actor with the message type
+//! of the actor it stands for, so the master, the workers and the node's parameter store talk
+//! to a remote peer exactly as they talk to a local one (one transport trait, two
+//! implementations: channels in process, these proxies across processes).
+
+use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
+use crate::app::App;
+use crate::error::HarpError;
+use crate::master::MasterMsg;
+use crate::server::ServerMsg;
+use crate::worker::WorkerMsg;
+use dashmap::DashMap;
+use harp_core::{ParamKey, RowData, ServerId};
+use harp_net::{Incoming, Link};
+use harp_wire::{CompletionWire, Message, RowsResult, TaskEnvelope};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// A reply a proxy is waiting for, by request id.
+pub(crate) enum Pending {
+    Rows(oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>),
+    Applied(oneshot::Sender<Result<(), HarpError>>),
+    Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
+}
+
+/// Replies in flight on one link.
+#[derive(Default)]
+pub(crate) struct PendingReplies {
+    next: AtomicU64,
+    waiting: DashMap<u64, Pending>,
+}
+
+impl PendingReplies {
+    pub(crate) fn register(&self, pending: Pending) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.waiting.insert(id, pending);
+        id
+    }
+
+    /// Resolves a reply message; returns it back if it is not a reply.
+    pub(crate) fn resolve(&self, message: Message) -> Option<Message> {
+        match message {
+            Message::Rows { request_id, rows } => {
+                if let Some((_, Pending::Rows(tx))) = self.waiting.remove(&request_id) {
+                    let rows = match rows {
+                        RowsResult::Ok(rows) => Ok(rows
+                            .into_iter()
+                            .map(|r| Arc::new(RowData::from(r)))
+                            .collect()),
+                        RowsResult::Err(e) => Err(HarpError::Remote(e)),
+                    };
+                    let _ = tx.send(rows);
+                }
+                None
+            }
+            Message::Applied { request_id, error } => {
+                if let Some((_, Pending::Applied(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::DumpRows { request_id, rows } => {
+                if let Some((_, Pending::Dump(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(rows_from_wire(rows));
+                }
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// The link is gone: every waiter learns it (its sender is dropped).
+    pub(crate) fn fail_all(&self) {
+        self.waiting.clear();
+    }
+}
+
+// ---------------------------------------------------------------- server proxy
+
+/// Stands for a server in another process; requests go over `link`.
+pub(crate) struct ServerProxy;
+
+pub(crate) struct ServerProxyState {
+    server: ServerId,
+    link: Link,
+    pending: Arc<PendingReplies>,
+}
+
+impl Actor for ServerProxy {
+    type Msg = ServerMsg;
+    type State = ServerProxyState;
+    type Arguments = (ServerId, Link, mpsc::UnboundedReceiver<Incoming>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        (server, link, mut incoming): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let pending = Arc::new(PendingReplies::default());
+        let replies = pending.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = incoming.recv().await {
+                if let Some(other) = replies.resolve(message) {
+                    tracing::debug!(kind = ?other.kind(), "unexpected message from a server node");
+                }
+            }
+            replies.fail_all();
+        });
+        Ok(ServerProxyState {
+            server,
+            link,
+            pending,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let server = state.server.0;
+        match msg {
+            ServerMsg::Get { keys, reply } => {
+                let request_id = state.pending.register(Pending::Rows(reply));
+                let keys = keys.into_iter().map(Into::into).collect();
+                let _ = state.link.send(&Message::Get {
+                    request_id,
+                    server,
+                    keys,
+                });
+            }
+            ServerMsg::Apply { updates, reply } => {
+                let request_id = state.pending.register(Pending::Applied(reply));
+                let message = Message::Apply {
+                    request_id,
+                    server,
+                    node_id: 0,
+                    flush_id: request_id,
+                    updates: rows_to_wire(updates),
+                };
+                let link = state.link.clone();
+                // Bulk: its own stream, so reads are not held up behind it.
+                tokio::spawn(async move {
+                    let _ = link.send_bulk(&message).await;
+                });
+            }
+            ServerMsg::Dump { reply } => {
+                let request_id = state.pending.register(Pending::Dump(reply));
+                let _ = state.link.send(&Message::Dump { request_id, server });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves requests arriving on `link` with the local server `server`.
+pub(crate) async fn serve_server_requests(
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    server: ActorRef<ServerMsg>,
+) {
+    while let Some(Ok(message)) = incoming.recv().await {
+        let (link, server) = (link.clone(), server.clone());
+        match message {
+            Message::Get {
+                request_id, keys, ..
+            } => {
+                let (tx, rx) = oneshot::channel();
+                let keys = keys.into_iter().map(Into::into).collect();
+                if server
+                    .send_message(ServerMsg::Get { keys, reply: tx })
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::spawn(async move {
+                    let rows = match rx.await {
+                        Ok(Ok(rows)) => {
+                            RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect())
+                        }
+                        Ok(Err(e)) => RowsResult::Err(e.to_string()),
+                        Err(_) => RowsResult::Err("server stopped".into()),
+                    };
+                    let _ = link.send_bulk(&Message::Rows { request_id, rows }).await;
+                });
+            }
+            Message::Apply {
+                request_id,
+                updates,
+                ..
+            } => {
+                let (tx, rx) = oneshot::channel();
+                let updates = rows_from_wire(updates);
+                if server
+                    .send_message(ServerMsg::Apply { updates, reply: tx })
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::spawn(async move {
+                    let error = match rx.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("server stopped".into()),
+                    };
+                    let _ = link.send(&Message::Applied { request_id, error });
+                });
+            }
+            Message::Dump { request_id, .. } => {
+                let (tx, rx) = oneshot::channel();
+                if server.send_message(ServerMsg::Dump { reply: tx }).is_err() {
+                    return;
+                }
+                tokio::spawn(async move {
+                    if let Ok(rows) = rx.await {
+                        let _ = link
+                            .send_bulk(&Message::DumpRows {
+                                request_id,
+                                rows: rows_to_wire(rows),
+                            })
+                            .await;
+                    }
+                });
+            }
+            other => tracing::debug!(kind = ?other.kind(), "ignored on a server link"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- worker proxy
+
+/// Stands (on the master) for a worker in a node process.
+pub(crate) struct WorkerProxy<A>(PhantomData<fn() -> A>);
+
+impl<A> WorkerProxy<A> {
+    pub(crate) fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<A: App> Actor for WorkerProxy<A> {
+    type Msg = WorkerMsg<A>;
+    type State = Link;
+    type Arguments = Link;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        link: Link,
+    ) -> Result<Link, ActorProcessingErr> {
+        Ok(link)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        link: &mut Link,
+    ) -> Result<(), ActorProcessingErr> {
+        let WorkerMsg::Run(tasks) = msg;
+        let tasks = tasks
+            .into_iter()
+            .map(|t| {
+                Ok(TaskEnvelope::new(
+                    t.task,
+                    t.executor,
+                    t.version,
+                    to_bytes(&t.args)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, HarpError>>()?;
+        link.send(&Message::RunTasks { tasks })?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- master proxy
+
+/// Stands (on a node) for the master: completions and failures go over the master link.
+pub(crate) struct MasterProxy<A>(PhantomData<fn() -> A>);
+
+impl<A> MasterProxy<A> {
+    pub(crate) fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<A: App> Actor for MasterProxy<A> {
+    type Msg = MasterMsg<A>;
+    type State = Link;
+    type Arguments = Link;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        link: Link,
+    ) -> Result<Link, ActorProcessingErr> {
+        Ok(link)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        link: &mut Link,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            MasterMsg::Completed(completions) => {
+                let completions = completions
+                    .into_iter()
+                    .map(|c| {
+                        Ok(CompletionWire::new(
+                            c.task,
+                            c.executor,
+                            c.dispatched_at,
+                            to_bytes(&c.output)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, HarpError>>()?;
+                link.send(&Message::Completed { completions })?;
+            }
+            MasterMsg::Failed(e) => link.send(&Message::Failed {
+                message: e.to_string(),
+            })?,
+            MasterMsg::Start { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+/// Decodes completions from a node for the master actor.
+pub(crate) fn completions_from_wire<A: App>(
+    completions: Vec<CompletionWire>,
+) -> Result<Vec<crate::app::Completion<A::Output>>, HarpError> {
+    completions
+        .into_iter()
+        .map(|c| {
+            Ok(crate::app::Completion {
+                task: c.task_id(),
+                executor: c.executor_id(),
+                dispatched_at: c.dispatched_at_version(),
+                output: from_bytes(&c.output)?,
+            })
+        })
+        .collect()
+}
+
+/// Decodes dispatched tasks from the master for a local worker.
+pub(crate) fn tasks_from_wire<A: App>(
+    tasks: Vec<TaskEnvelope>,
+) -> Result<Vec<crate::worker::TaskEnvelope<A::Args>>, HarpError> {
+    tasks
+        .into_iter()
+        .map(|t| {
+            Ok(crate::worker::TaskEnvelope {
+                task: t.task_id(),
+                executor: t.executor_id(),
+                version: t.dispatch_version(),
+                args: from_bytes(&t.args)?,
+            })
+        })
+        .collect()
+}

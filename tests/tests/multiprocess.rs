@@ -1,0 +1,142 @@
+//! Jobs across processes: `harp run APP --processes N` starts N-1 `harp node` processes that
+//! talk to the master and to each other over QUIC. The counter stays exact, MLR reaches the
+//! accuracy of the in-process run, and a node killed with SIGKILL is reported (which node,
+//! what it held) and the master exits non-zero instead of hanging.
+
+use harp_tests::{read_json_lines, resolve_binary, run_process};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+fn harp() -> PathBuf {
+    resolve_binary(env!("CARGO_BIN_EXE_harp-cli"))
+}
+
+fn temp_file(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
+#[test]
+fn counter_across_three_processes_is_exact() {
+    let (_dir, metrics) = temp_file("counter.jsonl");
+    let out = run_process(
+        &harp(),
+        [
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "20000",
+            "--executors-per-worker",
+            "4",
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", out.describe());
+    let records = read_json_lines(&metrics);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["exact"], true, "{}", out.describe());
+    assert_eq!(records[0]["tasks"], 20000);
+}
+
+fn final_accuracy(args: &[&str]) -> f64 {
+    let (_dir, metrics) = temp_file("mlr.jsonl");
+    let mut all: Vec<&str> = vec!["run", "mlr", "--quiet", "--epochs", "10"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--metrics-out", metrics.to_str().unwrap()]);
+    let out = run_process(&harp(), all);
+    assert!(out.status.success(), "{}", out.describe());
+    let records = read_json_lines(&metrics);
+    assert_eq!(records.len(), 10, "{}", out.describe());
+    records[9]["accuracy"].as_f64().unwrap()
+}
+
+#[test]
+fn mlr_across_processes_matches_the_in_process_accuracy() {
+    let in_process = final_accuracy(&["--workers", "2", "--servers", "2"]);
+    let across = final_accuracy(&["--processes", "3"]);
+    println!("held-out accuracy after 10 epochs: in process {in_process:.4}, across 3 processes {across:.4}");
+    assert!(across >= 0.88, "across processes reached only {across}");
+    assert!(
+        (across - in_process).abs() <= 0.02,
+        "across processes {across} vs in process {in_process}"
+    );
+}
+
+/// Children of `pid` (Linux /proc).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name (which is in parentheses): state, ppid, ...
+        let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let ppid = after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_node_killed_with_sigkill_is_reported_and_the_master_exits_non_zero() {
+    let master = Command::new(harp())
+        .args([
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "100000000",
+            "--lease-timeout-ms",
+            "2000",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until both node processes run, then let the job make progress.
+    let mut nodes = Vec::new();
+    for _ in 0..600 {
+        nodes = children_of(master.id());
+        if nodes.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(nodes.len() >= 2, "the master did not start its nodes");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let killed_at = Instant::now();
+    let status = Command::new("kill")
+        .args(["-9", &nodes[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = master.wait_with_output().unwrap();
+    let detected_s = killed_at.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("master exited {detected_s:.2} s after the kill (lease 2 s): {stderr}");
+    assert!(!output.status.success(), "the master must fail: {stderr}");
+    assert!(stderr.contains("died"), "{stderr}");
+    assert!(
+        stderr.contains("held worker-") && stderr.contains("server-"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -12,12 +12,34 @@ use crate::worker::WorkerMsg;
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{CompletionWire, Message, RowsResult, TaskEnvelope};
+use harp_wire::{CompletionWire, Message, RowWire, RowsResult, TaskEnvelope};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+
+/// Messages with fewer row values than this go on the ordered control stream; larger ones
+/// get a stream of their own (opening a stream costs more than a small message).
+const BULK_VALUES_MIN: usize = 16 * 1024;
+
+fn row_values<'a>(rows: impl IntoIterator<Item = &'a RowWire>) -> usize {
+    rows.into_iter()
+        .map(|r| match r {
+            RowWire::F32(v) => v.len(),
+            RowWire::I64(v) => v.len(),
+        })
+        .sum()
+}
+
+/// Sends `message` on the control stream when it is small, on a stream of its own otherwise.
+async fn send_sized(link: &Link, message: Message, values: usize) {
+    let _ = if values < BULK_VALUES_MIN {
+        link.send(&message)
+    } else {
+        link.send_bulk(&message).await
+    };
+}
 
 /// A reply a proxy is waiting for, by request id.
 pub(crate) enum Pending {
@@ -135,18 +157,18 @@ impl Actor for ServerProxy {
             }
             ServerMsg::Apply { updates, reply } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
+                let updates = rows_to_wire(updates);
+                let values = row_values(updates.iter().map(|(_, r)| r));
                 let message = Message::Apply {
                     request_id,
                     server,
                     node_id: 0,
                     flush_id: request_id,
-                    updates: rows_to_wire(updates),
+                    updates,
                 };
                 let link = state.link.clone();
-                // Bulk: its own stream, so reads are not held up behind it.
-                tokio::spawn(async move {
-                    let _ = link.send_bulk(&message).await;
-                });
+                // Large flushes go on their own stream, so reads are not held up behind them.
+                tokio::spawn(async move { send_sized(&link, message, values).await });
             }
             ServerMsg::Dump { reply } => {
                 let request_id = state.pending.register(Pending::Dump(reply));
@@ -185,7 +207,11 @@ pub(crate) async fn serve_server_requests(
                         Ok(Err(e)) => RowsResult::Err(e.to_string()),
                         Err(_) => RowsResult::Err("server stopped".into()),
                     };
-                    let _ = link.send_bulk(&Message::Rows { request_id, rows }).await;
+                    let values = match &rows {
+                        RowsResult::Ok(rows) => row_values(rows),
+                        RowsResult::Err(_) => 0,
+                    };
+                    send_sized(&link, Message::Rows { request_id, rows }, values).await;
                 });
             }
             Message::Apply {

@@ -9,7 +9,10 @@ use crate::job::{spawn, JobOutcome, JobStats, ParamDump};
 use crate::master::{MasterActor, MasterArgs, MasterMsg};
 use crate::node::NodeStats;
 use crate::worker::WorkerMsg;
-use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
+use harp_core::{
+    ExecutorMap, MemberInfo, MembershipConfig, MembershipEvent, MembershipView, NodeId, NodeRoles,
+    ServerId, ShardMap, WorkerId,
+};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, Placement, ServerPlace,
@@ -18,8 +21,7 @@ use harp_wire::{
 use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -164,7 +166,17 @@ pub async fn run_job_across<A: App>(
     .await?;
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
     let mut replies = Vec::new();
-    let last_seen: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let mut view = MembershipView::new(MembershipConfig::with_lease_timeout_ms(
+        options.lease_timeout_ms,
+    ))
+    .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
+    for node in &nodes {
+        let info = MemberInfo::new(node.listen_addr.clone(), NodeRoles::BOTH);
+        view.handle_join(NodeId(node.id), info, now_ms(started))
+            .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
+    }
+    let membership = Arc::new(Mutex::new(view));
+    let mut holdings = BTreeMap::new();
     for node in nodes.iter_mut() {
         workers.insert(
             WorkerId(node.id),
@@ -178,21 +190,22 @@ pub async fn run_job_across<A: App>(
             shards.shards_on(ServerId(node.id)).len(),
             id = node.id
         );
+        holdings.insert(node.id, held.clone());
         tokio::spawn(read_node::<A>(
             node.id,
             held,
             incoming,
             master.clone(),
             pending.clone(),
-            last_seen.clone(),
+            membership.clone(),
             started,
         ));
         replies.push(pending);
     }
     tokio::spawn(watch_leases::<A>(
-        last_seen,
+        membership,
+        holdings,
         started,
-        options.lease_timeout_ms,
         master.clone(),
     ));
     let _ = master.send_message(MasterMsg::Start { workers, executors });
@@ -338,29 +351,28 @@ fn now_ms(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
 }
 
-/// Reads one node's link for the master: completions, failures, heartbeats, replies.
+/// Reads one node's link for the master: completions, failures, heartbeats, replies. Every
+/// message renews the node's lease.
 async fn read_node<A: App>(
     node: u32,
     held: String,
     mut incoming: mpsc::UnboundedReceiver<Incoming>,
     master: ActorRef<MasterMsg<A>>,
     pending: Arc<PendingReplies>,
-    last_seen: Arc<Vec<AtomicU64>>,
+    membership: Arc<Mutex<MembershipView>>,
     started: Instant,
 ) {
-    let seen = |last_seen: &Vec<AtomicU64>| {
-        if let Some(s) = last_seen.get(node as usize) {
-            s.store(now_ms(started), Ordering::Relaxed);
-        }
-    };
-    seen(&last_seen);
     let cause = loop {
         let message = match incoming.recv().await {
             Some(Ok(message)) => message,
             Some(Err(e)) => break e.to_string(),
             None => break "its connection closed".to_string(),
         };
-        seen(&last_seen);
+        {
+            let mut view = membership.lock().unwrap_or_else(|p| p.into_inner());
+            // A node already declared dead stays dead (the lease watcher reported it).
+            let _ = view.handle_heartbeat(NodeId(node), now_ms(started));
+        }
         let Some(message) = pending.resolve(message) else {
             continue;
         };
@@ -389,32 +401,46 @@ async fn read_node<A: App>(
     }));
 }
 
-/// Declares a node dead when it has not been heard from for a lease.
+/// Ticks the membership view at its next lease deadline and reports the first death.
 async fn watch_leases<A: App>(
-    last_seen: Arc<Vec<AtomicU64>>,
+    membership: Arc<Mutex<MembershipView>>,
+    holdings: BTreeMap<u32, String>,
     started: Instant,
-    lease_timeout_ms: u64,
     master: ActorRef<MasterMsg<A>>,
 ) {
-    let tick = Duration::from_millis((lease_timeout_ms / 10).max(10));
     loop {
-        tokio::time::sleep(tick).await;
         let now = now_ms(started);
-        for (node, seen) in last_seen.iter().enumerate() {
-            let silent_ms = now.saturating_sub(seen.load(Ordering::Relaxed));
-            if silent_ms > lease_timeout_ms {
-                let error = HarpError::NodeDied {
-                    node: node as u32,
-                    detail: format!(
-                        "no heartbeat for {silent_ms} ms (lease {lease_timeout_ms} ms)"
-                    ),
-                };
-                if master.send_message(MasterMsg::Failed(error)).is_err() {
-                    return;
+        let (next, died) = {
+            let mut view = membership.lock().unwrap_or_else(|p| p.into_inner());
+            view.tick(now);
+            let mut died = None;
+            while let Some(event) = view.poll_event() {
+                if let MembershipEvent::Died {
+                    node,
+                    last_seen_ms,
+                    detected_at_ms,
+                    ..
+                } = event
+                {
+                    died.get_or_insert((node, detected_at_ms.saturating_sub(last_seen_ms)));
                 }
-                return;
             }
+            (view.next_deadline_ms(), died)
+        };
+        if let Some((node, silent_ms)) = died {
+            let held = holdings.get(&node.0).cloned().unwrap_or_default();
+            let error = HarpError::NodeDied {
+                node: node.0,
+                detail: format!(
+                    "its lease expired after {silent_ms} ms without a heartbeat; it held {held}"
+                ),
+            };
+            let _ = master.send_message(MasterMsg::Failed(error));
+            return;
         }
+        let Some(next) = next else { return };
+        let wait = next.saturating_sub(now_ms(started)).max(1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
     }
 }
 

@@ -6,12 +6,25 @@
 //! | `overhead` | an MLR epoch on harp (1 worker, 1 server, 1 executor, 1 thread) against a plain single-threaded loop of the same kernel, data and batch |
 //! | `overpartition` | 16 executors per worker against 1 (1 worker, 1 thread) |
 //! | `speedup` | 2 workers on 2 threads against 1 worker on 1 thread |
+//! | `transport-bulk` | parameter rows to another process through harp's `Link::send_bulk` against raw quinn on one stream (TCP loopback beside) |
+//! | `transport-rtt` | a small `Get` answered with `Rows` between two processes through harp's `Link` against raw quinn request/response |
+//! | `mlr-processes` | an MLR epoch with 2 `harp node` processes (`harp run mlr --processes 3`) against the same workers in one process |
+//!
+//! `all` runs the first three; `transport` runs the last three. The transport benchmarks
+//! start their second process by running this executable again (`transport-peer`, hidden).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod bulk;
 mod measure;
+mod peer;
 mod plain;
+mod processes;
+mod rtt;
+mod via_harp;
+mod via_quinn;
+mod via_tcp;
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
@@ -25,7 +38,19 @@ enum Bench {
     Overhead,
     Overpartition,
     Speedup,
+    /// overhead, overpartition and speedup.
     All,
+    /// Parameter rows to another process: harp's Link against raw quinn (and TCP).
+    TransportBulk,
+    /// A small Get's round trip to another process: harp's Link against raw quinn.
+    TransportRtt,
+    /// An MLR epoch with 2 node processes against 2 workers in one process (runs `harp`).
+    MlrProcesses,
+    /// transport-bulk, transport-rtt and mlr-processes.
+    Transport,
+    /// The second process of the transport benchmarks (started by them).
+    #[value(hide = true)]
+    TransportPeer,
 }
 
 #[derive(Parser, Debug)]
@@ -60,6 +85,41 @@ pub(crate) struct Args {
     /// SSP staleness of the harp runs.
     #[arg(long, default_value_t = 1)]
     staleness: u32,
+
+    /// transport-bulk: parameter rows per transfer.
+    #[arg(long, default_value_t = 32, help_heading = "Transport")]
+    rows: usize,
+    /// transport-bulk: f32 values per row (default: 1 MiB rows, 32 MiB per transfer).
+    #[arg(long, default_value_t = 262_144, help_heading = "Transport")]
+    row_values: usize,
+    /// transport-bulk: transfers per path per round.
+    #[arg(long, default_value_t = 4, help_heading = "Transport")]
+    transfers: usize,
+    /// transport-rtt: requests per path per round.
+    #[arg(long, default_value_t = 10_000, help_heading = "Transport")]
+    requests: usize,
+    /// transport-rtt: f32 values of the row each answer carries.
+    #[arg(long, default_value_t = 16, help_heading = "Transport")]
+    reply_values: usize,
+    /// mlr-processes: epochs per run.
+    #[arg(long, default_value_t = 10, help_heading = "MLR across processes")]
+    epochs: u32,
+    /// mlr-processes: runtime threads of each process.
+    #[arg(long, default_value_t = 2, help_heading = "MLR across processes")]
+    threads: usize,
+    /// mlr-processes: the dataset (`harp run mlr --data`); default the built-in mnist10k.
+    #[arg(long, help_heading = "MLR across processes")]
+    mlr_data: Option<String>,
+
+    /// transport-peer: what to serve.
+    #[arg(long, value_enum, hide = true)]
+    mode: Option<peer::PeerMode>,
+    /// transport-peer: the job's certificate authority.
+    #[arg(long, hide = true)]
+    credentials: Option<std::path::PathBuf>,
+    /// transport-peer: harp's frame limit.
+    #[arg(long, hide = true)]
+    frame_bytes_max: Option<usize>,
 }
 
 struct Workload {
@@ -102,6 +162,16 @@ fn workloads(args: &Args) -> Result<Vec<Workload>> {
 
 fn emit(value: serde_json::Value) {
     println!("{value}");
+}
+
+/// `x` rounded to `digits` decimals (for readable JSON).
+fn round_to(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+fn rounded(xs: &[f64], digits: i32) -> Vec<f64> {
+    xs.iter().map(|&x| round_to(x, digits)).collect()
 }
 
 /// Runs `reference` and `candidate` back to back `rounds` times; returns the median epoch
@@ -200,10 +270,33 @@ fn speedup(w: &Workload, args: &Args) -> Result<()> {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.bench == Bench::TransportPeer {
+        // Its stdout is the protocol with the parent: nothing else goes there.
+        return peer::main(&args);
+    }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     emit(json!({"bench": "machine", "cores": cores}));
+    let transport = args.bench == Bench::Transport;
+    if transport || args.bench == Bench::TransportBulk {
+        bulk::run(&args)?;
+    }
+    if transport || args.bench == Bench::TransportRtt {
+        rtt::run(&args)?;
+    }
+    if transport || args.bench == Bench::MlrProcesses {
+        processes::run(&args)?;
+    }
+    let in_process = [
+        Bench::Overhead,
+        Bench::Overpartition,
+        Bench::Speedup,
+        Bench::All,
+    ];
+    if !in_process.contains(&args.bench) {
+        return Ok(());
+    }
     for w in workloads(&args)? {
         if matches!(args.bench, Bench::Overhead | Bench::All) {
             overhead(&w, &args)?;

@@ -97,8 +97,51 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Starts a throwaway etcd (or `None` when it is not installed and this is not CI).
+fn etcd() -> Option<(
+    tokio::runtime::Runtime,
+    harp_membership::test_server::EtcdServer,
+)> {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(harp_membership::test_server::EtcdServer::start())?;
+    Some((runtime, server))
+}
+
+#[test]
+fn counter_with_membership_in_etcd_is_exact() {
+    let Some((_rt, etcd)) = etcd() else { return };
+    let (_dir, metrics) = temp_file("counter.jsonl");
+    let out = run_process(
+        &harp(),
+        [
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "20000",
+            "--etcd",
+            &etcd.endpoint,
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", out.describe());
+    assert_eq!(read_json_lines(&metrics)[0]["exact"], true);
+}
+
 #[test]
 fn a_node_killed_with_sigkill_is_reported_and_the_master_exits_non_zero() {
+    killed_node_is_reported(&[]);
+}
+
+#[test]
+fn with_etcd_a_node_killed_with_sigkill_is_reported_and_the_master_exits_non_zero() {
+    let Some((_rt, etcd)) = etcd() else { return };
+    killed_node_is_reported(&["--etcd", &etcd.endpoint]);
+}
+
+fn killed_node_is_reported(extra: &[&str]) {
     let master = Command::new(harp())
         .args([
             "run",
@@ -110,6 +153,7 @@ fn a_node_killed_with_sigkill_is_reported_and_the_master_exits_non_zero() {
             "--lease-timeout-ms",
             "2000",
         ])
+        .args(extra)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

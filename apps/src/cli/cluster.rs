@@ -36,6 +36,11 @@ pub struct ClusterArgs {
     /// fresh one per job.
     #[arg(long)]
     pub credentials: Option<std::path::PathBuf>,
+    /// Also track membership in etcd (`http://HOST:PORT`): nodes register under
+    /// /harp/jobs/<job>/members/ with a lease; the master watches (needs a build with the
+    /// `etcd` feature).
+    #[arg(long)]
+    pub etcd: Option<String>,
     /// A node not heard from for this long is declared dead.
     #[arg(long, default_value_t = 3_000)]
     pub lease_timeout_ms: u64,

@@ -46,7 +46,8 @@ pub fn execute<A: App>(
     let spawn_children = cluster.processes.is_some();
     let mut children: Vec<Child> = Vec::new();
     let mut spawn_error = None;
-    let result = runtime.block_on(harp::run_job_across(app, &creds, &options, |addr| {
+    let failures = watch_etcd(&runtime, cluster, &creds)?;
+    let result = runtime.block_on(harp::run_job_across_watched(app, &creds, &options, |addr| {
         if spawn_children {
             for _ in 0..nodes {
                 match spawn_node(addr, &creds_dir) {
@@ -62,7 +63,7 @@ pub fn execute<A: App>(
                 creds_dir.display()
             );
         }
-    }));
+    }, failures));
     reap(children);
     if own_dir {
         let _ = std::fs::remove_dir_all(&creds_dir);
@@ -117,7 +118,73 @@ fn unique_temp_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// `harp node`: joins the master at `join` and runs `app` there until the job ends.
+/// The etcd key prefix of a job: its id in hex.
+#[cfg(feature = "etcd")]
+fn etcd_job(creds: &JobCredentials) -> String {
+    harp::remote::job_id(creds)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// With `--etcd`, watches the job's members in etcd and forwards each death to the master.
+#[cfg(feature = "etcd")]
+fn watch_etcd(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &ClusterArgs,
+    creds: &JobCredentials,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
+    use harp_membership::{
+        EtcdMembership, EtcdOptions, MembershipBackend, MembershipConfig, MembershipEvent,
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let Some(endpoint) = &cluster.etcd else {
+        return Ok(rx);
+    };
+    let config = MembershipConfig::with_lease_timeout_ms(cluster.lease_timeout_ms);
+    let backend = runtime
+        .block_on(EtcdMembership::connect(
+            endpoint,
+            &etcd_job(creds),
+            config,
+            EtcdOptions::default(),
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+    let mut watch = runtime
+        .block_on(backend.watch())
+        .map_err(|e| anyhow!("{e}"))?;
+    runtime.spawn(async move {
+        let _backend = backend;
+        loop {
+            match watch.next().await {
+                Ok(MembershipEvent::Died { node, .. }) => {
+                    let _ = tx.send((node.0, "its etcd lease expired".to_string()));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the etcd membership watch ended");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+#[cfg(not(feature = "etcd"))]
+fn watch_etcd(
+    _runtime: &tokio::runtime::Runtime,
+    cluster: &ClusterArgs,
+    _creds: &JobCredentials,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
+    if cluster.etcd.is_some() {
+        bail!("this harp was built without etcd support: build it with `--features etcd` (needs protoc; see scripts/install-test-deps.sh)");
+    }
+    Ok(tokio::sync::mpsc::unbounded_channel().1)
+}
+
+/// `harp node`: joins the master at `join` and runs `app` there until the job ends; with
+/// `--etcd`, holds a lease in etcd while it runs.
 pub fn run_node<A: App>(
     app: Arc<A>,
     join: SocketAddr,
@@ -127,8 +194,66 @@ pub fn run_node<A: App>(
 ) -> Result<()> {
     let creds = JobCredentials::load(credentials).map_err(|e| anyhow!("{e}"))?;
     let runtime = cluster.runtime()?;
-    runtime
-        .block_on(harp::run_node(app, &creds, join, bind))
+    runtime.block_on(node_with_membership(app, &creds, join, bind, cluster))
+}
+
+#[cfg(feature = "etcd")]
+async fn node_with_membership<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    join: SocketAddr,
+    bind: IpAddr,
+    cluster: &ClusterArgs,
+) -> Result<()> {
+    use harp_membership::{
+        EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
+        NodeRoles,
+    };
+    let Some(endpoint) = &cluster.etcd else {
+        return harp::run_node(app, creds, join, bind)
+            .await
+            .map_err(|e| anyhow!("node: {e}"));
+    };
+    let config = MembershipConfig::with_lease_timeout_ms(cluster.lease_timeout_ms);
+    let backend =
+        EtcdMembership::connect(endpoint, &etcd_job(creds), config, EtcdOptions::default())
+            .await
+            .map_err(|e| anyhow!("node: {e}"))?;
+    let (id_tx, id_rx) = tokio::sync::oneshot::channel::<u32>();
+    let registration = tokio::spawn(async move {
+        let id = id_rx.await.map_err(|_| anyhow!("node: never joined"))?;
+        let info = MemberInfo::new(format!("node-{id}"), NodeRoles::BOTH);
+        let lease = backend
+            .register(NodeId(id), info)
+            .await
+            .map_err(|e| anyhow!("node: {e}"))?;
+        Ok::<_, anyhow::Error>((backend, lease))
+    });
+    let result = harp::run_node_with(app, creds, join, bind, move |id| {
+        let _ = id_tx.send(id);
+    })
+    .await;
+    if let Ok(Ok((_backend, lease))) = registration.await {
+        if result.is_ok() {
+            let _ = lease.leave().await;
+        }
+    }
+    result.map_err(|e| anyhow!("node: {e}"))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn node_with_membership<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    join: SocketAddr,
+    bind: IpAddr,
+    cluster: &ClusterArgs,
+) -> Result<()> {
+    if cluster.etcd.is_some() {
+        bail!("this harp was built without etcd support: build it with `--features etcd`");
+    }
+    harp::run_node(app, creds, join, bind)
+        .await
         .map_err(|e| anyhow!("node: {e}"))
 }
 

@@ -33,5 +33,7 @@ pub use harp_net::JobCredentials;
 pub use job::{run_job, JobConfig, JobOutcome, JobStats, ParamDump};
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};
-pub use remote::{run_job_across, run_node, ClusterOptions};
+pub use remote::{
+    run_job_across, run_job_across_watched, run_node, run_node_with, ClusterOptions, NodeFailure,
+};
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -23,6 +23,8 @@ mod etcd;
 mod lease;
 mod watch;
 
+pub mod test_server;
+
 pub use embedded::EmbeddedMembership;
 pub use error::MembershipBackendError;
 pub use etcd::{EtcdMembership, EtcdOptions};

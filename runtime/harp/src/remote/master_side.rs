@@ -70,6 +70,10 @@ fn transport(lease_timeout_ms: u64) -> TransportConfig {
     }
 }
 
+/// A node failure reported by an outside membership service (e.g. etcd): the node's id and
+/// what the service saw.
+pub type NodeFailure = (u32, String);
+
 /// Runs `app` with its master here and `options.nodes` node processes (started elsewhere,
 /// e.g. `harp node --join ADDR`). `listening` is called with the bound address once the
 /// master accepts nodes.
@@ -78,6 +82,19 @@ pub async fn run_job_across<A: App>(
     creds: &JobCredentials,
     options: &ClusterOptions,
     listening: impl FnOnce(SocketAddr),
+) -> Result<JobOutcome<A>, HarpError> {
+    let (_keep, failures) = mpsc::unbounded_channel();
+    run_job_across_watched(app, creds, options, listening, failures).await
+}
+
+/// [`run_job_across`], also ending the job when an outside membership service reports a node
+/// failure on `failures`.
+pub async fn run_job_across_watched<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
+    mut failures: mpsc::UnboundedReceiver<NodeFailure>,
 ) -> Result<JobOutcome<A>, HarpError> {
     if options.nodes == 0 || options.executors_per_worker == 0 || options.shards_per_server == 0 {
         return Err(HarpError::InvalidConfig(
@@ -201,6 +218,17 @@ pub async fn run_job_across<A: App>(
             started,
         ));
         replies.push(pending);
+    }
+    {
+        let (master, holdings) = (master.clone(), holdings.clone());
+        tokio::spawn(async move {
+            if let Some((node, seen)) = failures.recv().await {
+                let held = holdings.get(&node).cloned().unwrap_or_default();
+                let detail = format!("{seen}; it held {held}");
+                let _ =
+                    master.send_message(MasterMsg::Failed(HarpError::NodeDied { node, detail }));
+            }
+        });
     }
     tokio::spawn(watch_leases::<A>(
         membership,

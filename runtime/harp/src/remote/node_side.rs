@@ -49,6 +49,18 @@ pub async fn run_node<A: App>(
     join: SocketAddr,
     bind: IpAddr,
 ) -> Result<(), HarpError> {
+    run_node_with(app, creds, join, bind, |_| {}).await
+}
+
+/// [`run_node`], calling `joined` with the node id the master assigned (e.g. to register the
+/// node with an outside membership service).
+pub async fn run_node_with<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    join: SocketAddr,
+    bind: IpAddr,
+    joined: impl FnOnce(u32),
+) -> Result<(), HarpError> {
     let job = job_id(creds);
     let identity = creds.issue_node()?;
     let endpoint = NetEndpoint::bind(
@@ -94,6 +106,7 @@ pub async fn run_node<A: App>(
         )));
     }
     let me = welcome.assigned_node_id;
+    joined(me);
     let assignment = match next_message(&mut from_master, "an assignment").await? {
         Message::Assign(a) => a,
         other => {

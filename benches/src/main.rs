@@ -102,14 +102,23 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 16, help_heading = "Transport")]
     reply_values: usize,
     /// mlr-processes: epochs per run.
-    #[arg(long, default_value_t = 10, help_heading = "MLR across processes")]
+    #[arg(long, default_value_t = 8, help_heading = "MLR across processes")]
     epochs: u32,
     /// mlr-processes: runtime threads of each process.
     #[arg(long, default_value_t = 2, help_heading = "MLR across processes")]
     threads: usize,
-    /// mlr-processes: the dataset (`harp run mlr --data`); default the built-in mnist10k.
-    #[arg(long, help_heading = "MLR across processes")]
-    mlr_data: Option<String>,
+    /// mlr-processes: the dataset (`harp run mlr --data`; `default` is the built-in
+    /// mnist10k). Default: the synthetic benchmark dataset of the overhead benchmark.
+    #[arg(
+        long,
+        default_value = "synthetic:200000,1000,100",
+        help_heading = "MLR across processes"
+    )]
+    mlr_data: String,
+    /// mlr-processes: executors per worker (Litz over-partitioning: the executors of one
+    /// node share each fetch and each flush).
+    #[arg(long, default_value_t = 32, help_heading = "MLR across processes")]
+    mlr_executors_per_worker: u32,
 
     /// transport-peer: what to serve.
     #[arg(long, value_enum, hide = true)]

@@ -26,16 +26,15 @@ const RTT_MESSAGE_MAX: usize = 1 << 20;
 
 /// quinn's transport settings as harp's `NetEndpoint` sets them.
 fn transport() -> Result<Arc<quinn::TransportConfig>> {
-    let harp = TransportConfig::default();
-    let idle = quinn::IdleTimeout::try_from(Duration::from_millis(harp.idle_timeout_ms))
-        .context("idle timeout")?;
-    let mut t = quinn::TransportConfig::default();
-    t.max_idle_timeout(Some(idle));
-    t.keep_alive_interval(Some(Duration::from_millis(harp.keep_alive_ms)));
-    t.stream_receive_window(quinn::VarInt::from_u32(64 << 20));
-    t.receive_window(quinn::VarInt::from_u32(256 << 20));
-    t.send_window(256 << 20);
-    Ok(Arc::new(t))
+    Ok(TransportConfig::default().quinn_transport()?)
+}
+
+/// A UDP endpoint on a socket bound as harp binds its own (the same socket buffers).
+fn endpoint(bind: SocketAddr, server: Option<quinn::ServerConfig>) -> Result<Endpoint> {
+    let socket = harp_net::bind_udp(bind).with_context(|| format!("cannot bind {bind}"))?;
+    let runtime = quinn::default_runtime().ok_or_else(|| anyhow!("no async runtime"))?;
+    Endpoint::new(Default::default(), server, socket, runtime)
+        .with_context(|| format!("cannot bind {bind}"))
 }
 
 fn server_endpoint(
@@ -46,7 +45,7 @@ fn server_endpoint(
     let tls = QuicServerConfig::try_from(harp_net::tls::server_config(creds, identity)?)?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(tls));
     server.transport_config(transport()?);
-    Endpoint::server(server, bind).with_context(|| format!("cannot listen on {bind}"))
+    endpoint(bind, Some(server))
 }
 
 async fn connect(creds: &JobCredentials, peer: SocketAddr) -> Result<(Endpoint, Connection)> {
@@ -54,8 +53,7 @@ async fn connect(creds: &JobCredentials, peer: SocketAddr) -> Result<(Endpoint, 
     let tls = QuicClientConfig::try_from(harp_net::tls::client_config(creds, &identity)?)?;
     let mut client = quinn::ClientConfig::new(Arc::new(tls));
     client.transport_config(transport()?);
-    let mut endpoint = Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .context("cannot bind a client endpoint")?;
+    let mut endpoint = endpoint(SocketAddr::from(([127, 0, 0, 1], 0)), None)?;
     endpoint.set_default_client_config(client);
     let connecting = endpoint.connect(peer, NODE_NAME)?;
     let conn = tokio::time::timeout(Duration::from_secs(10), connecting)

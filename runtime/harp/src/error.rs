@@ -42,6 +42,12 @@ pub enum HarpError {
     ServerUnreachable(ServerId),
     #[error("{0} is unreachable")]
     WorkerUnreachable(WorkerId),
+    #[error("{server} did not answer a {request} within {after_ms} ms")]
+    RequestTimedOut {
+        server: ServerId,
+        request: &'static str,
+        after_ms: u64,
+    },
     #[error("the master is unreachable")]
     MasterUnreachable,
     #[error("{task} on {executor} failed: {source}")]

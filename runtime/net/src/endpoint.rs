@@ -32,7 +32,9 @@ impl Default for TransportConfig {
 }
 
 impl TransportConfig {
-    fn quic(&self) -> Result<Arc<quinn::TransportConfig>, NetError> {
+    /// quinn's transport settings for these deadlines and limits (also used by the
+    /// benchmarks' raw-quinn reference, so both run with the same settings).
+    pub fn quinn_transport(&self) -> Result<Arc<quinn::TransportConfig>, NetError> {
         if self.keep_alive_ms == 0 || self.keep_alive_ms >= self.idle_timeout_ms {
             return Err(NetError::Tls(format!(
                 "keep-alive ({} ms) must be shorter than the idle timeout ({} ms)",
@@ -50,6 +52,22 @@ impl TransportConfig {
         t.send_window(256 << 20);
         Ok(Arc::new(t))
     }
+}
+
+/// Socket buffers asked of the kernel (it caps them at `net.core.[rw]mem_max`): bulk
+/// transfers arrive faster than one wake-up drains the default ~200 KiB, and a dropped
+/// datagram halves QUIC's congestion window.
+const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+
+/// Binds a UDP socket for a QUIC endpoint with large send and receive buffers.
+pub fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    // Best effort: a smaller buffer than asked is still a working socket.
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
 }
 
 /// A bound endpoint that accepts and opens connections to nodes of one job. Clones share
@@ -91,7 +109,7 @@ impl NetEndpoint {
         identity: &NodeIdentity,
         config: TransportConfig,
     ) -> Result<Self, NetError> {
-        let transport = config.quic()?;
+        let transport = config.quinn_transport()?;
         let server_tls = QuicServerConfig::try_from(tls::server_config(creds, identity)?)
             .map_err(|e| NetError::Tls(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_tls));
@@ -100,10 +118,15 @@ impl NetEndpoint {
             .map_err(|e| NetError::Tls(e.to_string()))?;
         let mut client = quinn::ClientConfig::new(Arc::new(client_tls));
         client.transport_config(transport);
-        let mut endpoint = quinn::Endpoint::server(server, addr).map_err(|e| NetError::Bind {
+        let bind_error = |e: std::io::Error| NetError::Bind {
             addr,
             message: e.to_string(),
-        })?;
+        };
+        let socket = bind_udp(addr).map_err(bind_error)?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| bind_error(std::io::Error::other("no async runtime found")))?;
+        let mut endpoint = quinn::Endpoint::new(Default::default(), Some(server), socket, runtime)
+            .map_err(bind_error)?;
         endpoint.set_default_client_config(client);
         Ok(Self { endpoint, config })
     }

@@ -19,6 +19,6 @@ pub mod link;
 pub mod tls;
 
 pub use credentials::{JobCredentials, NodeIdentity};
-pub use endpoint::{NetEndpoint, PeerConnection, TransportConfig};
+pub use endpoint::{bind_udp, NetEndpoint, PeerConnection, TransportConfig};
 pub use error::NetError;
 pub use link::{Incoming, Link};

@@ -17,21 +17,35 @@ use harp_core::{cached_value_usable, should_replace_cached, ParamKey, RowData, S
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Why a fetch failed (cloneable, so every waiter of a shared fetch gets it).
 #[derive(Clone, Debug)]
 pub(crate) struct FetchFailed {
     server: ServerId,
-    message: String,
+    why: FetchFailure,
+}
+
+#[derive(Clone, Debug)]
+enum FetchFailure {
+    Unreachable,
+    Refused(String),
+    TimedOut(Duration),
 }
 
 impl From<FetchFailed> for HarpError {
     fn from(f: FetchFailed) -> Self {
-        if f.message.is_empty() {
-            HarpError::ServerUnreachable(f.server)
-        } else {
-            HarpError::InvalidConfig(format!("{} refused a read: {}", f.server, f.message))
+        match f.why {
+            FetchFailure::Unreachable => HarpError::ServerUnreachable(f.server),
+            FetchFailure::Refused(message) => {
+                HarpError::InvalidConfig(format!("{} refused a read: {message}", f.server))
+            }
+            FetchFailure::TimedOut(after) => HarpError::RequestTimedOut {
+                server: f.server,
+                request: "read",
+                after_ms: after.as_millis() as u64,
+            },
         }
     }
 }
@@ -74,6 +88,7 @@ impl ParamCache {
         version: Version,
         routing: &RwLock<Routing>,
         counters: &NodeCounters,
+        deadline: Duration,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
         let mut slots: Vec<Option<Slot>> = Vec::with_capacity(keys.len());
         let mut missing: BTreeMap<ServerId, Vec<usize>> = BTreeMap::new();
@@ -100,7 +115,8 @@ impl ParamCache {
             }
             for (server, idxs) in &missing {
                 let fetch_keys: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
-                let fetch = self.start_fetch(*server, fetch_keys.clone(), version, &routing);
+                let fetch =
+                    self.start_fetch(*server, fetch_keys.clone(), version, &routing, deadline);
                 let fetch_id = self.next_fetch_id.fetch_add(1, Ordering::Relaxed);
                 for (j, &i) in idxs.iter().enumerate() {
                     let pending = PendingFetch {
@@ -133,7 +149,12 @@ impl ParamCache {
             match slot {
                 Some(Slot::Ready(row)) => out.push(row),
                 Some(Slot::Wait(fetch, index)) => {
-                    let rows = fetch.await.map_err(HarpError::from)?;
+                    let rows = fetch.await.map_err(|f| {
+                        if matches!(f.why, FetchFailure::TimedOut(_)) {
+                            NodeCounters::add(&counters.requests_timed_out, 1);
+                        }
+                        HarpError::from(f)
+                    })?;
                     match rows.get(index) {
                         Some(row) => out.push(row.clone()),
                         None => {
@@ -158,6 +179,7 @@ impl ParamCache {
         keys: Vec<ParamKey>,
         version: Version,
         routing: &Routing,
+        deadline: Duration,
     ) -> SharedFetch {
         let (tx, rx) = oneshot::channel();
         let sent = match routing.servers.get(&server) {
@@ -171,22 +193,15 @@ impl ParamCache {
         };
         let entries = self.entries.clone();
         async move {
-            let unreachable = || FetchFailed {
-                server,
-                message: String::new(),
-            };
+            let failed = |why| FetchFailed { server, why };
             if !sent {
-                return Err(unreachable());
+                return Err(failed(FetchFailure::Unreachable));
             }
-            let rows = match rx.await {
-                Ok(Ok(rows)) => rows,
-                Ok(Err(e)) => {
-                    return Err(FetchFailed {
-                        server,
-                        message: e.to_string(),
-                    })
-                }
-                Err(_) => return Err(unreachable()),
+            let rows = match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(Ok(rows))) => rows,
+                Ok(Ok(Err(e))) => return Err(failed(FetchFailure::Refused(e.to_string()))),
+                Ok(Err(_)) => return Err(failed(FetchFailure::Unreachable)),
+                Err(_) => return Err(failed(FetchFailure::TimedOut(deadline))),
             };
             for (key, row) in keys.iter().zip(&rows) {
                 let fresh = CachedRow {

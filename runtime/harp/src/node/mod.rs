@@ -20,7 +20,13 @@ use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Versi
 use stats::NodeCounters;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How long a read or a flush waits for a server's answer before the task fails with
+/// [`HarpError::RequestTimedOut`]. Servers answer at once (they never wait on versions), so
+/// only a stuck or overloaded peer runs into it; a dead one is noticed sooner by its lease.
+pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Everything a micro-task on this node touches when it reads or updates parameters.
 pub(crate) struct ParamStore {
@@ -29,6 +35,7 @@ pub(crate) struct ParamStore {
     log: DashMap<ShardId, UpdateLog>,
     routing: RwLock<Routing>,
     num_shards: u32,
+    request_deadline: Duration,
     pub(crate) counters: NodeCounters,
 }
 
@@ -41,8 +48,16 @@ impl ParamStore {
             log: DashMap::new(),
             routing: RwLock::new(routing),
             num_shards,
+            request_deadline: DEFAULT_REQUEST_DEADLINE,
             counters: NodeCounters::default(),
         }
+    }
+
+    /// The same store with another deadline for server requests.
+    #[cfg(test)]
+    pub(crate) fn with_request_deadline(mut self, deadline: Duration) -> Self {
+        self.request_deadline = deadline;
+        self
     }
 
     /// Rows valid for a task of `version` (from the cache or fetched).
@@ -52,7 +67,13 @@ impl ParamStore {
         version: Version,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
         self.cache
-            .read(keys, version, &self.routing, &self.counters)
+            .read(
+                keys,
+                version,
+                &self.routing,
+                &self.counters,
+                self.request_deadline,
+            )
             .await
     }
 
@@ -108,14 +129,24 @@ impl ParamStore {
                 replies.push((server, rx));
             }
         }
+        // One deadline for the whole flush: the replies arrive in parallel.
+        let deadline = tokio::time::Instant::now() + self.request_deadline;
         for (server, rx) in replies {
-            match rx.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
+            match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
                     return Err(e);
                 }
-                Err(_) => return Err(HarpError::ServerUnreachable(server)),
+                Ok(Err(_)) => return Err(HarpError::ServerUnreachable(server)),
+                Err(_) => {
+                    NodeCounters::add(&self.counters.requests_timed_out, 1);
+                    return Err(HarpError::RequestTimedOut {
+                        server,
+                        request: "flush",
+                        after_ms: self.request_deadline.as_millis() as u64,
+                    });
+                }
             }
         }
         NodeCounters::add(&self.counters.flushes, 1);
@@ -140,5 +171,98 @@ impl ParamStore {
             .iter()
             .map(|(id, a)| (*id, a.clone()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{Init, UpdateRule};
+    use harp_core::ShardMap;
+    use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+    /// A server that takes every request and never answers (a live but stuck peer).
+    struct SilentServer;
+
+    impl Actor for SilentServer {
+        type Msg = ServerMsg;
+        type State = Vec<ServerMsg>;
+        type Arguments = ();
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            _: (),
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(Vec::new())
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            msg: ServerMsg,
+            held: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            held.push(msg); // keeps the reply senders alive, so no one sees a hang-up
+            Ok(())
+        }
+    }
+
+    async fn store_with_silent_server() -> (ParamStore, ParamKey) {
+        let mut tables = TableSet::new();
+        let table = tables
+            .dense_f32("w", 4, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let (server, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+        let id = ServerId(0);
+        let routing = Routing {
+            shard_map: ShardMap::round_robin(4, &[id]).unwrap(),
+            servers: [(id, server)].into_iter().collect(),
+        };
+        let store = ParamStore::new(Arc::new(tables), routing)
+            .with_request_deadline(Duration::from_millis(100));
+        (store, ParamKey::new(table.id(), 0))
+    }
+
+    #[tokio::test]
+    async fn a_read_from_a_stuck_server_fails_at_the_deadline() {
+        let (store, key) = store_with_silent_server().await;
+        let started = std::time::Instant::now();
+        let err = store.read(&[key], Version(1)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HarpError::RequestTimedOut {
+                    request: "read",
+                    after_ms: 100,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(store.stats().requests_timed_out, 1);
+        assert!(err
+            .to_string()
+            .contains("did not answer a read within 100 ms"));
+    }
+
+    #[tokio::test]
+    async fn a_flush_to_a_stuck_server_fails_at_the_deadline() {
+        let (store, key) = store_with_silent_server().await;
+        store.record(key, RowData::F32(vec![1.0; 4])).unwrap();
+        let err = store.apply(store.drain_log()).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HarpError::RequestTimedOut {
+                    request: "flush",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(store.stats().requests_timed_out, 1);
+        assert_eq!(store.stats().flushes, 0);
     }
 }

@@ -13,6 +13,7 @@ pub(crate) struct NodeCounters {
     pub updates_rejected: AtomicU64,
     pub flushes: AtomicU64,
     pub rows_flushed: AtomicU64,
+    pub requests_timed_out: AtomicU64,
 }
 
 /// A snapshot of a node's counters.
@@ -34,6 +35,8 @@ pub struct NodeStats {
     pub flushes: u64,
     /// Aggregated rows sent by flushes.
     pub rows_flushed: u64,
+    /// Reads and flushes a server did not answer within the request deadline.
+    pub requests_timed_out: u64,
 }
 
 impl NodeCounters {
@@ -52,6 +55,7 @@ impl NodeCounters {
             updates_rejected: r(&self.updates_rejected),
             flushes: r(&self.flushes),
             rows_flushed: r(&self.rows_flushed),
+            requests_timed_out: r(&self.requests_timed_out),
         }
     }
 }

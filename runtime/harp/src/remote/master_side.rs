@@ -472,6 +472,9 @@ async fn watch_leases<A: App>(
     }
 }
 
+/// How long the master waits for one node's final parameter dump (a whole server's rows).
+const DUMP_DEADLINE: Duration = Duration::from_secs(60);
+
 async fn dump_params(
     nodes: &[JoinedNode],
     replies: &[Arc<PendingReplies>],
@@ -484,10 +487,22 @@ async fn dump_params(
             request_id,
             server: node.id,
         })?;
-        let rows = rx.await.map_err(|_| HarpError::NodeDied {
-            node: node.id,
-            detail: "it went away during the final dump".into(),
-        })?;
+        let rows = match tokio::time::timeout(DUMP_DEADLINE, rx).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(_)) => {
+                return Err(HarpError::NodeDied {
+                    node: node.id,
+                    detail: "it went away during the final dump".into(),
+                })
+            }
+            Err(_) => {
+                return Err(HarpError::Remote(format!(
+                    "node {} did not send its parameters within {} s",
+                    node.id,
+                    DUMP_DEADLINE.as_secs()
+                )))
+            }
+        };
         dump.rows.extend(rows);
     }
     Ok(dump)

@@ -175,6 +175,14 @@ pub async fn run_node_with<A: App>(
     )
     .await;
     heartbeat.abort();
+    let wire = counters.snapshot();
+    tracing::info!(
+        node = me,
+        frames_decoded = wire.frames_decoded,
+        payload_bytes = wire.payload_bytes_decoded,
+        frames_by_kind = ?wire.frames_by_kind,
+        "node done"
+    );
     worker.stop(None);
     for server in servers.values() {
         server.stop(None);

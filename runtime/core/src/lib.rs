@@ -15,6 +15,7 @@
 //! | [`ssp`] | stale-synchronous dispatch: which iterations a driver may start |
 //! | [`placement`] | the executor→worker and shard→server maps, and key→shard hashing |
 //! | [`membership`] | the master's member table: joins, lease renewal by heartbeat, leaves, deaths by lease expiry |
+//! | [`rebalance`] | re-balancing plans: which executors and shards move where when nodes join or leave (Litz §4.4) |
 
 pub mod cache_rule;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod flush_book;
 pub mod ids;
 pub mod membership;
 pub mod placement;
+pub mod rebalance;
 pub mod rows;
 pub mod ssp;
 pub mod update_log;
@@ -36,6 +38,10 @@ pub use membership::{
     MembershipView, NodeId, NodeRoles,
 };
 pub use placement::{shard_of, ExecutorMap, ShardMap};
+pub use rebalance::{
+    balance, plan_executors, plan_rebalance, plan_shards, BalanceError, Move, Placed,
+    RebalanceError, RebalanceInput, RebalancePlan,
+};
 pub use rows::{RowData, RowKind};
 pub use ssp::SspSchedule;
 pub use update_log::UpdateLog;

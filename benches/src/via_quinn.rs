@@ -92,10 +92,11 @@ impl QuinnBulkClient {
         })
     }
 
-    /// Sends `payload` on a stream of its own and waits for the peer's ack.
-    pub async fn bulk(&mut self, payload: &[u8]) -> Result<()> {
+    /// Sends `payload` on a stream of its own (handed to quinn without a copy) and waits
+    /// for the peer's ack.
+    pub async fn bulk(&mut self, payload: &bytes::Bytes) -> Result<()> {
         let mut stream = self.conn.open_uni().await?;
-        stream.write_all(payload).await?;
+        stream.write_chunk(payload.clone()).await?;
         stream.finish()?;
         let mut ack = [0u8; 8];
         tokio::time::timeout(REPLY_TIMEOUT, self.acks.read_exact(&mut ack))

@@ -118,7 +118,8 @@ impl Link {
             .open_uni()
             .await
             .map_err(|e| lost(addr, e))?;
-        stream.write_all(&frame).await.map_err(|e| lost(addr, e))?;
+        // Hands the encoded frame to quinn without another copy.
+        stream.write_chunk(frame).await.map_err(|e| lost(addr, e))?;
         stream.finish().map_err(|e| lost(addr, e))?;
         Ok(())
     }
@@ -145,7 +146,7 @@ async fn write_control(
     mut frames: mpsc::UnboundedReceiver<bytes::Bytes>,
 ) {
     while let Some(frame) = frames.recv().await {
-        if send.write_all(&frame).await.is_err() {
+        if send.write_chunk(frame).await.is_err() {
             return; // the reader side reports the lost connection
         }
     }

@@ -85,7 +85,7 @@ pub fn encode(message: &Message) -> Result<Bytes, WireError> {
 /// Encodes `message` as one frame, or refuses it with [`WireError::FrameTooLarge`] (without
 /// ever holding more than the limit) when its frame would exceed `limits`.
 pub fn encode_with(message: &Message, limits: &FrameLimits) -> Result<Bytes, WireError> {
-    let mut writer = FrameWriter::new(limits.payload_bytes_max());
+    let mut writer = FrameWriter::new(limits.payload_bytes_max(), message.payload_size_hint());
     rkyv::api::high::to_bytes_in::<_, rancor::Error>(message, &mut writer)
         .map_err(|e| WireError::Encode(e.to_string()))?;
     let frame_bytes = writer.payload_pos as u64 + 1;
@@ -135,8 +135,8 @@ struct FrameWriter {
 }
 
 impl FrameWriter {
-    fn new(payload_max: usize) -> Self {
-        let mut buf = Vec::with_capacity(FRAME_HEADER_BYTES + payload_max.min(256));
+    fn new(payload_max: usize, payload_hint: usize) -> Self {
+        let mut buf = Vec::with_capacity(FRAME_HEADER_BYTES + payload_max.min(payload_hint));
         buf.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
         Self {
             buf,
@@ -192,7 +192,8 @@ fn reserve_capped(buf: &mut Vec<u8>, additional: usize, cap_max: usize) {
 /// call [`finish`](Self::finish). Any error poisons the decoder: close the connection.
 ///
 /// Memory: the body buffer holds at most the current frame's declared payload and grows
-/// only as its bytes arrive. Bytes pushed past the end of a complete frame wait in a side
+/// only as its bytes arrive (at most eight times what arrived, never past the declared
+/// payload). Bytes pushed past the end of a complete frame wait in a side
 /// buffer until `next_frame` takes the frame, so a caller that drains after every push
 /// holds at most `frame_bytes_max + FRAME_HEADER_BYTES` between pushes.
 #[derive(Debug)]
@@ -404,9 +405,17 @@ impl FrameDecoder {
     fn grow_body(&mut self, additional: usize) {
         let needed = self.body.len() + additional;
         if needed > self.body.capacity() {
+            // Doubling keeps what an unfinished frame holds within twice what the peer sent;
+            // once an eighth of the frame is in, take the rest at once and skip the copies.
+            let whole = if needed >= self.body_len / 8 {
+                self.body_len
+            } else {
+                0
+            };
             let target = needed
                 .max(self.body.capacity().saturating_mul(2))
                 .max(GROW_MIN_BYTES)
+                .max(whole)
                 .min(self.body_len);
             self.body.reserve_exact(target - self.body.len());
         }

@@ -350,7 +350,50 @@ pub enum Message {
     JobEnded { ok: bool, message: String },
 }
 
+impl RowWire {
+    /// Values in the row.
+    pub fn len(&self) -> usize {
+        match self {
+            RowWire::F32(v) => v.len(),
+            RowWire::I64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of the row's values.
+    pub fn value_bytes(&self) -> usize {
+        match self {
+            RowWire::F32(v) => v.len() * 4,
+            RowWire::I64(v) => v.len() * 8,
+        }
+    }
+}
+
 impl Message {
+    /// About how many payload bytes this message encodes to: exact enough for the row
+    /// values that dominate large messages, so the encoder allocates once.
+    pub fn payload_size_hint(&self) -> usize {
+        const PER_ROW: usize = 32; // key, enum tag, relative pointer and length, padding
+        let keyed = |rows: &[(ParamKeyWire, RowWire)]| {
+            rows.iter()
+                .map(|(_, r)| r.value_bytes() + PER_ROW)
+                .sum::<usize>()
+        };
+        let body = match self {
+            Message::Rows {
+                rows: RowsResult::Ok(rows),
+                ..
+            } => rows.iter().map(|r| r.value_bytes() + PER_ROW).sum(),
+            Message::Apply { updates, .. } => keyed(updates),
+            Message::DumpRows { rows, .. } => keyed(rows),
+            _ => 0,
+        };
+        body + 256
+    }
+
     /// The kind byte written in this message's frame header.
     pub fn kind(&self) -> MessageKind {
         match self {
@@ -522,6 +565,59 @@ impl MessageKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_size_hint_covers_row_payloads_so_encoding_allocates_once() {
+        let rows = |n: usize, values: usize| -> Vec<(ParamKeyWire, RowWire)> {
+            (0..n)
+                .map(|r| {
+                    let key = ParamKeyWire {
+                        table: 1,
+                        row: r as u64,
+                    };
+                    let row = if r % 2 == 0 {
+                        RowWire::F32(vec![0.5; values])
+                    } else {
+                        RowWire::I64(vec![3; values])
+                    };
+                    (key, row)
+                })
+                .collect()
+        };
+        for (n, values) in [(1, 1), (3, 17), (40, 1000), (8, 65_536)] {
+            for message in [
+                Message::DumpRows {
+                    request_id: 7,
+                    rows: rows(n, values),
+                },
+                Message::Apply {
+                    request_id: 1,
+                    server: 0,
+                    node_id: 2,
+                    flush_id: 3,
+                    updates: rows(n, values),
+                },
+                Message::Rows {
+                    request_id: 9,
+                    rows: RowsResult::Ok(rows(n, values).into_iter().map(|(_, r)| r).collect()),
+                },
+            ] {
+                let frame = crate::encode(&message).unwrap();
+                let payload = frame.len() - crate::FRAME_HEADER_BYTES;
+                let hint = message.payload_size_hint();
+                assert!(
+                    hint >= payload,
+                    "{:?}: hint {hint} < {payload}",
+                    message.kind()
+                );
+                assert!(
+                    hint <= payload + payload / 4 + 512,
+                    "{:?}: hint {hint} far above {payload}",
+                    message.kind()
+                );
+            }
+        }
+    }
 
     #[test]
     fn kind_numbers_match_their_position() {

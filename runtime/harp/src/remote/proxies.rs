@@ -24,12 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 const BULK_VALUES_MIN: usize = 16 * 1024;
 
 fn row_values<'a>(rows: impl IntoIterator<Item = &'a RowWire>) -> usize {
-    rows.into_iter()
-        .map(|r| match r {
-            RowWire::F32(v) => v.len(),
-            RowWire::I64(v) => v.len(),
-        })
-        .sum()
+    rows.into_iter().map(RowWire::len).sum()
 }
 
 /// Sends `message` on the control stream when it is small, on a stream of its own otherwise.

@@ -130,6 +130,19 @@ pub(crate) async fn spawn<T: Actor>(
 
 /// Runs `app` to completion on an in-process cluster shaped by `config`.
 pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutcome<A>, HarpError> {
+    let (_, inbox) = crate::control::job_control();
+    run_job_controlled(app, config, inbox).await
+}
+
+/// Like [`run_job`], and carries out the scale commands of the [`JobControl`] that `control`
+/// belongs to while the job runs (executors and shards move; micro-tasks keep running).
+///
+/// [`JobControl`]: crate::JobControl
+pub async fn run_job_controlled<A: App>(
+    app: Arc<A>,
+    config: &JobConfig,
+    control: crate::control::ControlInbox,
+) -> Result<JobOutcome<A>, HarpError> {
     config.validate()?;
     let started = Instant::now();
     let tables = Arc::new(app.tables().clone());
@@ -146,7 +159,13 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
     }
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
     let shard_map = ShardMap::round_robin(config.servers * config.shards_per_server, &server_ids)?;
-    let store = Arc::new(ParamStore::new(tables, Routing { shard_map, servers }));
+    let store = Arc::new(ParamStore::new(
+        tables.clone(),
+        Routing {
+            shard_map: shard_map.clone(),
+            servers: servers.clone(),
+        },
+    ));
 
     let driver = match app.create_driver(&info) {
         Ok(d) => d,
@@ -204,10 +223,25 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
             }
         }
     }
+    let started_by_commands = Arc::new(Mutex::new(crate::control::Started::default()));
+    let control = tokio::spawn(crate::control::serve(
+        control,
+        crate::control::ControlContext {
+            node: node.clone(),
+            master: master.clone(),
+            tables,
+            workers: worker_ids.clone(),
+            servers: server_ids.clone(),
+            started: started_by_commands.clone(),
+        },
+    ));
     let started_ok = master
         .send_message(MasterMsg::Start {
             workers: workers.clone(),
             executors,
+            servers,
+            shards: shard_map,
+            stores: vec![store.clone()],
         })
         .is_ok();
     let end = if started_ok {
@@ -215,6 +249,15 @@ pub async fn run_job<A: App>(app: Arc<A>, config: &JobConfig) -> Result<JobOutco
     } else {
         Err(HarpError::MasterUnreachable)
     };
+    control.abort();
+    let added = std::mem::take(
+        &mut *started_by_commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    for w in &added.workers {
+        w.stop(None);
+    }
     let end = match end {
         Ok(end) => end,
         Err(e) => {

@@ -12,9 +12,11 @@
 //! ```
 //!
 //! [`run_job`] runs an app on an in-process cluster (ractor actors: one master, N workers,
-//! M servers).
+//! M servers); [`run_job_controlled`] does the same and takes scale commands from a
+//! [`JobControl`] while it runs.
 
 pub mod app;
+pub mod control;
 pub mod error;
 pub mod job;
 mod master;
@@ -26,11 +28,14 @@ pub mod table;
 mod worker;
 
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
+pub use control::{job_control, ControlInbox, JobControl};
 pub use error::{AppError, HarpError};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
+pub use harp_core::{ServerId, WorkerId};
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
-pub use job::{run_job, JobConfig, JobOutcome, JobStats, ParamDump};
+pub use job::{run_job, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};
+pub use master::ScaleReport;
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};
 pub use remote::{

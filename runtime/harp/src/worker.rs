@@ -6,6 +6,11 @@
 //! its update log (Litz §4.4: "flush when all micro-tasks on a worker are finished"); the
 //! flush book then releases the completions whose updates are applied, and those go to the
 //! master.
+//!
+//! Executors move between workers (Litz §4.4): [`WorkerMsg::Release`] lets the executor's
+//! running micro-task finish, takes its pending ones back out of its queue and hands the
+//! executor and those tasks to the master, which gives them to the new worker with
+//! [`WorkerMsg::Adopt`]. Other executors' tasks keep running meanwhile.
 
 use crate::app::{App, Completion, Executor};
 use crate::error::HarpError;
@@ -15,12 +20,12 @@ use crate::param_client::ParamClient;
 use futures::FutureExt;
 use harp_core::{ExecutorId, FlushBook, TaskId, Version, WorkerId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
+use tokio::sync::{oneshot, Notify};
 
 /// One dispatched micro-task on its way to an executor.
 pub(crate) struct TaskEnvelope<Args> {
@@ -33,6 +38,77 @@ pub(crate) struct TaskEnvelope<Args> {
 /// Messages a worker handles.
 pub(crate) enum WorkerMsg<A: App> {
     Run(Vec<TaskEnvelope<A::Args>>),
+    /// Give `executor` up once its running micro-task finished.
+    Release {
+        executor: ExecutorId,
+        reply: oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>,
+    },
+    /// Host an executor that moved here, with the micro-tasks it had not started.
+    Adopt {
+        executor: ExecutorId,
+        released: ReleasedExecutor<A>,
+    },
+}
+
+/// An executor on its way between workers, with the micro-tasks it had not started.
+pub(crate) struct ReleasedExecutor<A: App> {
+    pub executor: A::Executor,
+    pub pending: Vec<TaskEnvelope<A::Args>>,
+}
+
+/// One executor's queue, shared by the worker (which fills it) and the executor's loop.
+struct Inbox<A: App> {
+    queue: Mutex<InboxState<A>>,
+    wake: Notify,
+}
+
+struct InboxState<A: App> {
+    tasks: VecDeque<TaskEnvelope<A::Args>>,
+    release: Option<oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>>,
+    closed: bool,
+}
+
+impl<A: App> Inbox<A> {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            queue: Mutex::new(InboxState {
+                tasks: VecDeque::new(),
+                release: None,
+                closed: false,
+            }),
+            wake: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<A>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, task: TaskEnvelope<A::Args>) {
+        self.lock().tasks.push_back(task);
+        self.wake.notify_one();
+    }
+
+    fn ask_release(&self, reply: oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>) {
+        self.lock().release = Some(reply);
+        self.wake.notify_one();
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+    }
+}
+
+/// What an executor's loop does next.
+enum Next<A: App> {
+    Run(TaskEnvelope<A::Args>),
+    Release(
+        oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>,
+        Vec<TaskEnvelope<A::Args>>,
+    ),
+    Wait,
+    Stop,
 }
 
 /// What every worker of one node shares: the parameter plumbing, the flush book, the master.
@@ -95,8 +171,32 @@ pub(crate) struct WorkerArgs<A: App> {
 
 pub(crate) struct WorkerState<A: App> {
     id: WorkerId,
-    loops: HashMap<ExecutorId, mpsc::UnboundedSender<TaskEnvelope<A::Args>>>,
+    loops: HashMap<ExecutorId, Arc<Inbox<A>>>,
     running: Arc<AtomicUsize>,
+    node: Arc<NodeShared<A>>,
+}
+
+impl<A: App> WorkerState<A> {
+    fn start_loop(&mut self, id: ExecutorId, executor: A::Executor) -> Arc<Inbox<A>> {
+        let inbox = Inbox::new();
+        tokio::spawn(executor_loop::<A>(
+            id,
+            executor,
+            inbox.clone(),
+            self.node.clone(),
+            self.running.clone(),
+        ));
+        self.loops.insert(id, inbox.clone());
+        inbox
+    }
+}
+
+impl<A: App> Drop for WorkerState<A> {
+    fn drop(&mut self) {
+        for inbox in self.loops.values() {
+            inbox.close();
+        }
+    }
 }
 
 pub(crate) struct WorkerActor<A>(PhantomData<fn() -> A>);
@@ -117,24 +217,16 @@ impl<A: App> Actor for WorkerActor<A> {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let running = Arc::new(AtomicUsize::new(0));
-        let mut loops = HashMap::new();
-        for (id, executor) in args.executors {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(executor_loop::<A>(
-                id,
-                executor,
-                rx,
-                args.node.clone(),
-                running.clone(),
-            ));
-            loops.insert(id, tx);
-        }
-        Ok(WorkerState {
+        let mut state = WorkerState {
             id: args.id,
-            loops,
-            running,
-        })
+            loops: HashMap::new(),
+            running: Arc::new(AtomicUsize::new(0)),
+            node: args.node,
+        };
+        for (id, executor) in args.executors {
+            state.start_loop(id, executor);
+        }
+        Ok(state)
     }
 
     async fn handle(
@@ -148,12 +240,33 @@ impl<A: App> Actor for WorkerActor<A> {
                 // Count them all before any can finish, so the count cannot touch zero mid-batch.
                 state.running.fetch_add(tasks.len(), Ordering::AcqRel);
                 for task in tasks {
-                    let Some(tx) = state.loops.get(&task.executor) else {
+                    let Some(inbox) = state.loops.get(&task.executor) else {
                         return Err(format!("{} does not host {}", state.id, task.executor).into());
                     };
-                    if tx.send(task).is_err() {
-                        return Err(format!("executor loop of {} ended", state.id).into());
-                    }
+                    inbox.push(task);
+                }
+            }
+            WorkerMsg::Release { executor, reply } => match state.loops.remove(&executor) {
+                Some(inbox) => inbox.ask_release(reply),
+                None => {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{} does not host {executor}",
+                        state.id
+                    ))));
+                }
+            },
+            WorkerMsg::Adopt { executor, released } => {
+                if state.loops.contains_key(&executor) {
+                    return Err(format!("{} already hosts {executor}", state.id).into());
+                }
+                let ReleasedExecutor {
+                    executor: e,
+                    pending,
+                } = released;
+                state.running.fetch_add(pending.len(), Ordering::AcqRel);
+                let inbox = state.start_loop(executor, e);
+                for task in pending {
+                    inbox.push(task);
                 }
             }
         }
@@ -161,15 +274,48 @@ impl<A: App> Actor for WorkerActor<A> {
     }
 }
 
-/// Runs one executor's micro-tasks in order until the worker drops its sender.
+/// Takes the executor's next step from its inbox.
+fn next_step<A: App>(inbox: &Inbox<A>) -> Next<A> {
+    let mut queue = inbox.lock();
+    if let Some(reply) = queue.release.take() {
+        return Next::Release(reply, queue.tasks.drain(..).collect());
+    }
+    if let Some(task) = queue.tasks.pop_front() {
+        return Next::Run(task);
+    }
+    if queue.closed {
+        Next::Stop
+    } else {
+        Next::Wait
+    }
+}
+
+/// Runs one executor's micro-tasks in order until its worker stops or gives it away.
 async fn executor_loop<A: App>(
     id: ExecutorId,
     mut executor: A::Executor,
-    mut tasks: mpsc::UnboundedReceiver<TaskEnvelope<A::Args>>,
+    inbox: Arc<Inbox<A>>,
     node: Arc<NodeShared<A>>,
     running: Arc<AtomicUsize>,
 ) {
-    while let Some(envelope) = tasks.recv().await {
+    loop {
+        let envelope = match next_step(&inbox) {
+            Next::Run(envelope) => envelope,
+            Next::Wait => {
+                inbox.wake.notified().await;
+                continue;
+            }
+            Next::Stop => return,
+            Next::Release(reply, pending) => {
+                // The tasks handed back are no longer this worker's to finish.
+                let handed = pending.len();
+                if handed > 0 && running.fetch_sub(handed, Ordering::AcqRel) == handed {
+                    tokio::spawn(node.clone().flush_and_report());
+                }
+                let _ = reply.send(Ok(ReleasedExecutor { executor, pending }));
+                return;
+            }
+        };
         let TaskEnvelope {
             task,
             executor: _,

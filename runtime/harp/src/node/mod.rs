@@ -154,6 +154,20 @@ impl ParamStore {
         Ok(())
     }
 
+    /// A server joined: reads and flushes may be routed to it.
+    pub(crate) fn add_server(&self, id: ServerId, actor: ractor::ActorRef<ServerMsg>) {
+        let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
+        routing.servers.insert(id, actor);
+    }
+
+    /// `shard` moved to `server`: send its traffic there directly (until now the old owner
+    /// forwarded it).
+    pub(crate) fn reroute(&self, shard: ShardId, server: ServerId) -> Result<(), HarpError> {
+        let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
+        routing.shard_map.assign(shard, server)?;
+        Ok(())
+    }
+
     pub(crate) fn stats(&self) -> NodeStats {
         self.counters.snapshot()
     }

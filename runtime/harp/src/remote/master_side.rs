@@ -236,7 +236,14 @@ pub async fn run_job_across_watched<A: App>(
         started,
         master.clone(),
     ));
-    let _ = master.send_message(MasterMsg::Start { workers, executors });
+    // Servers live on the nodes; moving shards between processes is not supported yet.
+    let _ = master.send_message(MasterMsg::Start {
+        workers,
+        executors,
+        servers: BTreeMap::new(),
+        shards,
+        stores: Vec::new(),
+    });
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
     let result = match end {

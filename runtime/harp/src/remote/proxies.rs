@@ -169,6 +169,16 @@ impl Actor for ServerProxy {
                 let request_id = state.pending.register(Pending::Dump(reply));
                 let _ = state.link.send(&Message::Dump { request_id, server });
             }
+            ServerMsg::HandOff { shard, reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                    "moving {shard} between node processes is not supported yet"
+                ))));
+            }
+            ServerMsg::TakeOver { shard, .. } => {
+                return Err(
+                    format!("moving {shard} between node processes is not supported yet").into(),
+                )
+            }
         }
         Ok(())
     }
@@ -282,7 +292,21 @@ impl<A: App> Actor for WorkerProxy<A> {
         msg: Self::Msg,
         link: &mut Link,
     ) -> Result<(), ActorProcessingErr> {
-        let WorkerMsg::Run(tasks) = msg;
+        let tasks = match msg {
+            WorkerMsg::Run(tasks) => tasks,
+            WorkerMsg::Release { executor, reply } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                    "moving {executor} between node processes is not supported yet"
+                ))));
+                return Ok(());
+            }
+            WorkerMsg::Adopt { executor, .. } => {
+                return Err(format!(
+                    "moving {executor} between node processes is not supported yet"
+                )
+                .into())
+            }
+        };
         let tasks = tasks
             .into_iter()
             .map(|t| {
@@ -347,7 +371,15 @@ impl<A: App> Actor for MasterProxy<A> {
             MasterMsg::Failed(e) => link.send(&Message::Failed {
                 message: e.to_string(),
             })?,
-            MasterMsg::Start { .. } => {}
+            // Only the master's own process sends these.
+            MasterMsg::Start { .. }
+            | MasterMsg::AddWorker(..)
+            | MasterMsg::AddServer(..)
+            | MasterMsg::Rebalance { .. }
+            | MasterMsg::ExecutorReleased { .. }
+            | MasterMsg::ShardHandedOff { .. } => {
+                tracing::debug!("a master-only message reached a node's master proxy")
+            }
         }
         Ok(())
     }

@@ -3,16 +3,32 @@
 //! A server answers batched reads, applies batched aggregated updates under each table's
 //! rule, and dumps its rows on request. It checks every delta; bad ones are refused and
 //! counted, never applied.
+//!
+//! Shards move between servers (Litz §4.4): [`ServerMsg::HandOff`] takes a shard's rows out
+//! and sends them to the new owner ([`ServerMsg::TakeOver`]), after which this server
+//! forwards every read and update of that shard to it (chains allowed: the new owner may
+//! hand it on). Writes to a shard are applied by exactly one server at any time: the old
+//! owner stops applying before the rows leave, and the new owner receives them before any
+//! forwarded request (one sender, one ordered mailbox).
 
 mod store;
 
 use crate::error::HarpError;
 use crate::table::TableSet;
-use harp_core::{ParamKey, RowData, ServerId};
+use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::HashMap;
 use std::sync::Arc;
+pub(crate) use store::ShardRows;
 use store::ShardStore;
 use tokio::sync::oneshot;
+
+/// What a shard hand-off moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ShardMoved {
+    pub rows: usize,
+    pub bytes: u64,
+}
 
 /// Messages a server handles.
 pub(crate) enum ServerMsg {
@@ -30,6 +46,15 @@ pub(crate) enum ServerMsg {
     Dump {
         reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
     },
+    /// Give `shard` (of `num_shards`) to `to`, then forward its traffic there.
+    HandOff {
+        shard: ShardId,
+        num_shards: u32,
+        to: ActorRef<ServerMsg>,
+        reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
+    },
+    /// Become the owner of `shard`: its rows, from the server that held it.
+    TakeOver { shard: ShardId, rows: ShardRows },
 }
 
 pub(crate) struct ServerActor;
@@ -37,7 +62,137 @@ pub(crate) struct ServerActor;
 pub(crate) struct ServerState {
     id: ServerId,
     store: ShardStore,
+    /// Shards given away, and to whom their traffic goes.
+    forwarded: HashMap<ShardId, ActorRef<ServerMsg>>,
+    num_shards: u32,
 }
+
+impl ServerState {
+    /// Where the traffic of `key` goes: `None` for this server.
+    fn forward_of(&self, key: ParamKey) -> Option<&ActorRef<ServerMsg>> {
+        if self.forwarded.is_empty() {
+            return None;
+        }
+        self.forwarded.get(&shard_of(key, self.num_shards))
+    }
+
+    /// Groups the positions of `keys` by the server they are forwarded to (`None` = here).
+    fn split<'k>(&self, keys: impl Iterator<Item = &'k ParamKey>) -> (Vec<usize>, Forwards) {
+        let mut local = Vec::new();
+        let mut away: Forwards = Vec::new();
+        for (i, key) in keys.enumerate() {
+            match self.forward_of(*key) {
+                None => local.push(i),
+                Some(to) => match away.iter_mut().find(|(a, _)| a.get_id() == to.get_id()) {
+                    Some((_, idxs)) => idxs.push(i),
+                    None => away.push((to.clone(), vec![i])),
+                },
+            }
+        }
+        (local, away)
+    }
+
+    fn get(&mut self, keys: Vec<ParamKey>, reply: GetReply) {
+        let (local, away) = self.split(keys.iter());
+        if away.is_empty() {
+            let rows: Result<Vec<_>, _> = keys.iter().map(|k| self.store.get(*k)).collect();
+            // A requester that went away no longer needs the answer.
+            let _ = reply.send(rows.map_err(HarpError::from));
+            return;
+        }
+        let mut out: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
+        for i in local {
+            match self.store.get(keys[i]) {
+                Ok(row) => out[i] = Some(row),
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                    return;
+                }
+            }
+        }
+        let mut waits = Vec::with_capacity(away.len());
+        for (to, idxs) in away {
+            let (tx, rx) = oneshot::channel();
+            let sub = idxs.iter().map(|&i| keys[i]).collect();
+            let _ = to.send_message(ServerMsg::Get {
+                keys: sub,
+                reply: tx,
+            });
+            waits.push((idxs, rx));
+        }
+        let id = self.id;
+        tokio::spawn(async move {
+            for (idxs, rx) in waits {
+                match rx.await {
+                    Ok(Ok(rows)) if rows.len() == idxs.len() => {
+                        for (i, row) in idxs.into_iter().zip(rows) {
+                            out[i] = Some(row);
+                        }
+                    }
+                    Ok(Ok(_)) => {
+                        let _ = reply.send(Err(HarpError::InvalidConfig(
+                            "a forwarded read came back short".into(),
+                        )));
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                    Err(_) => {
+                        let _ = reply.send(Err(HarpError::ServerUnreachable(id)));
+                        return;
+                    }
+                }
+            }
+            let _ = reply.send(Ok(out.into_iter().flatten().collect()));
+        });
+    }
+
+    fn apply(&mut self, updates: Vec<(ParamKey, RowData)>, reply: ApplyReply) {
+        let (local, away) = self.split(updates.iter().map(|(k, _)| k));
+        let mut first_error = None;
+        let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
+        for i in local {
+            let Some((key, delta)) = slots[i].take() else {
+                continue;
+            };
+            if let Err(e) = self.store.apply(key, &delta) {
+                tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
+                first_error.get_or_insert(HarpError::from(e));
+            }
+        }
+        let mut waits = Vec::with_capacity(away.len());
+        for (to, idxs) in away {
+            let (tx, rx) = oneshot::channel();
+            let sub = idxs.iter().filter_map(|&i| slots[i].take()).collect();
+            let _ = to.send_message(ServerMsg::Apply {
+                updates: sub,
+                reply: tx,
+            });
+            waits.push(rx);
+        }
+        if waits.is_empty() {
+            let _ = reply.send(first_error.map_or(Ok(()), Err));
+            return;
+        }
+        let id = self.id;
+        tokio::spawn(async move {
+            for rx in waits {
+                let result = rx.await.unwrap_or(Err(HarpError::ServerUnreachable(id)));
+                if let Err(e) = result {
+                    first_error.get_or_insert(e);
+                }
+            }
+            let _ = reply.send(first_error.map_or(Ok(()), Err));
+        });
+    }
+}
+
+/// Positions of a request's keys, grouped by the server they are forwarded to.
+type Forwards = Vec<(ActorRef<ServerMsg>, Vec<usize>)>;
+type GetReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>;
+type ApplyReply = oneshot::Sender<Result<(), HarpError>>;
 
 impl Actor for ServerActor {
     type Msg = ServerMsg;
@@ -52,6 +207,8 @@ impl Actor for ServerActor {
         Ok(ServerState {
             id,
             store: ShardStore::new(tables),
+            forwarded: HashMap::new(),
+            num_shards: 1,
         })
     }
 
@@ -62,23 +219,45 @@ impl Actor for ServerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ServerMsg::Get { keys, reply } => {
-                let rows: Result<Vec<_>, _> = keys.iter().map(|k| state.store.get(*k)).collect();
-                // A requester that went away no longer needs the answer.
-                let _ = reply.send(rows.map_err(HarpError::from));
-            }
-            ServerMsg::Apply { updates, reply } => {
-                let mut first_error = None;
-                for (key, delta) in &updates {
-                    if let Err(e) = state.store.apply(*key, delta) {
-                        tracing::warn!(server = %state.id, %key, error = %e, refused_total = state.store.rejected_updates(), "update refused");
-                        first_error.get_or_insert(e);
-                    }
+            ServerMsg::Get { keys, reply } => state.get(keys, reply),
+            ServerMsg::Apply { updates, reply } => state.apply(updates, reply),
+            ServerMsg::HandOff {
+                shard,
+                num_shards,
+                to,
+                reply,
+            } => {
+                if num_shards == 0 || shard.0 >= num_shards {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{shard} is not one of {num_shards} shards"
+                    ))));
+                    return Ok(());
                 }
-                let _ = reply.send(match first_error {
-                    None => Ok(()),
-                    Some(e) => Err(HarpError::from(e)),
-                });
+                if state.forwarded.contains_key(&shard) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{} no longer holds {shard}",
+                        state.id
+                    ))));
+                    return Ok(());
+                }
+                state.num_shards = num_shards;
+                let rows = state.store.take_shard(shard, num_shards);
+                let moved = ShardMoved {
+                    rows: rows.len(),
+                    bytes: rows.bytes(),
+                };
+                if to
+                    .send_message(ServerMsg::TakeOver { shard, rows })
+                    .is_err()
+                {
+                    return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
+                }
+                state.forwarded.insert(shard, to);
+                let _ = reply.send(Ok(moved));
+            }
+            ServerMsg::TakeOver { shard, rows } => {
+                state.forwarded.remove(&shard);
+                state.store.insert_shard(rows);
             }
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());

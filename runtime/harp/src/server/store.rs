@@ -5,7 +5,7 @@
 //! updated. A delta of the wrong kind or width is refused and counted; the row is unchanged.
 
 use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
-use harp_core::{CoreError, ParamKey, RowData};
+use harp_core::{shard_of, CoreError, ParamKey, RowData, ShardId};
 use harp_kernels::optim;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +22,35 @@ enum OptState {
 struct StoredRow {
     value: Arc<RowData>,
     opt: OptState,
+}
+
+/// The rows of one shard, with their optimizer state, on their way to another server.
+#[derive(Debug, Default)]
+pub(crate) struct ShardRows {
+    rows: Vec<(ParamKey, StoredRow)>,
+}
+
+impl ShardRows {
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Bytes of values and optimizer state.
+    pub(crate) fn bytes(&self) -> u64 {
+        let values = |r: &StoredRow| match &*r.value {
+            RowData::F32(v) => v.len() * 4,
+            RowData::I64(v) => v.len() * 8,
+        };
+        let opt = |r: &StoredRow| match &r.opt {
+            OptState::None => 0,
+            OptState::AdaGrad { accum } => accum.len() * 4,
+            OptState::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
+        };
+        self.rows
+            .iter()
+            .map(|(_, r)| (values(r) + opt(r)) as u64)
+            .sum()
+    }
 }
 
 /// The rows a server holds.
@@ -125,6 +154,27 @@ impl ShardStore {
         self.rejected_updates
     }
 
+    /// Removes and returns every row of `shard` (of `num_shards`), optimizer state included.
+    pub(crate) fn take_shard(&mut self, shard: ShardId, num_shards: u32) -> ShardRows {
+        let keys: Vec<ParamKey> = self
+            .rows
+            .keys()
+            .filter(|k| shard_of(**k, num_shards) == shard)
+            .copied()
+            .collect();
+        let mut rows: Vec<(ParamKey, StoredRow)> = keys
+            .into_iter()
+            .filter_map(|k| self.rows.remove(&k).map(|r| (k, r)))
+            .collect();
+        rows.sort_unstable_by_key(|(k, _)| *k);
+        ShardRows { rows }
+    }
+
+    /// Takes over the rows of a shard handed here.
+    pub(crate) fn insert_shard(&mut self, shard: ShardRows) {
+        self.rows.extend(shard.rows);
+    }
+
     /// Every row's current value, sorted by key.
     pub(crate) fn dump(&self) -> Vec<(ParamKey, RowData)> {
         let mut out: Vec<_> = self
@@ -151,6 +201,39 @@ mod tests {
         let c = set.counters_i64("c", 2).unwrap();
         let keys = (ParamKey::new(w.id(), 1), ParamKey::new(c.id(), 9));
         (ShardStore::new(Arc::new(set)), keys.0, keys.1)
+    }
+
+    #[test]
+    fn a_shard_moves_with_its_optimizer_state() {
+        let (mut a, w, c) = store();
+        let (mut b, _, _) = store();
+        let num_shards = 4;
+        a.apply(w, &RowData::F32(vec![1.0, -1.0, 0.5])).unwrap();
+        a.apply(c, &RowData::I64(vec![5, 6])).unwrap();
+        let shard = shard_of(w, num_shards);
+        let moved = a.take_shard(shard, num_shards);
+        let expect_rows = if shard_of(c, num_shards) == shard {
+            2
+        } else {
+            1
+        };
+        assert_eq!(moved.len(), expect_rows);
+        assert!(moved.bytes() >= 3 * 4 * 3); // value, m and v of the Adam row
+        assert!(a
+            .dump()
+            .iter()
+            .all(|(k, _)| shard_of(*k, num_shards) != shard));
+        b.insert_shard(moved);
+        // The Adam step continues from the moved moments, exactly as if it had not moved.
+        let (mut reference, _, _) = store();
+        reference
+            .apply(w, &RowData::F32(vec![1.0, -1.0, 0.5]))
+            .unwrap();
+        reference
+            .apply(w, &RowData::F32(vec![0.3, 0.3, 0.3]))
+            .unwrap();
+        b.apply(w, &RowData::F32(vec![0.3, 0.3, 0.3])).unwrap();
+        assert_eq!(b.get(w).unwrap(), reference.get(w).unwrap());
     }
 
     #[test]

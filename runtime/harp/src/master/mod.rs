@@ -3,14 +3,26 @@
 //!
 //! Completions arrive only after the flush carrying their updates was applied, so a task the
 //! driver dispatches while handling completion `c` observes `c`'s updates (DESIGN §2.1).
+//!
+//! Scale events (moving executors and shards while the job runs) live in [`moves`].
+
+mod moves;
+
+pub(crate) use moves::ExecutorInMotion;
+pub use moves::ScaleReport;
 
 use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
 use crate::error::HarpError;
-use crate::worker::{TaskEnvelope, WorkerMsg};
-use harp_core::{ExecutorId, ExecutorMap, TaskId, Version, VersionClock, WorkerId};
+use crate::node::ParamStore;
+use crate::server::{ServerMsg, ShardMoved};
+use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
+use harp_core::{
+    ExecutorId, ExecutorMap, ServerId, ShardId, ShardMap, TaskId, Version, VersionClock, WorkerId,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// Messages the master handles.
@@ -19,6 +31,32 @@ pub(crate) enum MasterMsg<A: App> {
     Start {
         workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
         executors: ExecutorMap,
+        servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
+        shards: ShardMap,
+        /// The nodes' parameter stores, told when a shard changes owner (in one process).
+        stores: Vec<Arc<ParamStore>>,
+    },
+    /// A worker joined the running job (it hosts nothing until a re-balancing).
+    AddWorker(WorkerId, ActorRef<WorkerMsg<A>>),
+    /// A server joined the running job (it holds nothing until a re-balancing).
+    AddServer(ServerId, ActorRef<ServerMsg>),
+    /// Re-balance onto these workers and servers; the others give their load away.
+    Rebalance {
+        live_workers: Vec<WorkerId>,
+        live_servers: Vec<ServerId>,
+        reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
+    },
+    /// A worker gave an executor up for a move (internal).
+    ExecutorReleased {
+        executor: ExecutorId,
+        from: WorkerId,
+        result: Result<ReleasedExecutor<A>, HarpError>,
+    },
+    /// A server handed a shard over (internal).
+    ShardHandedOff {
+        shard: ShardId,
+        to: ServerId,
+        result: Result<ShardMoved, HarpError>,
     },
     /// Micro-tasks whose updates are applied.
     Completed(Vec<Completion<A::Output>>),
@@ -45,6 +83,11 @@ pub(crate) struct MasterState<A: App> {
     clock: VersionClock,
     executors: ExecutorMap,
     workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
+    servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    shards: ShardMap,
+    stores: Vec<Arc<ParamStore>>,
+    moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
+    scale: Option<moves::ScaleInProgress>,
     next_task: u64,
     in_flight: u64,
     completed: u64,
@@ -95,12 +138,19 @@ impl<A: App> MasterState<A> {
             let worker = self.executors.worker_of(executor)?;
             let task = TaskId(self.next_task);
             self.next_task += 1;
-            per_worker.entry(worker).or_default().push(TaskEnvelope {
+            let envelope = TaskEnvelope {
                 task,
                 executor,
                 version,
                 args,
-            });
+            };
+            if let Some(motion) = self.moving.get_mut(&executor) {
+                // Held until the executor arrives at its new worker.
+                motion.buffered.push(envelope);
+                self.in_flight += 1;
+                continue;
+            }
+            per_worker.entry(worker).or_default().push(envelope);
         }
         for (worker, tasks) in per_worker {
             let count = tasks.len() as u64;
@@ -148,6 +198,11 @@ impl<A: App> Actor for MasterActor<A> {
             clock: VersionClock::new(),
             executors: ExecutorMap::default(),
             workers: BTreeMap::new(),
+            servers: BTreeMap::new(),
+            shards: ShardMap::default(),
+            stores: Vec::new(),
+            moving: BTreeMap::new(),
+            scale: None,
             next_task: 0,
             in_flight: 0,
             completed: 0,
@@ -157,7 +212,7 @@ impl<A: App> Actor for MasterActor<A> {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -165,10 +220,45 @@ impl<A: App> Actor for MasterActor<A> {
             return Ok(()); // the job already ended; late messages are dropped
         }
         let step = match msg {
-            MasterMsg::Start { workers, executors } => {
+            MasterMsg::Start {
+                workers,
+                executors,
+                servers,
+                shards,
+                stores,
+            } => {
                 state.workers = workers;
                 state.executors = executors;
+                state.servers = servers;
+                state.shards = shards;
+                state.stores = stores;
                 state.drive(|d, ctx| d.dispatch_initial_tasks(ctx))
+            }
+            MasterMsg::AddWorker(id, actor) => {
+                state.workers.insert(id, actor);
+                Ok(false)
+            }
+            MasterMsg::AddServer(id, actor) => {
+                state.servers.insert(id, actor);
+                Ok(false)
+            }
+            MasterMsg::Rebalance {
+                live_workers,
+                live_servers,
+                reply,
+            } => {
+                state.start_rebalance(&myself, live_workers, live_servers, reply);
+                Ok(false)
+            }
+            MasterMsg::ExecutorReleased {
+                executor,
+                from,
+                result,
+            } => state
+                .on_executor_released(executor, from, result)
+                .map(|_| false),
+            MasterMsg::ShardHandedOff { shard, to, result } => {
+                state.on_shard_handed_off(shard, to, result).map(|_| false)
             }
             MasterMsg::Completed(completions) => {
                 let mut finished = Ok(false);

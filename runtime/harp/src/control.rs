@@ -1,0 +1,249 @@
+//! Driving a running in-process job from outside: grow it, shrink it, re-balance it.
+//!
+//! [`job_control`] makes a [`JobControl`] (kept by the caller, cloneable) and a
+//! [`ControlInbox`] (handed to [`run_job_controlled`](crate::run_job_controlled)). Every
+//! command is one scale event on the master: new workers and servers join empty and get
+//! load by a re-balancing; removed ones give theirs away and then take no more. One scale
+//! event runs at a time; a command issued while another runs is refused with a clear error.
+
+use crate::app::App;
+use crate::error::HarpError;
+use crate::job::spawn;
+use crate::master::{MasterMsg, ScaleReport};
+use crate::server::ServerActor;
+use crate::table::TableSet;
+use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
+use harp_core::{ServerId, WorkerId};
+use ractor::ActorRef;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
+
+pub(crate) enum ControlRequest {
+    ScaleOut {
+        workers: u32,
+        servers: u32,
+        reply: Reply<ScaleReport>,
+    },
+    ScaleIn {
+        workers: Vec<WorkerId>,
+        servers: Vec<ServerId>,
+        reply: Reply<ScaleReport>,
+    },
+    Members {
+        reply: Reply<(Vec<WorkerId>, Vec<ServerId>)>,
+    },
+}
+
+/// The caller's end: commands to a running job.
+#[derive(Clone)]
+pub struct JobControl {
+    tx: mpsc::UnboundedSender<ControlRequest>,
+}
+
+/// The job's end: pass it to [`run_job_controlled`](crate::run_job_controlled).
+pub struct ControlInbox {
+    pub(crate) rx: mpsc::UnboundedReceiver<ControlRequest>,
+}
+
+/// A control handle and the inbox it talks to.
+pub fn job_control() -> (JobControl, ControlInbox) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (JobControl { tx }, ControlInbox { rx })
+}
+
+impl JobControl {
+    async fn ask<T>(
+        &self,
+        request: impl FnOnce(Reply<T>) -> ControlRequest,
+    ) -> Result<T, HarpError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(request(tx))
+            .map_err(|_| HarpError::InvalidConfig("the job is not running".into()))?;
+        rx.await
+            .unwrap_or_else(|_| Err(HarpError::InvalidConfig("the job is not running".into())))
+    }
+
+    /// Adds `workers` workers and `servers` servers and moves load onto them.
+    pub async fn scale_out(&self, workers: u32, servers: u32) -> Result<ScaleReport, HarpError> {
+        self.ask(|reply| ControlRequest::ScaleOut {
+            workers,
+            servers,
+            reply,
+        })
+        .await
+    }
+
+    /// Moves the load of these workers and servers onto the others; they take no more.
+    pub async fn scale_in(
+        &self,
+        workers: &[WorkerId],
+        servers: &[ServerId],
+    ) -> Result<ScaleReport, HarpError> {
+        let (workers, servers) = (workers.to_vec(), servers.to_vec());
+        self.ask(|reply| ControlRequest::ScaleIn {
+            workers,
+            servers,
+            reply,
+        })
+        .await
+    }
+
+    /// The workers and servers that take load now.
+    pub async fn members(&self) -> Result<(Vec<WorkerId>, Vec<ServerId>), HarpError> {
+        self.ask(|reply| ControlRequest::Members { reply }).await
+    }
+}
+
+/// What the job's end needs to carry the commands out (one process: one node).
+pub(crate) struct ControlContext<A: App> {
+    pub node: Arc<NodeShared<A>>,
+    pub master: ActorRef<MasterMsg<A>>,
+    pub tables: Arc<TableSet>,
+    pub workers: Vec<WorkerId>,
+    pub servers: Vec<ServerId>,
+    /// Every actor started by a command, stopped with the job.
+    pub started: Arc<Mutex<Started<A>>>,
+}
+
+/// Actors started by scale-out commands.
+pub(crate) struct Started<A: App> {
+    pub workers: Vec<ActorRef<WorkerMsg<A>>>,
+    pub servers: Vec<ActorRef<crate::server::ServerMsg>>,
+}
+
+impl<A: App> Default for Started<A> {
+    fn default() -> Self {
+        Self {
+            workers: Vec::new(),
+            servers: Vec::new(),
+        }
+    }
+}
+
+/// Serves commands until every [`JobControl`] is dropped or the job ends.
+pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A>) {
+    let live = Arc::new(Mutex::new((ctx.workers.clone(), ctx.servers.clone())));
+    let mut next_worker = ctx.workers.iter().map(|w| w.0 + 1).max().unwrap_or(0);
+    let mut next_server = ctx.servers.iter().map(|s| s.0 + 1).max().unwrap_or(0);
+    while let Some(request) = inbox.rx.recv().await {
+        match request {
+            ControlRequest::Members { reply } => {
+                let _ = reply.send(Ok(lock(&live).clone()));
+            }
+            ControlRequest::ScaleOut {
+                workers,
+                servers,
+                reply,
+            } => {
+                let mut added = (Vec::new(), Vec::new());
+                let mut failed = None;
+                for _ in 0..workers {
+                    let id = WorkerId(next_worker);
+                    next_worker += 1;
+                    let args = WorkerArgs {
+                        id,
+                        executors: Vec::new(),
+                        node: ctx.node.clone(),
+                    };
+                    match spawn(WorkerActor::<A>::new(), args).await {
+                        Ok(actor) => {
+                            lock(&ctx.started).workers.push(actor.clone());
+                            let _ = ctx.master.send_message(MasterMsg::AddWorker(id, actor));
+                            added.0.push(id);
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                for _ in 0..servers {
+                    let id = ServerId(next_server);
+                    next_server += 1;
+                    match spawn(ServerActor, (id, ctx.tables.clone())).await {
+                        Ok(actor) => {
+                            lock(&ctx.started).servers.push(actor.clone());
+                            ctx.node.store.add_server(id, actor.clone());
+                            let _ = ctx.master.send_message(MasterMsg::AddServer(id, actor));
+                            added.1.push(id);
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                if let Some(e) = failed {
+                    let _ = reply.send(Err(e));
+                    continue;
+                }
+                let (mut w, mut s) = lock(&live).clone();
+                w.extend(added.0);
+                s.extend(added.1);
+                rebalance(&ctx.master, &live, w, s, reply);
+            }
+            ControlRequest::ScaleIn {
+                workers,
+                servers,
+                reply,
+            } => {
+                let (current_w, current_s) = lock(&live).clone();
+                let unknown_w = workers.iter().find(|w| !current_w.contains(w));
+                let unknown_s = servers.iter().find(|s| !current_s.contains(s));
+                if let Some(w) = unknown_w {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "cannot remove {w}: it is not one of the job's workers"
+                    ))));
+                    continue;
+                }
+                if let Some(s) = unknown_s {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "cannot remove {s}: it is not one of the job's servers"
+                    ))));
+                    continue;
+                }
+                let w = current_w
+                    .into_iter()
+                    .filter(|w| !workers.contains(w))
+                    .collect();
+                let s = current_s
+                    .into_iter()
+                    .filter(|s| !servers.contains(s))
+                    .collect();
+                rebalance(&ctx.master, &live, w, s, reply);
+            }
+        }
+    }
+}
+
+type Live = Arc<Mutex<(Vec<WorkerId>, Vec<ServerId>)>>;
+
+/// Asks the master to re-balance onto `workers` and `servers`; they become the live set
+/// once it succeeded.
+fn rebalance<A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    live: &Live,
+    workers: Vec<WorkerId>,
+    servers: Vec<ServerId>,
+    reply: Reply<ScaleReport>,
+) {
+    let (tx, rx) = oneshot::channel();
+    let sent = master.send_message(MasterMsg::Rebalance {
+        live_workers: workers.clone(),
+        live_servers: servers.clone(),
+        reply: tx,
+    });
+    if sent.is_err() {
+        let _ = reply.send(Err(HarpError::MasterUnreachable));
+        return;
+    }
+    let live = live.clone();
+    tokio::spawn(async move {
+        let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+        if result.is_ok() {
+            *lock(&live) = (workers, servers);
+        }
+        let _ = reply.send(result);
+    });
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

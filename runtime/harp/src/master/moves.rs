@@ -1,0 +1,332 @@
+//! Scale events on the master: runs a re-balancing plan of the core's planner by moving
+//! executors between workers and shards between servers while micro-tasks keep running
+//! (Litz §4.4).
+//!
+//! An executor in motion has its newly dispatched micro-tasks buffered here; its old worker
+//! finishes the running one and hands back the executor with the ones it had not started;
+//! the new worker gets all of them, in order. A shard's old server hands its rows to the new
+//! one and forwards its traffic from then on; once the hand-off is done every node is told
+//! the new owner. One scale event runs at a time.
+
+use super::{MasterMsg, MasterState};
+use crate::app::App;
+use crate::error::HarpError;
+use crate::server::{ServerMsg, ShardMoved};
+use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
+use harp_core::{plan_rebalance, ExecutorId, Placed, RebalanceInput, ServerId, ShardId, WorkerId};
+use ractor::ActorRef;
+use std::collections::BTreeSet;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// What one scale event did.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ScaleReport {
+    pub executors_moved: usize,
+    pub shards_moved: usize,
+    /// Micro-tasks that moved with their executors (not started when the move began).
+    pub tasks_moved: usize,
+    /// Bytes of parameter rows and optimizer state the shard moves carried.
+    pub shard_bytes_moved: u64,
+    pub duration_s: f64,
+}
+
+/// A scale event in progress.
+pub(crate) struct ScaleInProgress {
+    started: Instant,
+    outstanding: usize,
+    report: ScaleReport,
+    first_error: Option<HarpError>,
+    reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
+}
+
+/// An executor on its way: where to, and the tasks dispatched to it meanwhile.
+pub(crate) struct ExecutorInMotion<Args> {
+    pub to: WorkerId,
+    pub buffered: Vec<TaskEnvelope<Args>>,
+}
+
+impl<A: App> MasterState<A> {
+    /// Starts a re-balancing onto `live_workers` and `live_servers` (a worker or server not
+    /// listed gives its load away). Answers on `reply` when every move is done.
+    pub(crate) fn start_rebalance(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        live_workers: Vec<WorkerId>,
+        live_servers: Vec<ServerId>,
+        reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
+    ) {
+        if self.scale.is_some() {
+            let _ = reply.send(Err(HarpError::InvalidConfig(
+                "a scale event is already running; wait for it to finish".into(),
+            )));
+            return;
+        }
+        if let Err(e) = self.check_live(&live_workers, &live_servers) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let input = RebalanceInput {
+            executors: self
+                .executors
+                .iter()
+                .map(|(item, owner)| Placed {
+                    item,
+                    owner,
+                    bytes: 1,
+                })
+                .collect(),
+            shards: (0..self.shards.num_shards())
+                .filter_map(|s| {
+                    let shard = ShardId(s);
+                    let owner = self.shards.server_of(shard).ok()?;
+                    Some(Placed {
+                        item: shard,
+                        owner,
+                        bytes: 1,
+                    })
+                })
+                .collect(),
+            live_workers,
+            live_servers,
+        };
+        let plan = match plan_rebalance(&input) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(e.to_string())));
+                return;
+            }
+        };
+        tracing::info!(
+            executor_moves = plan.executor_moves.len(),
+            shard_moves = plan.shard_moves.len(),
+            "scale event started"
+        );
+        let mut scale = ScaleInProgress {
+            started: Instant::now(),
+            outstanding: 0,
+            report: ScaleReport::default(),
+            first_error: None,
+            reply,
+        };
+        for m in &plan.executor_moves {
+            match self.begin_executor_move(myself, m.item, m.from, m.to) {
+                Ok(()) => scale.outstanding += 1,
+                Err(e) => {
+                    scale.first_error.get_or_insert(e);
+                }
+            }
+        }
+        for m in &plan.shard_moves {
+            match self.begin_shard_move(myself, m.item, m.from, m.to) {
+                Ok(()) => scale.outstanding += 1,
+                Err(e) => {
+                    scale.first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.scale = Some(scale);
+        self.maybe_finish_scale();
+    }
+
+    fn check_live(&self, workers: &[WorkerId], servers: &[ServerId]) -> Result<(), HarpError> {
+        let unknown_worker = workers.iter().find(|w| !self.workers.contains_key(w));
+        if let Some(w) = unknown_worker {
+            return Err(HarpError::InvalidConfig(format!("unknown {w}")));
+        }
+        let unknown_server = servers.iter().find(|s| !self.servers.contains_key(s));
+        if let Some(s) = unknown_server {
+            return Err(HarpError::InvalidConfig(format!("unknown {s}")));
+        }
+        let workers: BTreeSet<_> = workers.iter().collect();
+        let servers: BTreeSet<_> = servers.iter().collect();
+        if workers.is_empty() {
+            return Err(HarpError::InvalidConfig(
+                "cannot remove the last worker: the job's executors would have nowhere to run"
+                    .into(),
+            ));
+        }
+        if servers.is_empty() {
+            return Err(HarpError::InvalidConfig(
+                "cannot remove the last server: the job's parameters would have nowhere to live"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn begin_executor_move(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        executor: ExecutorId,
+        from: WorkerId,
+        to: WorkerId,
+    ) -> Result<(), HarpError> {
+        let source = self
+            .workers
+            .get(&from)
+            .ok_or(HarpError::WorkerUnreachable(from))?;
+        let (tx, rx) = oneshot::channel();
+        source
+            .send_message(WorkerMsg::Release {
+                executor,
+                reply: tx,
+            })
+            .map_err(|_| HarpError::WorkerUnreachable(from))?;
+        self.moving.insert(
+            executor,
+            ExecutorInMotion {
+                to,
+                buffered: Vec::new(),
+            },
+        );
+        let master = myself.clone();
+        tokio::spawn(async move {
+            let result = rx.await.unwrap_or(Err(HarpError::WorkerUnreachable(from)));
+            let _ = master.send_message(MasterMsg::ExecutorReleased {
+                executor,
+                from,
+                result,
+            });
+        });
+        Ok(())
+    }
+
+    /// The old worker gave `executor` up (or could not): hand it and its tasks to the new one.
+    pub(crate) fn on_executor_released(
+        &mut self,
+        executor: ExecutorId,
+        from: WorkerId,
+        result: Result<ReleasedExecutor<A>, HarpError>,
+    ) -> Result<(), HarpError> {
+        let Some(motion) = self.moving.remove(&executor) else {
+            return Ok(());
+        };
+        let (to, outcome) = match result {
+            Ok(mut released) => {
+                let moved = released.pending.len();
+                released.pending.extend(motion.buffered);
+                let target = self
+                    .workers
+                    .get(&motion.to)
+                    .ok_or(HarpError::WorkerUnreachable(motion.to))?;
+                target
+                    .send_message(WorkerMsg::Adopt { executor, released })
+                    .map_err(|_| HarpError::WorkerUnreachable(motion.to))?;
+                self.executors.assign(executor, motion.to)?;
+                tracing::info!(%executor, %from, to = %motion.to, tasks = moved, "executor moved");
+                (motion.to, Ok(moved))
+            }
+            Err(e) => {
+                // It never left: the tasks held here go to where it still is.
+                let source = self
+                    .workers
+                    .get(&from)
+                    .ok_or(HarpError::WorkerUnreachable(from))?;
+                if !motion.buffered.is_empty() {
+                    source
+                        .send_message(WorkerMsg::Run(motion.buffered))
+                        .map_err(|_| HarpError::WorkerUnreachable(from))?;
+                }
+                (from, Err(e))
+            }
+        };
+        let _ = to;
+        if let Some(scale) = self.scale.as_mut() {
+            scale.outstanding = scale.outstanding.saturating_sub(1);
+            match outcome {
+                Ok(tasks) => {
+                    scale.report.executors_moved += 1;
+                    scale.report.tasks_moved += tasks;
+                }
+                Err(e) => {
+                    scale.first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.maybe_finish_scale();
+        Ok(())
+    }
+
+    fn begin_shard_move(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        shard: ShardId,
+        from: ServerId,
+        to: ServerId,
+    ) -> Result<(), HarpError> {
+        let source = self
+            .servers
+            .get(&from)
+            .ok_or(HarpError::ServerUnreachable(from))?;
+        let target = self
+            .servers
+            .get(&to)
+            .ok_or(HarpError::ServerUnreachable(to))?
+            .clone();
+        let (tx, rx) = oneshot::channel();
+        source
+            .send_message(ServerMsg::HandOff {
+                shard,
+                num_shards: self.shards.num_shards(),
+                to: target,
+                reply: tx,
+            })
+            .map_err(|_| HarpError::ServerUnreachable(from))?;
+        let master = myself.clone();
+        tokio::spawn(async move {
+            let result = rx.await.unwrap_or(Err(HarpError::ServerUnreachable(from)));
+            let _ = master.send_message(MasterMsg::ShardHandedOff { shard, to, result });
+        });
+        Ok(())
+    }
+
+    /// The old server handed `shard` to `to` (or refused): record the new owner everywhere.
+    pub(crate) fn on_shard_handed_off(
+        &mut self,
+        shard: ShardId,
+        to: ServerId,
+        result: Result<ShardMoved, HarpError>,
+    ) -> Result<(), HarpError> {
+        let outcome = match result {
+            Ok(moved) => {
+                self.shards.assign(shard, to)?;
+                for store in &self.stores {
+                    store.reroute(shard, to)?;
+                }
+                tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
+                Ok(moved)
+            }
+            Err(e) => Err(e),
+        };
+        if let Some(scale) = self.scale.as_mut() {
+            scale.outstanding = scale.outstanding.saturating_sub(1);
+            match outcome {
+                Ok(moved) => {
+                    scale.report.shards_moved += 1;
+                    scale.report.shard_bytes_moved += moved.bytes;
+                }
+                Err(e) => {
+                    scale.first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.maybe_finish_scale();
+        Ok(())
+    }
+
+    fn maybe_finish_scale(&mut self) {
+        if !matches!(&self.scale, Some(s) if s.outstanding == 0) {
+            return;
+        }
+        let Some(mut scale) = self.scale.take() else {
+            return;
+        };
+        scale.report.duration_s = scale.started.elapsed().as_secs_f64();
+        tracing::info!(report = ?scale.report, "scale event ended");
+        let _ = scale.reply.send(match scale.first_error {
+            None => Ok(scale.report),
+            Some(e) => Err(e),
+        });
+    }
+}

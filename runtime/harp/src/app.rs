@@ -55,6 +55,20 @@ pub trait App: Send + Sync + 'static {
     fn create_driver(&self, job: &JobInfo) -> Result<Self::Driver, AppError>;
     /// Creates executor `id` on the worker that hosts it (typically: loads its input partition).
     fn create_executor(&self, id: ExecutorId, job: &JobInfo) -> Result<Self::Executor, AppError>;
+
+    /// Re-creates executor `id` from what its [`Executor::save_state`] wrote, on the worker
+    /// it moved to or after a restart. The default creates it afresh (re-reading its input
+    /// partition from the dataset's path) and restores the state into it.
+    fn restore_executor(
+        &self,
+        id: ExecutorId,
+        job: &JobInfo,
+        state: &[u8],
+    ) -> Result<Self::Executor, AppError> {
+        let mut executor = self.create_executor(id, job)?;
+        executor.restore_state(state)?;
+        Ok(executor)
+    }
 }
 
 /// Decides which micro-tasks run and reacts to their completion. Lives on the master.

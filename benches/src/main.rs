@@ -9,6 +9,7 @@
 //! | `transport-bulk` | parameter rows to another process through harp's `Link::send_bulk` against raw quinn on one stream (TCP loopback beside) |
 //! | `transport-rtt` | a small `Get` answered with `Rows` between two processes through harp's `Link` against raw quinn request/response |
 //! | `mlr-processes` | an MLR epoch with 2 `harp node` processes (`harp run mlr --processes 3`) against the same workers in one process |
+//! | `elastic` | MLR micro-task throughput while shards or executors move, against the same job just before (one process) |
 //!
 //! `all` runs the first three; `transport` runs the last three. The transport benchmarks
 //! start their second process by running this executable again (`transport-peer`, hidden).
@@ -17,6 +18,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bulk;
+mod elastic;
 mod measure;
 mod peer;
 mod plain;
@@ -48,6 +50,8 @@ enum Bench {
     MlrProcesses,
     /// transport-bulk, transport-rtt and mlr-processes.
     Transport,
+    /// Task throughput while shards or executors move, against just before (one process).
+    Elastic,
     /// The second process of the transport benchmarks (started by them).
     #[value(hide = true)]
     TransportPeer,
@@ -101,6 +105,9 @@ pub(crate) struct Args {
     /// transport-rtt: f32 values of the row each answer carries.
     #[arg(long, default_value_t = 16, help_heading = "Transport")]
     reply_values: usize,
+    /// elastic: length of each measured window.
+    #[arg(long, default_value_t = 1000, help_heading = "Elasticity")]
+    window_ms: u64,
     /// mlr-processes: epochs per run.
     #[arg(long, default_value_t = 8, help_heading = "MLR across processes")]
     epochs: u32,
@@ -296,6 +303,9 @@ fn main() -> Result<()> {
     }
     if transport || args.bench == Bench::MlrProcesses {
         processes::run(&args)?;
+    }
+    if args.bench == Bench::Elastic {
+        elastic::run(&args)?;
     }
     let in_process = [
         Bench::Overhead,

@@ -16,6 +16,7 @@
 //! | [`placement`] | the executor→worker and shard→server maps, and key→shard hashing |
 //! | [`membership`] | the master's member table: joins, lease renewal by heartbeat, leaves, deaths by lease expiry |
 //! | [`rebalance`] | re-balancing plans: which executors and shards move where when nodes join or leave (Litz §4.4) |
+//! | [`scar`] | SCAR checkpoint decisions: parameter distances, which keys a running checkpoint saves and when, partial-recovery restore sets, rework cost and confidence intervals (SCAR §5.4–5.5) |
 
 pub mod cache_rule;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod membership;
 pub mod placement;
 pub mod rebalance;
 pub mod rows;
+pub mod scar;
 pub mod ssp;
 pub mod update_log;
 pub mod version;
@@ -43,6 +45,10 @@ pub use rebalance::{
     RebalanceError, RebalanceInput, RebalancePlan,
 };
 pub use rows::{RowData, RowKind};
+pub use scar::{
+    CheckpointSelector, ConvergenceCriterion, Norm, RecoveryPlan, RecoveryReport, ReworkCost,
+    ScarError, Selection,
+};
 pub use ssp::SspSchedule;
 pub use update_log::UpdateLog;
 pub use version::{Version, VersionClock};

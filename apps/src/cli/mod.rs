@@ -27,7 +27,7 @@ pub enum Command {
         #[command(subcommand)]
         app: RunApp,
     },
-    /// Join a job across processes as a node (one worker and one server).
+    /// Join a job across processes as a node (a worker, a server, or both).
     Node {
         /// The master's address.
         #[arg(long)]
@@ -38,10 +38,31 @@ pub enum Command {
         /// The address this node listens on for other nodes.
         #[arg(long, default_value = "127.0.0.1")]
         bind: std::net::IpAddr,
+        /// What this node offers: executors (`worker`), parameter shards (`server`) or both.
+        #[arg(long, value_enum, default_value_t = NodeRole::Both)]
+        role: NodeRole,
         /// The job's `run` arguments, after `--` (e.g. `-- run counter --tasks 100000`).
         #[arg(last = true, required = true)]
         job: Vec<String>,
     },
+}
+
+/// `harp node --role`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeRole {
+    Worker,
+    Server,
+    Both,
+}
+
+impl From<NodeRole> for harp::NodeRoles {
+    fn from(role: NodeRole) -> Self {
+        match role {
+            NodeRole::Worker => harp::NodeRoles::WORKER,
+            NodeRole::Server => harp::NodeRoles::SERVER,
+            NodeRole::Both => harp::NodeRoles::BOTH,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +86,7 @@ pub fn run(cli: Cli) -> Result<()> {
             join,
             credentials,
             bind,
+            role,
             job,
         } => {
             let job = Cli::try_parse_from(std::iter::once("harp".to_string()).chain(job))?;
@@ -76,6 +98,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     join,
                     &credentials,
                     bind,
+                    role.into(),
                     &args.cluster,
                 ),
                 Command::Run {
@@ -85,6 +108,7 @@ pub fn run(cli: Cli) -> Result<()> {
                     join,
                     &credentials,
                     bind,
+                    role.into(),
                     &args.cluster,
                 ),
                 Command::Node { .. } => anyhow::bail!("a node's job must be a `run` command"),

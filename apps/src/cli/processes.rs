@@ -190,11 +190,14 @@ pub fn run_node<A: App>(
     join: SocketAddr,
     credentials: &Path,
     bind: IpAddr,
+    roles: harp::NodeRoles,
     cluster: &ClusterArgs,
 ) -> Result<()> {
     let creds = JobCredentials::load(credentials).map_err(|e| anyhow!("{e}"))?;
     let runtime = cluster.runtime()?;
-    runtime.block_on(node_with_membership(app, &creds, join, bind, cluster))
+    runtime.block_on(node_with_membership(
+        app, &creds, join, bind, roles, cluster,
+    ))
 }
 
 #[cfg(feature = "etcd")]
@@ -203,14 +206,14 @@ async fn node_with_membership<A: App>(
     creds: &JobCredentials,
     join: SocketAddr,
     bind: IpAddr,
+    roles: harp::NodeRoles,
     cluster: &ClusterArgs,
 ) -> Result<()> {
     use harp_membership::{
         EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
-        NodeRoles,
     };
     let Some(endpoint) = &cluster.etcd else {
-        return harp::run_node(app, creds, join, bind)
+        return harp::run_node_with(app, creds, join, bind, roles, |_| {})
             .await
             .map_err(|e| anyhow!("node: {e}"));
     };
@@ -222,14 +225,14 @@ async fn node_with_membership<A: App>(
     let (id_tx, id_rx) = tokio::sync::oneshot::channel::<u32>();
     let registration = tokio::spawn(async move {
         let id = id_rx.await.map_err(|_| anyhow!("node: never joined"))?;
-        let info = MemberInfo::new(format!("node-{id}"), NodeRoles::BOTH);
+        let info = MemberInfo::new(format!("node-{id}"), roles);
         let lease = backend
             .register(NodeId(id), info)
             .await
             .map_err(|e| anyhow!("node: {e}"))?;
         Ok::<_, anyhow::Error>((backend, lease))
     });
-    let result = harp::run_node_with(app, creds, join, bind, move |id| {
+    let result = harp::run_node_with(app, creds, join, bind, roles, move |id| {
         let _ = id_tx.send(id);
     })
     .await;
@@ -247,12 +250,13 @@ async fn node_with_membership<A: App>(
     creds: &JobCredentials,
     join: SocketAddr,
     bind: IpAddr,
+    roles: harp::NodeRoles,
     cluster: &ClusterArgs,
 ) -> Result<()> {
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd`");
     }
-    harp::run_node(app, creds, join, bind)
+    harp::run_node_with(app, creds, join, bind, roles, |_| {})
         .await
         .map_err(|e| anyhow!("node: {e}"))
 }

@@ -31,7 +31,7 @@ pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload
 pub use control::{job_control, ControlInbox, JobControl};
 pub use error::{AppError, HarpError};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
-pub use harp_core::{ServerId, WorkerId};
+pub use harp_core::{NodeRoles, ServerId, WorkerId};
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
 pub use job::{run_job, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};

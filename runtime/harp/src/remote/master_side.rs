@@ -60,6 +60,7 @@ struct JoinedNode {
     link: Link,
     incoming: mpsc::UnboundedReceiver<Incoming>,
     listen_addr: String,
+    roles: NodeRoles,
 }
 
 fn transport(lease_timeout_ms: u64) -> TransportConfig {
@@ -114,16 +115,39 @@ pub async fn run_job_across_watched<A: App>(
     let counters = Arc::new(WireCounters::new());
     let nodes = accept_nodes(&endpoint, app.name(), job, options, &counters).await?;
 
-    let n = options.nodes;
+    // A node's worker and server take the node's id.
+    let worker_ids: Vec<WorkerId> = nodes
+        .iter()
+        .filter(|n| n.roles.worker)
+        .map(|n| WorkerId(n.id))
+        .collect();
+    let server_ids: Vec<ServerId> = nodes
+        .iter()
+        .filter(|n| n.roles.server)
+        .map(|n| ServerId(n.id))
+        .collect();
+    if worker_ids.is_empty() || server_ids.is_empty() {
+        let message = format!(
+            "the {} nodes that joined offer {} workers and {} servers; a job needs at least one of each",
+            nodes.len(),
+            worker_ids.len(),
+            server_ids.len()
+        );
+        for node in &nodes {
+            let _ = node.link.send(&Message::Shutdown {
+                reason: message.clone(),
+            });
+        }
+        return Err(HarpError::InvalidConfig(message));
+    }
+    let (num_workers, num_servers) = (worker_ids.len() as u32, server_ids.len() as u32);
     let info = JobInfo {
-        num_executors: n * options.executors_per_worker,
-        num_workers: n,
-        num_servers: n,
+        num_executors: num_workers * options.executors_per_worker,
+        num_workers,
+        num_servers,
     };
-    let worker_ids: Vec<WorkerId> = (0..n).map(WorkerId).collect();
-    let server_ids: Vec<ServerId> = (0..n).map(ServerId).collect();
     let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
-    let shards = ShardMap::round_robin(n * options.shards_per_server, &server_ids)?;
+    let shards = ShardMap::round_robin(num_servers * options.shards_per_server, &server_ids)?;
     let placement = Placement {
         epoch: 1,
         num_shards: shards.num_shards(),
@@ -138,6 +162,7 @@ pub async fn run_job_across_watched<A: App>(
             .collect(),
         servers: nodes
             .iter()
+            .filter(|node| node.roles.server)
             .map(|node| ServerPlace {
                 server: node.id,
                 node_id: node.id,
@@ -149,16 +174,16 @@ pub async fn run_job_across_watched<A: App>(
         let assignment = Assignment {
             job: JobInfoWire {
                 num_executors: info.num_executors,
-                num_workers: n,
-                num_servers: n,
+                num_workers,
+                num_servers,
             },
-            worker: Some(node.id),
+            worker: node.roles.worker.then_some(node.id),
             executors: executors
                 .executors_on(WorkerId(node.id))
                 .iter()
                 .map(|e| e.0)
                 .collect(),
-            server: Some(node.id),
+            server: node.roles.server.then_some(node.id),
             shards: shards
                 .shards_on(ServerId(node.id))
                 .iter()
@@ -188,25 +213,22 @@ pub async fn run_job_across_watched<A: App>(
     ))
     .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
     for node in &nodes {
-        let info = MemberInfo::new(node.listen_addr.clone(), NodeRoles::BOTH);
+        let info = MemberInfo::new(node.listen_addr.clone(), node.roles);
         view.handle_join(NodeId(node.id), info, now_ms(started))
             .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
     }
     let membership = Arc::new(Mutex::new(view));
     let mut holdings = BTreeMap::new();
     for node in nodes.iter_mut() {
-        workers.insert(
-            WorkerId(node.id),
-            spawn(WorkerProxy::<A>::new(), node.link.clone()).await?,
-        );
+        if node.roles.worker {
+            workers.insert(
+                WorkerId(node.id),
+                spawn(WorkerProxy::<A>::new(), node.link.clone()).await?,
+            );
+        }
         let pending = Arc::new(PendingReplies::default());
         let incoming = std::mem::replace(&mut node.incoming, mpsc::unbounded_channel().1);
-        let held = format!(
-            "worker-{id} with {} executors and server-{id} with {} shards",
-            executors.executors_on(WorkerId(node.id)).len(),
-            shards.shards_on(ServerId(node.id)).len(),
-            id = node.id
-        );
+        let held = holdings_of(node, &executors, &shards);
         holdings.insert(node.id, held.clone());
         tokio::spawn(read_node::<A>(
             node.id,
@@ -344,6 +366,10 @@ async fn accept_nodes(
             link,
             incoming,
             listen_addr: hello.listen_addr,
+            roles: NodeRoles {
+                worker: hello.role.worker,
+                server: hello.role.server,
+            },
         });
     }
     Ok(nodes)
@@ -479,6 +505,21 @@ async fn watch_leases<A: App>(
     }
 }
 
+/// What a node holds, for the report of its death.
+fn holdings_of(node: &JoinedNode, executors: &ExecutorMap, shards: &ShardMap) -> String {
+    let id = node.id;
+    let mut parts = Vec::new();
+    if node.roles.worker {
+        let n = executors.executors_on(WorkerId(id)).len();
+        parts.push(format!("worker-{id} with {n} executors"));
+    }
+    if node.roles.server {
+        let n = shards.shards_on(ServerId(id)).len();
+        parts.push(format!("server-{id} with {n} shards"));
+    }
+    parts.join(" and ")
+}
+
 /// How long the master waits for one node's final parameter dump (a whole server's rows).
 const DUMP_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -488,6 +529,9 @@ async fn dump_params(
 ) -> Result<ParamDump, HarpError> {
     let mut dump = ParamDump::default();
     for (node, pending) in nodes.iter().zip(replies) {
+        if !node.roles.server {
+            continue;
+        }
         let (tx, rx) = oneshot::channel();
         let request_id = pending.register(Pending::Dump(tx));
         node.link.send(&Message::Dump {

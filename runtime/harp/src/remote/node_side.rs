@@ -9,7 +9,7 @@ use crate::job::{create_executors, spawn};
 use crate::node::{ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
-use harp_core::{FlushBook, ServerId, ShardId, ShardMap, WorkerId};
+use harp_core::{FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     check_welcome, Assignment, FrameLimits, Hello, Message, NodeRole, Placement, WireCounters,
@@ -49,18 +49,25 @@ pub async fn run_node<A: App>(
     join: SocketAddr,
     bind: IpAddr,
 ) -> Result<(), HarpError> {
-    run_node_with(app, creds, join, bind, |_| {}).await
+    run_node_with(app, creds, join, bind, NodeRoles::BOTH, |_| {}).await
 }
 
-/// [`run_node`], calling `joined` with the node id the master assigned (e.g. to register the
-/// node with an outside membership service).
+/// [`run_node`] offering only `roles` (a worker, a server, or both), calling `joined` with
+/// the node id the master assigned (e.g. to register the node with an outside membership
+/// service).
 pub async fn run_node_with<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
     join: SocketAddr,
     bind: IpAddr,
+    roles: NodeRoles,
     joined: impl FnOnce(u32),
 ) -> Result<(), HarpError> {
+    if !roles.worker && !roles.server {
+        return Err(HarpError::InvalidConfig(
+            "a node must offer a worker, a server or both".into(),
+        ));
+    }
     let job = job_id(creds);
     let identity = creds.issue_node()?;
     let endpoint = NetEndpoint::bind(
@@ -78,8 +85,8 @@ pub async fn run_node_with<A: App>(
             job_id: job,
             node_id,
             role: NodeRole {
-                worker: true,
-                server: true,
+                worker: roles.worker,
+                server: roles.server,
                 master: false,
             },
             listen_addr: listen_addr.to_string(),

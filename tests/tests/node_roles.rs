@@ -1,0 +1,110 @@
+//! Nodes that offer only a worker or only a server (`harp node --role`): the master places
+//! executors on worker nodes and shards on server nodes, the job is exact, and a set of
+//! nodes without a worker (or without a server) is refused with a clear error.
+
+use harp::{ClusterOptions, JobCredentials, NodeRoles};
+use harp_apps::counter::{CounterApp, CounterConfig};
+use harp_tests::{runtime, Threads};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Runs a counter job across `roles.len()` nodes (in this process, over QUIC on loopback).
+fn run_with_roles(roles: &[NodeRoles]) -> Result<harp::JobOutcome<CounterApp>, harp::HarpError> {
+    let app = Arc::new(
+        CounterApp::new(CounterConfig {
+            tasks: 20_000,
+            ..CounterConfig::default()
+        })
+        .unwrap(),
+    );
+    let creds = Arc::new(JobCredentials::generate("roles").unwrap());
+    let options = ClusterOptions {
+        nodes: roles.len() as u32,
+        executors_per_worker: 4,
+        collect_params: true,
+        join_timeout_ms: 10_000,
+        ..ClusterOptions::default()
+    };
+    runtime(Threads::Multi(2)).block_on(async {
+        let (addr_tx, addr_rx) = oneshot::channel();
+        let master = {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                harp::run_job_across(app, &creds, &options, |addr| {
+                    let _ = addr_tx.send(addr);
+                })
+                .await
+            })
+        };
+        let addr = addr_rx.await.expect("the master listens");
+        let mut nodes = Vec::new();
+        for &role in roles {
+            let (app, creds) = (app.clone(), creds.clone());
+            nodes.push(tokio::spawn(async move {
+                harp::run_node_with(
+                    app,
+                    &creds,
+                    addr,
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    role,
+                    |_| {},
+                )
+                .await
+            }));
+        }
+        let outcome = master.await.unwrap();
+        for node in nodes {
+            let _ = node.await;
+        }
+        outcome
+    })
+}
+
+#[test]
+fn worker_only_and_server_only_nodes_run_an_exact_job() {
+    let roles = [
+        NodeRoles::WORKER,
+        NodeRoles::SERVER,
+        NodeRoles::WORKER,
+        NodeRoles::SERVER,
+    ];
+    let outcome = run_with_roles(&roles).expect("the job runs");
+    let params = outcome.params.expect("parameters collected");
+    let app = CounterApp::new(CounterConfig {
+        tasks: 20_000,
+        ..CounterConfig::default()
+    })
+    .unwrap();
+    app.verify(&outcome.driver, &params)
+        .unwrap_or_else(|diff| panic!("not exact:\n{diff}"));
+    assert_eq!(outcome.driver.completed(), 20_000);
+}
+
+#[test]
+fn nodes_without_a_server_are_refused_clearly() {
+    let Err(err) = run_with_roles(&[NodeRoles::WORKER, NodeRoles::WORKER]) else {
+        panic!("a job without servers ran");
+    };
+    assert!(err.to_string().contains("2 workers and 0 servers"), "{err}");
+}
+
+#[test]
+fn a_node_offering_nothing_is_refused() {
+    let app = Arc::new(CounterApp::new(CounterConfig::default()).unwrap());
+    let creds = JobCredentials::generate("nothing").unwrap();
+    let err = runtime(Threads::Current)
+        .block_on(harp::run_node_with(
+            app,
+            &creds,
+            "127.0.0.1:9".parse().unwrap(),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            NodeRoles::NONE,
+            |_| {},
+        ))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("worker, a server or both"),
+        "{err}"
+    );
+}

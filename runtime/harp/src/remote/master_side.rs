@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 /// The shape and rules of a job across processes.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
-    /// Node processes to wait for; each runs one worker and one server.
+    /// Node processes to wait for; each runs a worker, a server or both (its `--role`).
     pub nodes: u32,
     /// Where the master listens for its nodes.
     pub listen: SocketAddr,

@@ -1,4 +1,4 @@
-//! Jobs across processes: the master in one process, each node (one worker and one server)
+//! Jobs across processes: the master in one process, each node (a worker, a server or both)
 //! in its own `harp node` process, talking over QUIC links (harp-net) in harp-wire frames.
 //!
 //! The master and worker actors are the same as in process; proxies ([`proxies`]) stand for

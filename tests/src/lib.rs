@@ -241,3 +241,23 @@ impl SplitMix {
         lo + self.next_u64() % (hi - lo + 1)
     }
 }
+
+/// Starts one node per entry of `roles` (in this process, joining over QUIC on loopback) for
+/// the job whose master listens at `master`.
+pub fn spawn_nodes<A: harp::App>(
+    app: &Arc<A>,
+    creds: &Arc<harp::JobCredentials>,
+    master: std::net::SocketAddr,
+    roles: &[harp::NodeRoles],
+) -> Vec<tokio::task::JoinHandle<Result<(), harp::HarpError>>> {
+    let localhost = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    roles
+        .iter()
+        .map(|&role| {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                harp::run_node_with(app, &creds, master, localhost, role, |_| {}).await
+            })
+        })
+        .collect()
+}

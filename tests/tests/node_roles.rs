@@ -4,7 +4,7 @@
 
 use harp::{ClusterOptions, JobCredentials, NodeRoles};
 use harp_apps::counter::{CounterApp, CounterConfig};
-use harp_tests::{runtime, Threads};
+use harp_tests::{runtime, spawn_nodes, Threads};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -38,21 +38,7 @@ fn run_with_roles(roles: &[NodeRoles]) -> Result<harp::JobOutcome<CounterApp>, h
             })
         };
         let addr = addr_rx.await.expect("the master listens");
-        let mut nodes = Vec::new();
-        for &role in roles {
-            let (app, creds) = (app.clone(), creds.clone());
-            nodes.push(tokio::spawn(async move {
-                harp::run_node_with(
-                    app,
-                    &creds,
-                    addr,
-                    IpAddr::V4(Ipv4Addr::LOCALHOST),
-                    role,
-                    |_| {},
-                )
-                .await
-            }));
-        }
+        let nodes = spawn_nodes(&app, &creds, addr, roles);
         let outcome = master.await.unwrap();
         for node in nodes {
             let _ = node.await;

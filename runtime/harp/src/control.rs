@@ -34,6 +34,11 @@ pub(crate) enum ControlRequest {
     Members {
         reply: Reply<(Vec<WorkerId>, Vec<ServerId>)>,
     },
+    Rebalance {
+        workers: Vec<WorkerId>,
+        servers: Vec<ServerId>,
+        reply: Reply<ScaleReport>,
+    },
 }
 
 /// The caller's end: commands to a running job.
@@ -84,6 +89,22 @@ impl JobControl {
     ) -> Result<ScaleReport, HarpError> {
         let (workers, servers) = (workers.to_vec(), servers.to_vec());
         self.ask(|reply| ControlRequest::ScaleIn {
+            workers,
+            servers,
+            reply,
+        })
+        .await
+    }
+
+    /// Re-balances onto exactly these workers and servers (each one of the job's); the
+    /// others give their load away and keep nothing until a later command.
+    pub async fn rebalance_onto(
+        &self,
+        workers: &[WorkerId],
+        servers: &[ServerId],
+    ) -> Result<ScaleReport, HarpError> {
+        let (workers, servers) = (workers.to_vec(), servers.to_vec());
+        self.ask(|reply| ControlRequest::Rebalance {
             workers,
             servers,
             reply,
@@ -179,6 +200,23 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 s.extend(added.1);
                 rebalance(&ctx.master, &live, w, s, reply);
             }
+            ControlRequest::Rebalance {
+                workers,
+                servers,
+                reply,
+            } => {
+                let known_w = |w: &WorkerId| w.0 < next_worker;
+                let known_s = |s: &ServerId| s.0 < next_server;
+                if let Some(w) = workers.iter().find(|w| !known_w(w)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {w}"))));
+                    continue;
+                }
+                if let Some(s) = servers.iter().find(|s| !known_s(s)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {s}"))));
+                    continue;
+                }
+                rebalance(&ctx.master, &live, workers, servers, reply);
+            }
             ControlRequest::ScaleIn {
                 workers,
                 servers,
@@ -208,6 +246,63 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                     .filter(|s| !servers.contains(s))
                     .collect();
                 rebalance(&ctx.master, &live, w, s, reply);
+            }
+        }
+    }
+}
+
+/// Serves commands to a job across processes: its executors move between the worker nodes
+/// that joined (adding node processes to a running job and moving shards between them are
+/// not supported yet).
+pub(crate) async fn serve_across<A: App>(
+    mut inbox: ControlInbox,
+    master: ActorRef<MasterMsg<A>>,
+    workers: Vec<WorkerId>,
+    servers: Vec<ServerId>,
+) {
+    let live: Live = Arc::new(Mutex::new((workers.clone(), servers.clone())));
+    let unsupported = |what: &str| {
+        Err(HarpError::InvalidConfig(format!(
+            "{what} is not supported across processes yet"
+        )))
+    };
+    while let Some(request) = inbox.rx.recv().await {
+        match request {
+            ControlRequest::Members { reply } => {
+                let _ = reply.send(Ok(lock(&live).clone()));
+            }
+            ControlRequest::ScaleOut { reply, .. } => {
+                let _ = reply.send(unsupported("adding nodes to a running job"));
+            }
+            ControlRequest::ScaleIn {
+                workers: gone,
+                servers: gone_servers,
+                reply,
+            } => {
+                if !gone_servers.is_empty() {
+                    let _ = reply.send(unsupported("moving shards between node processes"));
+                    continue;
+                }
+                if let Some(w) = gone.iter().find(|w| !workers.contains(w)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "cannot remove {w}: it is not one of the job's workers"
+                    ))));
+                    continue;
+                }
+                let (current, _) = lock(&live).clone();
+                let keep = current.into_iter().filter(|w| !gone.contains(w)).collect();
+                rebalance(&master, &live, keep, servers.clone(), reply);
+            }
+            ControlRequest::Rebalance {
+                workers: onto,
+                servers: onto_servers,
+                reply,
+            } => {
+                if let Some(w) = onto.iter().find(|w| !workers.contains(w)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {w}"))));
+                    continue;
+                }
+                rebalance(&master, &live, onto, onto_servers, reply);
             }
         }
     }

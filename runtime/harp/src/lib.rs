@@ -39,6 +39,7 @@ pub use master::ScaleReport;
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};
 pub use remote::{
-    run_job_across, run_job_across_watched, run_node, run_node_with, ClusterOptions, NodeFailure,
+    run_job_across, run_job_across_controlled, run_job_across_watched, run_node, run_node_with,
+    ClusterOptions, NodeFailure,
 };
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

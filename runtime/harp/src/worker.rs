@@ -52,8 +52,15 @@ pub(crate) enum WorkerMsg<A: App> {
 
 /// An executor on its way between workers, with the micro-tasks it had not started.
 pub(crate) struct ReleasedExecutor<A: App> {
-    pub executor: A::Executor,
+    pub executor: ExecutorBody<A>,
     pub pending: Vec<TaskEnvelope<A::Args>>,
+}
+
+/// An executor in motion: the object itself (within a process) or its saved state (between
+/// processes; the receiving node restores it with `App::restore_executor`).
+pub(crate) enum ExecutorBody<A: App> {
+    Live(A::Executor),
+    Saved(Vec<u8>),
 }
 
 /// One executor's queue, shared by the worker (which fills it) and the executor's loop.
@@ -263,6 +270,13 @@ impl<A: App> Actor for WorkerActor<A> {
                     executor: e,
                     pending,
                 } = released;
+                let ExecutorBody::Live(e) = e else {
+                    return Err(format!(
+                        "{} got {executor} as saved state; the node restores it first",
+                        state.id
+                    )
+                    .into());
+                };
                 state.running.fetch_add(pending.len(), Ordering::AcqRel);
                 let inbox = state.start_loop(executor, e);
                 for task in pending {
@@ -312,7 +326,10 @@ async fn executor_loop<A: App>(
                 if handed > 0 && running.fetch_sub(handed, Ordering::AcqRel) == handed {
                     tokio::spawn(node.clone().flush_and_report());
                 }
-                let _ = reply.send(Ok(ReleasedExecutor { executor, pending }));
+                let _ = reply.send(Ok(ReleasedExecutor {
+                    executor: ExecutorBody::Live(executor),
+                    pending,
+                }));
                 return;
             }
         };

@@ -30,6 +30,6 @@ pub use frame::{
 pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
     ArchivedMessage, Assignment, CompletionWire, Hello, JobId, JobInfoWire, Message, MessageKind,
-    NodeRole, ParamKeyWire, Placement, RowWire, RowsResult, ServerPlace, ShardPlace, TaskEnvelope,
-    Welcome, NODE_ID_UNASSIGNED,
+    NodeRole, ParamKeyWire, Placement, ReleaseResult, RowWire, RowsResult, ServerPlace, ShardPlace,
+    TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
 };

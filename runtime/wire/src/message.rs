@@ -279,6 +279,19 @@ impl From<RowsResult> for Result<Vec<RowWire>, String> {
     }
 }
 
+/// What a worker node answers to [`Message::ReleaseExecutor`].
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ReleaseResult {
+    /// The executor's saved state and the micro-tasks it had not started.
+    Released {
+        state: Vec<u8>,
+        pending: Vec<TaskEnvelope>,
+    },
+    /// It was not given up (e.g. the node does not host it, or its state cannot be saved).
+    Refused(String),
+}
+
 /// Everything one node sends another. Requests carry a `request_id` chosen by the sender,
 /// echoed in the reply.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -348,6 +361,23 @@ pub enum Message {
     Shutdown { reason: String },
     /// master → every node: the job is over.
     JobEnded { ok: bool, message: String },
+
+    // ---- elasticity ----
+    /// master → worker node: give `executor` up once its running micro-task finished.
+    ReleaseExecutor { request_id: u64, executor: u32 },
+    /// worker node → master: the answer to [`Message::ReleaseExecutor`].
+    ExecutorReleased {
+        request_id: u64,
+        executor: u32,
+        result: ReleaseResult,
+    },
+    /// master → worker node: host `executor` from its saved state, then run `pending` (the
+    /// micro-tasks it had not started, in order).
+    AdoptExecutor {
+        executor: u32,
+        state: Vec<u8>,
+        pending: Vec<TaskEnvelope>,
+    },
 }
 
 impl RowWire {
@@ -389,6 +419,11 @@ impl Message {
             } => rows.iter().map(|r| r.value_bytes() + PER_ROW).sum(),
             Message::Apply { updates, .. } => keyed(updates),
             Message::DumpRows { rows, .. } => keyed(rows),
+            Message::AdoptExecutor { state, pending, .. }
+            | Message::ExecutorReleased {
+                result: ReleaseResult::Released { state, pending },
+                ..
+            } => state.len() + pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
             _ => 0,
         };
         body + 256
@@ -416,6 +451,9 @@ impl Message {
             Message::HeartbeatAck { .. } => MessageKind::HeartbeatAck,
             Message::Shutdown { .. } => MessageKind::Shutdown,
             Message::JobEnded { .. } => MessageKind::JobEnded,
+            Message::ReleaseExecutor { .. } => MessageKind::ReleaseExecutor,
+            Message::ExecutorReleased { .. } => MessageKind::ExecutorReleased,
+            Message::AdoptExecutor { .. } => MessageKind::AdoptExecutor,
         }
     }
 
@@ -453,6 +491,9 @@ impl ArchivedMessage {
             ArchivedMessage::HeartbeatAck { .. } => MessageKind::HeartbeatAck,
             ArchivedMessage::Shutdown { .. } => MessageKind::Shutdown,
             ArchivedMessage::JobEnded { .. } => MessageKind::JobEnded,
+            ArchivedMessage::ReleaseExecutor { .. } => MessageKind::ReleaseExecutor,
+            ArchivedMessage::ExecutorReleased { .. } => MessageKind::ExecutorReleased,
+            ArchivedMessage::AdoptExecutor { .. } => MessageKind::AdoptExecutor,
         }
     }
 }
@@ -492,11 +533,14 @@ pub enum MessageKind {
     HeartbeatAck = 17,
     Shutdown = 18,
     JobEnded = 19,
+    ReleaseExecutor = 20,
+    ExecutorReleased = 21,
+    AdoptExecutor = 22,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 22;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -519,6 +563,9 @@ impl MessageKind {
         MessageKind::HeartbeatAck,
         MessageKind::Shutdown,
         MessageKind::JobEnded,
+        MessageKind::ReleaseExecutor,
+        MessageKind::ExecutorReleased,
+        MessageKind::AdoptExecutor,
     ];
 
     /// The kind a header byte names, if any.
@@ -558,6 +605,9 @@ impl MessageKind {
             MessageKind::HeartbeatAck => "heartbeat_ack",
             MessageKind::Shutdown => "shutdown",
             MessageKind::JobEnded => "job_ended",
+            MessageKind::ReleaseExecutor => "release_executor",
+            MessageKind::ExecutorReleased => "executor_released",
+            MessageKind::AdoptExecutor => "adopt_executor",
         }
     }
 }

@@ -66,6 +66,8 @@ impl<A: App> MasterState<A> {
             let _ = reply.send(Err(e));
             return;
         }
+        // Shards move only where the master holds the servers (in one process for now).
+        let shards_movable = !self.servers.is_empty();
         let input = RebalanceInput {
             executors: self
                 .executors
@@ -77,6 +79,7 @@ impl<A: App> MasterState<A> {
                 })
                 .collect(),
             shards: (0..self.shards.num_shards())
+                .filter(|_| shards_movable)
                 .filter_map(|s| {
                     let shard = ShardId(s);
                     let owner = self.shards.server_of(shard).ok()?;
@@ -88,7 +91,11 @@ impl<A: App> MasterState<A> {
                 })
                 .collect(),
             live_workers,
-            live_servers,
+            live_servers: if shards_movable {
+                live_servers
+            } else {
+                Vec::new()
+            },
         };
         let plan = match plan_rebalance(&input) {
             Ok(plan) => plan,
@@ -134,12 +141,22 @@ impl<A: App> MasterState<A> {
         if let Some(w) = unknown_worker {
             return Err(HarpError::InvalidConfig(format!("unknown {w}")));
         }
-        let unknown_server = servers.iter().find(|s| !self.servers.contains_key(s));
-        if let Some(s) = unknown_server {
-            return Err(HarpError::InvalidConfig(format!("unknown {s}")));
-        }
         let workers: BTreeSet<_> = workers.iter().collect();
         let servers: BTreeSet<_> = servers.iter().collect();
+        if self.servers.is_empty() {
+            // The servers live in node processes: shards stay where they are.
+            let owners: BTreeSet<ServerId> = (0..self.shards.num_shards())
+                .filter_map(|s| self.shards.server_of(ShardId(s)).ok())
+                .collect();
+            if servers.iter().any(|s| !owners.contains(s)) || servers.len() != owners.len() {
+                return Err(HarpError::InvalidConfig(
+                    "moving shards between node processes is not supported yet: keep every server"
+                        .into(),
+                ));
+            }
+        } else if let Some(s) = servers.iter().find(|s| !self.servers.contains_key(s)) {
+            return Err(HarpError::InvalidConfig(format!("unknown {s}")));
+        }
         if workers.is_empty() {
             return Err(HarpError::InvalidConfig(
                 "cannot remove the last worker: the job's executors would have nowhere to run"

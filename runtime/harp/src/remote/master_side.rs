@@ -95,7 +95,23 @@ pub async fn run_job_across_watched<A: App>(
     creds: &JobCredentials,
     options: &ClusterOptions,
     listening: impl FnOnce(SocketAddr),
+    failures: mpsc::UnboundedReceiver<NodeFailure>,
+) -> Result<JobOutcome<A>, HarpError> {
+    let (_control, inbox) = crate::control::job_control();
+    run_job_across_controlled(app, creds, options, listening, failures, inbox).await
+}
+
+/// [`run_job_across_watched`], also carrying out the commands of the
+/// [`JobControl`](crate::JobControl) that `control` belongs to: executors move between the
+/// worker nodes while micro-tasks keep running (`rebalance_onto`, `scale_in` of workers);
+/// adding node processes and moving shards between them are refused as not supported yet.
+pub async fn run_job_across_controlled<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
     mut failures: mpsc::UnboundedReceiver<NodeFailure>,
+    control: crate::control::ControlInbox,
 ) -> Result<JobOutcome<A>, HarpError> {
     if options.nodes == 0 || options.executors_per_worker == 0 || options.shards_per_server == 0 {
         return Err(HarpError::InvalidConfig(
@@ -220,13 +236,17 @@ pub async fn run_job_across_watched<A: App>(
     let membership = Arc::new(Mutex::new(view));
     let mut holdings = BTreeMap::new();
     for node in nodes.iter_mut() {
+        let pending = Arc::new(PendingReplies::default());
         if node.roles.worker {
             workers.insert(
                 WorkerId(node.id),
-                spawn(WorkerProxy::<A>::new(), node.link.clone()).await?,
+                spawn(
+                    WorkerProxy::<A>::new(),
+                    (node.link.clone(), pending.clone()),
+                )
+                .await?,
             );
         }
-        let pending = Arc::new(PendingReplies::default());
         let incoming = std::mem::replace(&mut node.incoming, mpsc::unbounded_channel().1);
         let held = holdings_of(node, &executors, &shards);
         holdings.insert(node.id, held.clone());
@@ -258,6 +278,12 @@ pub async fn run_job_across_watched<A: App>(
         started,
         master.clone(),
     ));
+    let control = tokio::spawn(crate::control::serve_across(
+        control,
+        master.clone(),
+        workers.keys().copied().collect(),
+        server_ids.clone(),
+    ));
     // Servers live on the nodes; moving shards between processes is not supported yet.
     let _ = master.send_message(MasterMsg::Start {
         workers,
@@ -268,6 +294,7 @@ pub async fn run_job_across_watched<A: App>(
     });
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+    control.abort();
     let result = match end {
         Ok(end) => {
             let params = if options.collect_params {

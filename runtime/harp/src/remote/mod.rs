@@ -17,7 +17,9 @@ mod master_side;
 mod node_side;
 mod proxies;
 
-pub use master_side::{run_job_across, run_job_across_watched, ClusterOptions, NodeFailure};
+pub use master_side::{
+    run_job_across, run_job_across_controlled, run_job_across_watched, ClusterOptions, NodeFailure,
+};
 pub use node_side::{run_node, run_node_with};
 
 use harp_net::JobCredentials;

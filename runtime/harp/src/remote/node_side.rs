@@ -2,18 +2,22 @@
 //! the other nodes' servers through proxies, and serves its own server to them.
 
 use super::job_id;
-use super::proxies::{serve_server_requests, tasks_from_wire, MasterProxy, ServerProxy};
-use crate::app::{App, JobInfo};
+use super::proxies::{
+    send_large, serve_server_requests, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
+};
+use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
 use crate::node::{ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
-use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
-use harp_core::{FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
+use crate::worker::{
+    ExecutorBody, NodeShared, ReleasedExecutor, WorkerActor, WorkerArgs, WorkerMsg,
+};
+use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_welcome, Assignment, FrameLimits, Hello, Message, NodeRole, Placement, WireCounters,
-    NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+    check_welcome, Assignment, FrameLimits, Hello, Message, NodeRole, Placement, ReleaseResult,
+    WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -133,7 +137,7 @@ pub async fn run_node_with<A: App>(
         }
     };
     let started = start_node(
-        app,
+        app.clone(),
         &endpoint,
         &assignment,
         &placement,
@@ -174,11 +178,17 @@ pub async fn run_node_with<A: App>(
             }
         })
     };
+    let info = JobInfo {
+        num_executors: assignment.job.num_executors,
+        num_workers: assignment.job.num_workers,
+        num_servers: assignment.job.num_servers,
+    };
     let result = serve_master::<A>(
         &mut from_master,
         &worker,
         servers.get(&ServerId(me)),
         &master_link,
+        (&app, &info),
     )
     .await;
     heartbeat.abort();
@@ -309,12 +319,60 @@ fn accept_peers(
     });
 }
 
+/// Gives `executor` up for a move: once the worker released it, its saved state and the
+/// micro-tasks it had not started go back to the master.
+fn release_executor<A: App>(
+    worker: &ActorRef<WorkerMsg<A>>,
+    master_link: &Link,
+    request_id: u64,
+    executor: ExecutorId,
+) -> Result<(), HarpError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    worker
+        .send_message(WorkerMsg::Release {
+            executor,
+            reply: tx,
+        })
+        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+    let link = master_link.clone();
+    tokio::spawn(async move {
+        let result = match rx.await {
+            Ok(Ok(released)) => saved(released),
+            Ok(Err(e)) => ReleaseResult::Refused(e.to_string()),
+            Err(_) => ReleaseResult::Refused("the worker stopped".into()),
+        };
+        let message = Message::ExecutorReleased {
+            request_id,
+            executor: executor.0,
+            result,
+        };
+        if let Err(e) = send_large(&link, message).await {
+            tracing::warn!(%executor, error = %e, "could not hand a released executor back");
+        }
+    });
+    Ok(())
+}
+
+/// A released executor as the wire carries it: its saved state and its pending tasks.
+fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
+    let state = match released.executor {
+        ExecutorBody::Live(e) => e.save_state(),
+        ExecutorBody::Saved(state) => Ok(state),
+    };
+    match (state, tasks_to_wire::<A>(released.pending)) {
+        (Ok(state), Ok(pending)) => ReleaseResult::Released { state, pending },
+        (Err(e), _) => ReleaseResult::Refused(format!("cannot save the executor's state: {e}")),
+        (_, Err(e)) => ReleaseResult::Refused(e.to_string()),
+    }
+}
+
 /// Runs the master's orders until the job ends.
 async fn serve_master<A: App>(
     from_master: &mut mpsc::UnboundedReceiver<Incoming>,
     worker: &ActorRef<WorkerMsg<A>>,
     local_server: Option<&ActorRef<ServerMsg>>,
     master_link: &Link,
+    (app, info): (&Arc<A>, &JobInfo),
 ) -> Result<(), HarpError> {
     loop {
         let message = match from_master.recv().await {
@@ -327,6 +385,33 @@ async fn serve_master<A: App>(
                 let tasks = tasks_from_wire::<A>(tasks)?;
                 worker
                     .send_message(WorkerMsg::Run(tasks))
+                    .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+            }
+            Message::ReleaseExecutor {
+                request_id,
+                executor,
+            } => release_executor(worker, master_link, request_id, ExecutorId(executor))?,
+            Message::AdoptExecutor {
+                executor,
+                state,
+                pending,
+            } => {
+                let id = ExecutorId(executor);
+                let restored = app.restore_executor(id, info, &state).map_err(|source| {
+                    HarpError::ExecutorCreation {
+                        executor: id,
+                        source,
+                    }
+                })?;
+                let released = ReleasedExecutor {
+                    executor: ExecutorBody::Live(restored),
+                    pending: tasks_from_wire::<A>(pending)?,
+                };
+                worker
+                    .send_message(WorkerMsg::Adopt {
+                        executor: id,
+                        released,
+                    })
                     .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
             }
             Message::Dump { request_id, .. } => {

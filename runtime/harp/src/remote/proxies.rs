@@ -4,15 +4,15 @@
 //! implementations: channels in process, these proxies across processes).
 
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
-use crate::app::App;
+use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
 use crate::server::ServerMsg;
-use crate::worker::WorkerMsg;
+use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{CompletionWire, Message, RowWire, RowsResult, TaskEnvelope};
+use harp_wire::{CompletionWire, Message, ReleaseResult, RowWire, RowsResult, TaskEnvelope};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +41,8 @@ pub(crate) enum Pending {
     Rows(oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>),
     Applied(oneshot::Sender<Result<(), HarpError>>),
     Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
+    /// A worker node's answer to `ReleaseExecutor`.
+    Released(oneshot::Sender<ReleaseResult>),
 }
 
 /// Replies in flight on one link.
@@ -82,6 +84,14 @@ impl PendingReplies {
             Message::DumpRows { request_id, rows } => {
                 if let Some((_, Pending::Dump(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(rows_from_wire(rows));
+                }
+                None
+            }
+            Message::ExecutorReleased {
+                request_id, result, ..
+            } => {
+                if let Some((_, Pending::Released(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
                 }
                 None
             }
@@ -275,52 +285,102 @@ impl<A> WorkerProxy<A> {
 
 impl<A: App> Actor for WorkerProxy<A> {
     type Msg = WorkerMsg<A>;
-    type State = Link;
-    type Arguments = Link;
+    type State = (Link, Arc<PendingReplies>);
+    type Arguments = (Link, Arc<PendingReplies>);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        link: Link,
-    ) -> Result<Link, ActorProcessingErr> {
-        Ok(link)
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
-        link: &mut Link,
+        (link, pending): &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let tasks = match msg {
-            WorkerMsg::Run(tasks) => tasks,
+        match msg {
+            WorkerMsg::Run(tasks) => {
+                link.send(&Message::RunTasks {
+                    tasks: tasks_to_wire::<A>(tasks)?,
+                })?;
+            }
             WorkerMsg::Release { executor, reply } => {
-                let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                    "moving {executor} between node processes is not supported yet"
-                ))));
-                return Ok(());
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::Released(tx));
+                link.send(&Message::ReleaseExecutor {
+                    request_id,
+                    executor: executor.0,
+                })?;
+                tokio::spawn(async move {
+                    let released = match rx.await {
+                        Ok(ReleaseResult::Released { state, pending }) => {
+                            tasks_from_wire::<A>(pending).map(|pending| ReleasedExecutor {
+                                executor: ExecutorBody::Saved(state),
+                                pending,
+                            })
+                        }
+                        Ok(ReleaseResult::Refused(why)) => Err(HarpError::InvalidConfig(why)),
+                        Err(_) => Err(HarpError::Remote(format!(
+                            "the node hosting {executor} went away during its move"
+                        ))),
+                    };
+                    let _ = reply.send(released);
+                });
             }
-            WorkerMsg::Adopt { executor, .. } => {
-                return Err(format!(
-                    "moving {executor} between node processes is not supported yet"
-                )
-                .into())
+            WorkerMsg::Adopt { executor, released } => {
+                let state = match released.executor {
+                    ExecutorBody::Saved(state) => state,
+                    ExecutorBody::Live(e) => e.save_state().map_err(|source| {
+                        HarpError::InvalidConfig(format!(
+                            "cannot save the state of {executor} to move it: {source}"
+                        ))
+                    })?,
+                };
+                let message = Message::AdoptExecutor {
+                    executor: executor.0,
+                    state,
+                    pending: tasks_to_wire::<A>(released.pending)?,
+                };
+                send_large(link, message).await?;
             }
-        };
-        let tasks = tasks
-            .into_iter()
-            .map(|t| {
-                Ok(TaskEnvelope::new(
-                    t.task,
-                    t.executor,
-                    t.version,
-                    to_bytes(&t.args)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, HarpError>>()?;
-        link.send(&Message::RunTasks { tasks })?;
+        }
         Ok(())
     }
+}
+
+/// Messages of executor state this large or larger get a stream of their own.
+const BULK_BYTES_MIN: usize = 64 * 1024;
+
+/// Sends a message that may carry a large payload (executor state): on the control stream
+/// when small, on a stream of its own otherwise.
+pub(crate) async fn send_large(link: &Link, message: Message) -> Result<(), HarpError> {
+    if message.payload_size_hint() < BULK_BYTES_MIN {
+        link.send(&message)?;
+    } else {
+        link.send_bulk(&message).await?;
+    }
+    Ok(())
+}
+
+/// Encodes dispatched micro-tasks (the app's arguments with postcard).
+pub(crate) fn tasks_to_wire<A: App>(
+    tasks: Vec<crate::worker::TaskEnvelope<A::Args>>,
+) -> Result<Vec<TaskEnvelope>, HarpError> {
+    tasks
+        .into_iter()
+        .map(|t| {
+            Ok(TaskEnvelope::new(
+                t.task,
+                t.executor,
+                t.version,
+                to_bytes(&t.args)?,
+            ))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------- master proxy

@@ -235,6 +235,34 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (any::<bool>(), arb_string())
             .prop_map(|(ok, message)| Message::JobEnded { ok, message })
             .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, executor)| Message::ReleaseExecutor {
+                request_id,
+                executor,
+            })
+            .boxed(),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            prop_oneof![
+                (vec(any::<u8>(), 0..64), vec(arb_task(), 0..4))
+                    .prop_map(|(state, pending)| ReleaseResult::Released { state, pending }),
+                arb_string().prop_map(ReleaseResult::Refused),
+            ],
+        )
+            .prop_map(|(request_id, executor, result)| Message::ExecutorReleased {
+                request_id,
+                executor,
+                result,
+            })
+            .boxed(),
+        (any::<u32>(), vec(any::<u8>(), 0..64), vec(arb_task(), 0..4))
+            .prop_map(|(executor, state, pending)| Message::AdoptExecutor {
+                executor,
+                state,
+                pending,
+            })
+            .boxed(),
     ])
 }
 

@@ -1,10 +1,12 @@
-//! Executors moving between node processes' workers while the counter app runs (the nodes
-//! run in this process but talk to the master and to each other over QUIC, exactly as node
-//! processes do): every executor's saved state and unstarted micro-tasks travel through the
-//! wire; every counter must still be exact. Moves the transport cannot do yet are refused
-//! with a clear error.
+//! Executors and shards moving between node processes while the counter app runs (the
+//! nodes run in this process but talk to the master and to each other over QUIC, exactly as
+//! node processes do): every executor's saved state and unstarted micro-tasks, every
+//! shard's rows, travel through the wire, and old owners forward; every counter must still
+//! be exact. What is not supported yet is refused with a clear error.
 
-use harp::{job_control, ClusterOptions, JobControl, JobCredentials, NodeRoles, WorkerId};
+use harp::{
+    job_control, ClusterOptions, JobControl, JobCredentials, NodeRoles, ServerId, WorkerId,
+};
 use harp_apps::counter::{CounterApp, CounterConfig};
 use harp_tests::{runtime, spawn_nodes, SplitMix, Threads};
 use std::sync::Arc;
@@ -68,27 +70,21 @@ where
 }
 
 #[test]
-fn counter_is_exact_while_executors_move_between_node_workers_fifty_times() {
+fn counter_is_exact_while_executors_and_shards_move_between_nodes_sixty_times() {
     let (app, outcome) = run_controlled(3, |control, master| async move {
         let mut rng = SplitMix(7);
-        let all = [WorkerId(0), WorkerId(1), WorkerId(2)];
-        let (_, servers) = control.members().await.unwrap();
         let mut events = 0;
-        let mut moved = 0;
+        let (mut moved, mut shards_moved) = (0, 0);
         while events < 60 && !master.is_finished() {
-            // A random non-empty subset of the workers takes all the executors.
-            let mut onto: Vec<WorkerId> = all
-                .iter()
-                .copied()
-                .filter(|_| rng.next_u64().is_multiple_of(2))
-                .collect();
-            if onto.is_empty() {
-                onto.push(all[(rng.next_u64() % 3) as usize]);
-            }
-            match control.rebalance_onto(&onto, &servers).await {
+            // Random non-empty subsets of the workers and of the servers take all the load.
+            let onto: Vec<WorkerId> = random_subset(&mut rng).into_iter().map(WorkerId).collect();
+            let onto_servers: Vec<ServerId> =
+                random_subset(&mut rng).into_iter().map(ServerId).collect();
+            match control.rebalance_onto(&onto, &onto_servers).await {
                 Ok(report) => {
                     events += 1;
                     moved += report.executors_moved;
+                    shards_moved += report.shards_moved;
                 }
                 Err(e) if master.is_finished() => {
                     eprintln!("the job ended during a scale event: {e}");
@@ -97,12 +93,16 @@ fn counter_is_exact_while_executors_move_between_node_workers_fifty_times() {
                 Err(e) => panic!("scale event {events} failed: {e}"),
             }
         }
-        println!("{events} scale events, {moved} executor moves across processes");
+        println!("{events} scale events: {moved} executor and {shards_moved} shard moves");
         assert!(
             events >= 50,
             "only {events} scale events before the job ended"
         );
-        assert!(moved >= events, "the events moved almost nothing ({moved})");
+        assert!(moved >= events, "the events moved few executors ({moved})");
+        assert!(
+            shards_moved >= events,
+            "the events moved few shards ({shards_moved})"
+        );
         master.await.unwrap()
     });
     let outcome = outcome.expect("the job finishes");
@@ -112,20 +112,34 @@ fn counter_is_exact_while_executors_move_between_node_workers_fifty_times() {
     assert_eq!(outcome.driver.completed(), TASKS);
 }
 
+/// A random non-empty subset of {0, 1, 2}.
+fn random_subset(rng: &mut SplitMix) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..3)
+        .filter(|_| rng.next_u64().is_multiple_of(2))
+        .collect();
+    if ids.is_empty() {
+        ids.push((rng.next_u64() % 3) as u32);
+    }
+    ids
+}
+
 #[test]
 fn moves_across_processes_that_are_not_supported_yet_are_refused_clearly() {
     let (app, outcome) = run_controlled(2, |control, master| async move {
         let added = control.scale_out(1, 0).await.unwrap_err();
         assert!(added.to_string().contains("not supported"), "{added}");
-        let shards = control
-            .rebalance_onto(&[WorkerId(0), WorkerId(1)], &[harp::ServerId(0)])
+        let unknown = control
+            .rebalance_onto(&[WorkerId(0)], &[ServerId(5)])
+            .await
+            .unwrap_err();
+        assert!(unknown.to_string().contains("server-5"), "{unknown}");
+        let last_server = control
+            .scale_in(&[], &[ServerId(0), ServerId(1)])
             .await
             .unwrap_err();
         assert!(
-            shards
-                .to_string()
-                .contains("moving shards between node processes"),
-            "{shards}"
+            last_server.to_string().contains("last server"),
+            "{last_server}"
         );
         let last = control
             .scale_in(&[WorkerId(0), WorkerId(1)], &[])

@@ -251,8 +251,8 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
     }
 }
 
-/// Serves commands to a job across processes: its executors move between the worker nodes
-/// that joined (adding node processes to a running job and moving shards between them are
+/// Serves commands to a job across processes: executors move between the worker nodes and
+/// shards between the server nodes that joined (adding node processes to a running job is
 /// not supported yet).
 pub(crate) async fn serve_across<A: App>(
     mut inbox: ControlInbox,
@@ -279,19 +279,28 @@ pub(crate) async fn serve_across<A: App>(
                 servers: gone_servers,
                 reply,
             } => {
-                if !gone_servers.is_empty() {
-                    let _ = reply.send(unsupported("moving shards between node processes"));
-                    continue;
-                }
                 if let Some(w) = gone.iter().find(|w| !workers.contains(w)) {
                     let _ = reply.send(Err(HarpError::InvalidConfig(format!(
                         "cannot remove {w}: it is not one of the job's workers"
                     ))));
                     continue;
                 }
-                let (current, _) = lock(&live).clone();
-                let keep = current.into_iter().filter(|w| !gone.contains(w)).collect();
-                rebalance(&master, &live, keep, servers.clone(), reply);
+                if let Some(s) = gone_servers.iter().find(|s| !servers.contains(s)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "cannot remove {s}: it is not one of the job's servers"
+                    ))));
+                    continue;
+                }
+                let (current_w, current_s) = lock(&live).clone();
+                let keep_w = current_w
+                    .into_iter()
+                    .filter(|w| !gone.contains(w))
+                    .collect();
+                let keep_s = current_s
+                    .into_iter()
+                    .filter(|s| !gone_servers.contains(s))
+                    .collect();
+                rebalance(&master, &live, keep_w, keep_s, reply);
             }
             ControlRequest::Rebalance {
                 workers: onto,
@@ -300,6 +309,10 @@ pub(crate) async fn serve_across<A: App>(
             } => {
                 if let Some(w) = onto.iter().find(|w| !workers.contains(w)) {
                     let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {w}"))));
+                    continue;
+                }
+                if let Some(s) = onto_servers.iter().find(|s| !servers.contains(s)) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {s}"))));
                     continue;
                 }
                 rebalance(&master, &live, onto, onto_servers, reply);

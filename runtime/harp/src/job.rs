@@ -241,7 +241,7 @@ pub async fn run_job_controlled<A: App>(
             executors,
             servers,
             shards: shard_map,
-            stores: vec![store.clone()],
+            routes: vec![crate::master::RouteTarget::Local(store.clone())],
         })
         .is_ok();
     let end = if started_ok {

@@ -29,7 +29,7 @@ pub use frame::{
 };
 pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
-    ArchivedMessage, Assignment, CompletionWire, Hello, JobId, JobInfoWire, Message, MessageKind,
-    NodeRole, ParamKeyWire, Placement, ReleaseResult, RowWire, RowsResult, ServerPlace, ShardPlace,
-    TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
+    ArchivedMessage, Assignment, CompletionWire, HandOffResult, Hello, JobId, JobInfoWire, Message,
+    MessageKind, NodeRole, OptStateWire, ParamKeyWire, Placement, ReleaseResult, RowWire,
+    RowsResult, ServerPlace, ShardPlace, ShardRowWire, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
 };

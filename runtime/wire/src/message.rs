@@ -292,6 +292,32 @@ pub enum ReleaseResult {
     Refused(String),
 }
 
+/// What a server node answers to [`Message::HandOffShard`].
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum HandOffResult {
+    Moved { rows: u64, bytes: u64 },
+    Refused(String),
+}
+
+/// A parameter row on its way to a new server, with its optimizer state.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ShardRowWire {
+    pub key: ParamKeyWire,
+    pub value: RowWire,
+    pub opt: OptStateWire,
+}
+
+/// Optimizer state kept beside a row on its server.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum OptStateWire {
+    None,
+    AdaGrad { accum: Vec<f32> },
+    Adam { m: Vec<f32>, v: Vec<f32>, step: u64 },
+}
+
 /// Everything one node sends another. Requests carry a `request_id` chosen by the sender,
 /// echoed in the reply.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -378,6 +404,30 @@ pub enum Message {
         state: Vec<u8>,
         pending: Vec<TaskEnvelope>,
     },
+    /// master → server node: hand `shard` (of `num_shards`) to `to_server`, then forward
+    /// its traffic there.
+    HandOffShard {
+        request_id: u64,
+        shard: u32,
+        num_shards: u32,
+        to_server: u32,
+    },
+    /// server node → master: the answer to [`Message::HandOffShard`], sent once the new
+    /// owner holds the rows.
+    ShardHandedOff {
+        request_id: u64,
+        result: HandOffResult,
+    },
+    /// old server node → new server node: the rows of `shard`, with optimizer state.
+    TakeOverShard {
+        request_id: u64,
+        shard: u32,
+        rows: Vec<ShardRowWire>,
+    },
+    /// new server node → old server node: the rows of a [`Message::TakeOverShard`] are in.
+    TookOver { request_id: u64 },
+    /// master → every node: `shard` is now on `server`; send its traffic there.
+    Reroute { shard: u32, server: u32 },
 }
 
 impl RowWire {
@@ -424,6 +474,17 @@ impl Message {
                 result: ReleaseResult::Released { state, pending },
                 ..
             } => state.len() + pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
+            Message::TakeOverShard { rows, .. } => rows
+                .iter()
+                .map(|r| {
+                    let opt = match &r.opt {
+                        OptStateWire::None => 0,
+                        OptStateWire::AdaGrad { accum } => accum.len() * 4,
+                        OptStateWire::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
+                    };
+                    r.value.value_bytes() + opt + 3 * PER_ROW
+                })
+                .sum(),
             _ => 0,
         };
         body + 256
@@ -454,6 +515,11 @@ impl Message {
             Message::ReleaseExecutor { .. } => MessageKind::ReleaseExecutor,
             Message::ExecutorReleased { .. } => MessageKind::ExecutorReleased,
             Message::AdoptExecutor { .. } => MessageKind::AdoptExecutor,
+            Message::HandOffShard { .. } => MessageKind::HandOffShard,
+            Message::ShardHandedOff { .. } => MessageKind::ShardHandedOff,
+            Message::TakeOverShard { .. } => MessageKind::TakeOverShard,
+            Message::TookOver { .. } => MessageKind::TookOver,
+            Message::Reroute { .. } => MessageKind::Reroute,
         }
     }
 
@@ -494,6 +560,11 @@ impl ArchivedMessage {
             ArchivedMessage::ReleaseExecutor { .. } => MessageKind::ReleaseExecutor,
             ArchivedMessage::ExecutorReleased { .. } => MessageKind::ExecutorReleased,
             ArchivedMessage::AdoptExecutor { .. } => MessageKind::AdoptExecutor,
+            ArchivedMessage::HandOffShard { .. } => MessageKind::HandOffShard,
+            ArchivedMessage::ShardHandedOff { .. } => MessageKind::ShardHandedOff,
+            ArchivedMessage::TakeOverShard { .. } => MessageKind::TakeOverShard,
+            ArchivedMessage::TookOver { .. } => MessageKind::TookOver,
+            ArchivedMessage::Reroute { .. } => MessageKind::Reroute,
         }
     }
 }
@@ -536,11 +607,16 @@ pub enum MessageKind {
     ReleaseExecutor = 20,
     ExecutorReleased = 21,
     AdoptExecutor = 22,
+    HandOffShard = 23,
+    ShardHandedOff = 24,
+    TakeOverShard = 25,
+    TookOver = 26,
+    Reroute = 27,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 27;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -566,6 +642,11 @@ impl MessageKind {
         MessageKind::ReleaseExecutor,
         MessageKind::ExecutorReleased,
         MessageKind::AdoptExecutor,
+        MessageKind::HandOffShard,
+        MessageKind::ShardHandedOff,
+        MessageKind::TakeOverShard,
+        MessageKind::TookOver,
+        MessageKind::Reroute,
     ];
 
     /// The kind a header byte names, if any.
@@ -608,6 +689,11 @@ impl MessageKind {
             MessageKind::ReleaseExecutor => "release_executor",
             MessageKind::ExecutorReleased => "executor_released",
             MessageKind::AdoptExecutor => "adopt_executor",
+            MessageKind::HandOffShard => "hand_off_shard",
+            MessageKind::ShardHandedOff => "shard_handed_off",
+            MessageKind::TakeOverShard => "take_over_shard",
+            MessageKind::TookOver => "took_over",
+            MessageKind::Reroute => "reroute",
         }
     }
 }

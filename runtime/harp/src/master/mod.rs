@@ -33,8 +33,8 @@ pub(crate) enum MasterMsg<A: App> {
         executors: ExecutorMap,
         servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
         shards: ShardMap,
-        /// The nodes' parameter stores, told when a shard changes owner (in one process).
-        stores: Vec<Arc<ParamStore>>,
+        /// Every node's routing, told when a shard changes owner.
+        routes: Vec<RouteTarget>,
     },
     /// A worker joined the running job (it hosts nothing until a re-balancing).
     AddWorker(WorkerId, ActorRef<WorkerMsg<A>>),
@@ -64,6 +64,30 @@ pub(crate) enum MasterMsg<A: App> {
     Failed(HarpError),
 }
 
+/// A node's routing of parameter traffic: its store in this process, or the link to a node
+/// process (told with `Message::Reroute`).
+pub(crate) enum RouteTarget {
+    Local(Arc<ParamStore>),
+    Remote(harp_net::Link),
+}
+
+impl RouteTarget {
+    /// Sends `shard`'s traffic to `server` from now on.
+    fn reroute(&self, shard: ShardId, server: ServerId) -> Result<(), HarpError> {
+        match self {
+            RouteTarget::Local(store) => store.reroute(shard, server),
+            RouteTarget::Remote(link) => {
+                // A node that is gone no longer routes anything.
+                let _ = link.send(&harp_wire::Message::Reroute {
+                    shard: shard.0,
+                    server: server.0,
+                });
+                Ok(())
+            }
+        }
+    }
+}
+
 /// What the master hands back when the job ends.
 pub(crate) struct MasterEnd<A: App> {
     pub driver: A::Driver,
@@ -85,7 +109,7 @@ pub(crate) struct MasterState<A: App> {
     workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
     servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
     shards: ShardMap,
-    stores: Vec<Arc<ParamStore>>,
+    routes: Vec<RouteTarget>,
     moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
     scale: Option<moves::ScaleInProgress>,
     next_task: u64,
@@ -200,7 +224,7 @@ impl<A: App> Actor for MasterActor<A> {
             workers: BTreeMap::new(),
             servers: BTreeMap::new(),
             shards: ShardMap::default(),
-            stores: Vec::new(),
+            routes: Vec::new(),
             moving: BTreeMap::new(),
             scale: None,
             next_task: 0,
@@ -225,13 +249,13 @@ impl<A: App> Actor for MasterActor<A> {
                 executors,
                 servers,
                 shards,
-                stores,
+                routes,
             } => {
                 state.workers = workers;
                 state.executors = executors;
                 state.servers = servers;
                 state.shards = shards;
-                state.stores = stores;
+                state.routes = routes;
                 state.drive(|d, ctx| d.dispatch_initial_tasks(ctx))
             }
             MasterMsg::AddWorker(id, actor) => {

@@ -286,6 +286,7 @@ impl<A: App> MasterState<A> {
             .send_message(ServerMsg::HandOff {
                 shard,
                 num_shards: self.shards.num_shards(),
+                to_id: to,
                 to: target,
                 reply: tx,
             })
@@ -308,8 +309,8 @@ impl<A: App> MasterState<A> {
         let outcome = match result {
             Ok(moved) => {
                 self.shards.assign(shard, to)?;
-                for store in &self.stores {
-                    store.reroute(shard, to)?;
+                for route in &self.routes {
+                    route.reroute(shard, to)?;
                 }
                 tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
                 Ok(moved)

@@ -2,11 +2,13 @@
 //! runs the driver, watches the nodes' leases, and collects the parameters at the end.
 
 use super::job_id;
-use super::proxies::{completions_from_wire, Pending, PendingReplies, WorkerProxy};
+use super::proxies::{
+    completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerProxy,
+};
 use crate::app::{App, JobInfo};
 use crate::error::HarpError;
 use crate::job::{spawn, JobOutcome, JobStats, ParamDump};
-use crate::master::{MasterActor, MasterArgs, MasterMsg};
+use crate::master::{MasterActor, MasterArgs, MasterMsg, RouteTarget};
 use crate::node::NodeStats;
 use crate::worker::WorkerMsg;
 use harp_core::{
@@ -284,13 +286,25 @@ pub async fn run_job_across_controlled<A: App>(
         workers.keys().copied().collect(),
         server_ids.clone(),
     ));
-    // Servers live on the nodes; moving shards between processes is not supported yet.
+    // The master reaches each node's server only to hand shards over.
+    let mut servers = BTreeMap::new();
+    for (node, pending) in nodes.iter().zip(&replies) {
+        if node.roles.server {
+            let id = ServerId(node.id);
+            let proxy = spawn(ServerNodeProxy, (id, node.link.clone(), pending.clone())).await?;
+            servers.insert(id, proxy);
+        }
+    }
+    let routes = nodes
+        .iter()
+        .map(|node| RouteTarget::Remote(node.link.clone()))
+        .collect();
     let _ = master.send_message(MasterMsg::Start {
         workers,
         executors,
-        servers: BTreeMap::new(),
+        servers,
         shards,
-        stores: Vec::new(),
+        routes,
     });
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));

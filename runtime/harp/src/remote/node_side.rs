@@ -16,8 +16,8 @@ use crate::worker::{
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_welcome, Assignment, FrameLimits, Hello, Message, NodeRole, Placement, ReleaseResult,
-    WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+    check_welcome, Assignment, FrameLimits, HandOffResult, Hello, Message, NodeRole, Placement,
+    ReleaseResult, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -148,7 +148,7 @@ pub async fn run_node_with<A: App>(
         &counters,
     )
     .await;
-    let (worker, servers) = match started {
+    let (worker, servers, store) = match started {
         Ok(parts) => parts,
         Err(e) => {
             let _ = master_link.send(&Message::Failed {
@@ -189,6 +189,7 @@ pub async fn run_node_with<A: App>(
         servers.get(&ServerId(me)),
         &master_link,
         (&app, &info),
+        (&store, &servers),
     )
     .await;
     heartbeat.abort();
@@ -211,6 +212,7 @@ pub async fn run_node_with<A: App>(
 type Started<A> = (
     ActorRef<WorkerMsg<A>>,
     BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    Arc<ParamStore>,
 );
 
 #[allow(clippy::too_many_arguments)]
@@ -272,7 +274,7 @@ async fn start_node<A: App>(
     };
     let executors = create_executors(&*app, &assignment.executor_ids().collect::<Vec<_>>(), &info)?;
     let node = Arc::new(NodeShared {
-        store,
+        store: store.clone(),
         book: Mutex::new(FlushBook::new()),
         master,
     });
@@ -285,7 +287,7 @@ async fn start_node<A: App>(
         },
     )
     .await?;
-    Ok((worker, servers))
+    Ok((worker, servers, store))
 }
 
 /// Accepts links from other nodes and serves the local server on each.
@@ -353,6 +355,52 @@ fn release_executor<A: App>(
     Ok(())
 }
 
+/// Hands a shard of the local server to another server node; the master hears back once
+/// the new owner holds the rows.
+fn hand_off_shard(
+    local_server: Option<&ActorRef<ServerMsg>>,
+    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    master_link: &Link,
+    request_id: u64,
+    (shard, num_shards, to_id): (ShardId, u32, ServerId),
+) {
+    let link = master_link.clone();
+    let refuse = move |why: String| {
+        let _ = link.send(&Message::ShardHandedOff {
+            request_id,
+            result: HandOffResult::Refused(why),
+        });
+    };
+    let (Some(local), Some(to)) = (local_server, servers.get(&to_id)) else {
+        return refuse(format!(
+            "this node cannot hand {shard} to {to_id}: it has no server, or does not know {to_id}"
+        ));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sent = local.send_message(ServerMsg::HandOff {
+        shard,
+        num_shards,
+        to_id,
+        to: to.clone(),
+        reply: tx,
+    });
+    if sent.is_err() {
+        return refuse("the local server stopped".into());
+    }
+    let link = master_link.clone();
+    tokio::spawn(async move {
+        let result = match rx.await {
+            Ok(Ok(moved)) => HandOffResult::Moved {
+                rows: moved.rows as u64,
+                bytes: moved.bytes,
+            },
+            Ok(Err(e)) => HandOffResult::Refused(e.to_string()),
+            Err(_) => HandOffResult::Refused("the local server stopped".into()),
+        };
+        let _ = link.send(&Message::ShardHandedOff { request_id, result });
+    });
+}
+
 /// A released executor as the wire carries it: its saved state and its pending tasks.
 fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
     let state = match released.executor {
@@ -373,6 +421,7 @@ async fn serve_master<A: App>(
     local_server: Option<&ActorRef<ServerMsg>>,
     master_link: &Link,
     (app, info): (&Arc<A>, &JobInfo),
+    (store, servers): (&Arc<ParamStore>, &BTreeMap<ServerId, ActorRef<ServerMsg>>),
 ) -> Result<(), HarpError> {
     loop {
         let message = match from_master.recv().await {
@@ -413,6 +462,21 @@ async fn serve_master<A: App>(
                         released,
                     })
                     .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+            }
+            Message::HandOffShard {
+                request_id,
+                shard,
+                num_shards,
+                to_server,
+            } => hand_off_shard(
+                local_server,
+                servers,
+                master_link,
+                request_id,
+                (ShardId(shard), num_shards, ServerId(to_server)),
+            ),
+            Message::Reroute { shard, server } => {
+                store.reroute(ShardId(shard), ServerId(server))?;
             }
             Message::Dump { request_id, .. } => {
                 let Some(server) = local_server else { continue };

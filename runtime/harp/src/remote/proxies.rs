@@ -7,12 +7,14 @@ use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
-use crate::server::ServerMsg;
+use crate::server::{ServerMsg, ShardMoved, ShardRows};
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{CompletionWire, Message, ReleaseResult, RowWire, RowsResult, TaskEnvelope};
+use harp_wire::{
+    CompletionWire, HandOffResult, Message, ReleaseResult, RowWire, RowsResult, TaskEnvelope,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +45,10 @@ pub(crate) enum Pending {
     Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
     /// A worker node's answer to `ReleaseExecutor`.
     Released(oneshot::Sender<ReleaseResult>),
+    /// A server node's answer to `HandOffShard`.
+    HandedOff(oneshot::Sender<HandOffResult>),
+    /// A server node took over the rows of a shard.
+    TookOver(oneshot::Sender<()>),
 }
 
 /// Replies in flight on one link.
@@ -84,6 +90,18 @@ impl PendingReplies {
             Message::DumpRows { request_id, rows } => {
                 if let Some((_, Pending::Dump(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(rows_from_wire(rows));
+                }
+                None
+            }
+            Message::ShardHandedOff { request_id, result } => {
+                if let Some((_, Pending::HandedOff(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
+                }
+                None
+            }
+            Message::TookOver { request_id } => {
+                if let Some((_, Pending::TookOver(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(());
                 }
                 None
             }
@@ -184,10 +202,103 @@ impl Actor for ServerProxy {
                     "moving {shard} between node processes is not supported yet"
                 ))));
             }
-            ServerMsg::TakeOver { shard, .. } => {
-                return Err(
-                    format!("moving {shard} between node processes is not supported yet").into(),
+            ServerMsg::TakeOver { shard, rows, ack } => {
+                // Waits for the new owner's confirmation before this proxy sends anything
+                // else, so requests the old owner forwards arrive after the rows.
+                let (tx, rx) = oneshot::channel();
+                let request_id = state.pending.register(Pending::TookOver(tx));
+                send_large(
+                    &state.link,
+                    Message::TakeOverShard {
+                        request_id,
+                        shard: shard.0,
+                        rows: rows.to_wire(),
+                    },
                 )
+                .await?;
+                match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
+                    Ok(Ok(())) => {
+                        let _ = ack.send(());
+                    }
+                    _ => {
+                        return Err(
+                            format!("server-{server} did not confirm it took over {shard}").into(),
+                        )
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How long a shard's old owner waits for the new one to confirm it holds the rows.
+const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Stands (on the master) for the server of a node: only shard hand-offs go this way (the
+/// nodes read and flush to each other directly).
+pub(crate) struct ServerNodeProxy;
+
+impl Actor for ServerNodeProxy {
+    type Msg = ServerMsg;
+    type State = (ServerId, Link, Arc<PendingReplies>);
+    type Arguments = (ServerId, Link, Arc<PendingReplies>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        (server, link, pending): &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let unsupported = || {
+            HarpError::InvalidConfig(format!(
+                "{server} takes no parameter traffic from the master"
+            ))
+        };
+        match msg {
+            ServerMsg::HandOff {
+                shard,
+                num_shards,
+                to_id,
+                reply,
+                ..
+            } => {
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::HandedOff(tx));
+                link.send(&Message::HandOffShard {
+                    request_id,
+                    shard: shard.0,
+                    num_shards,
+                    to_server: to_id.0,
+                })?;
+                let server = *server;
+                tokio::spawn(async move {
+                    let _ = reply.send(match rx.await {
+                        Ok(HandOffResult::Moved { rows, bytes }) => Ok(ShardMoved {
+                            rows: rows as usize,
+                            bytes,
+                        }),
+                        Ok(HandOffResult::Refused(why)) => Err(HarpError::InvalidConfig(why)),
+                        Err(_) => Err(HarpError::ServerUnreachable(server)),
+                    });
+                });
+            }
+            ServerMsg::Get { reply, .. } => {
+                let _ = reply.send(Err(unsupported()));
+            }
+            ServerMsg::Apply { reply, .. } => {
+                let _ = reply.send(Err(unsupported()));
+            }
+            ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } => {
+                tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
         }
         Ok(())
@@ -264,6 +375,26 @@ pub(crate) async fn serve_server_requests(
                                 rows: rows_to_wire(rows),
                             })
                             .await;
+                    }
+                });
+            }
+            Message::TakeOverShard {
+                request_id,
+                shard,
+                rows,
+            } => {
+                let (ack, acked) = oneshot::channel();
+                let take_over = ServerMsg::TakeOver {
+                    shard: harp_core::ShardId(shard),
+                    rows: ShardRows::from_wire(rows),
+                    ack,
+                };
+                if server.send_message(take_over).is_err() {
+                    return;
+                }
+                tokio::spawn(async move {
+                    if acked.await.is_ok() {
+                        let _ = link.send(&Message::TookOver { request_id });
                     }
                 });
             }

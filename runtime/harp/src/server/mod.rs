@@ -46,15 +46,22 @@ pub(crate) enum ServerMsg {
     Dump {
         reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
     },
-    /// Give `shard` (of `num_shards`) to `to`, then forward its traffic there.
+    /// Give `shard` (of `num_shards`) to server `to_id` (reached through `to`), then forward
+    /// its traffic there. Answers once the new owner holds the rows.
     HandOff {
         shard: ShardId,
         num_shards: u32,
+        to_id: ServerId,
         to: ActorRef<ServerMsg>,
         reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
     },
-    /// Become the owner of `shard`: its rows, from the server that held it.
-    TakeOver { shard: ShardId, rows: ShardRows },
+    /// Become the owner of `shard`: its rows, from the server that held it; `ack` once they
+    /// are in.
+    TakeOver {
+        shard: ShardId,
+        rows: ShardRows,
+        ack: oneshot::Sender<()>,
+    },
 }
 
 pub(crate) struct ServerActor;
@@ -226,6 +233,7 @@ impl Actor for ServerActor {
                 num_shards,
                 to,
                 reply,
+                ..
             } => {
                 if num_shards == 0 || shard.0 >= num_shards {
                     let _ = reply.send(Err(HarpError::InvalidConfig(format!(
@@ -246,18 +254,27 @@ impl Actor for ServerActor {
                     rows: rows.len(),
                     bytes: rows.bytes(),
                 };
-                if to
-                    .send_message(ServerMsg::TakeOver { shard, rows })
-                    .is_err()
-                {
+                let (ack, acked) = oneshot::channel();
+                let take_over = ServerMsg::TakeOver { shard, rows, ack };
+                if to.send_message(take_over).is_err() {
                     return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
                 }
+                // From now on this server forwards the shard's traffic (queued behind the rows).
                 state.forwarded.insert(shard, to);
-                let _ = reply.send(Ok(moved));
+                let id = state.id;
+                tokio::spawn(async move {
+                    let _ = reply.send(match acked.await {
+                        Ok(()) => Ok(moved),
+                        Err(_) => Err(HarpError::InvalidConfig(format!(
+                            "{id}: the new owner of {shard} did not confirm it holds the rows"
+                        ))),
+                    });
+                });
             }
-            ServerMsg::TakeOver { shard, rows } => {
+            ServerMsg::TakeOver { shard, rows, ack } => {
                 state.forwarded.remove(&shard);
                 state.store.insert_shard(rows);
+                let _ = ack.send(());
             }
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());

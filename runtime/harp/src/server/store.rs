@@ -31,6 +31,50 @@ pub(crate) struct ShardRows {
 }
 
 impl ShardRows {
+    /// The rows as the wire carries them (to a server in another process).
+    pub(crate) fn to_wire(&self) -> Vec<harp_wire::ShardRowWire> {
+        use harp_wire::OptStateWire;
+        self.rows
+            .iter()
+            .map(|(key, row)| harp_wire::ShardRowWire {
+                key: (*key).into(),
+                value: (&*row.value).into(),
+                opt: match &row.opt {
+                    OptState::None => OptStateWire::None,
+                    OptState::AdaGrad { accum } => OptStateWire::AdaGrad {
+                        accum: accum.clone(),
+                    },
+                    OptState::Adam { m, v, step } => OptStateWire::Adam {
+                        m: m.clone(),
+                        v: v.clone(),
+                        step: *step,
+                    },
+                },
+            })
+            .collect()
+    }
+
+    /// Rows that came over the wire.
+    pub(crate) fn from_wire(rows: Vec<harp_wire::ShardRowWire>) -> Self {
+        use harp_wire::OptStateWire;
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                let opt = match r.opt {
+                    OptStateWire::None => OptState::None,
+                    OptStateWire::AdaGrad { accum } => OptState::AdaGrad { accum },
+                    OptStateWire::Adam { m, v, step } => OptState::Adam { m, v, step },
+                };
+                let row = StoredRow {
+                    value: Arc::new(RowData::from(r.value)),
+                    opt,
+                };
+                (ParamKey::from(r.key), row)
+            })
+            .collect();
+        Self { rows }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.rows.len()
     }

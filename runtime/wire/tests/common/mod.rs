@@ -263,7 +263,61 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 pending,
             })
             .boxed(),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>())
+            .prop_map(
+                |(request_id, shard, num_shards, to_server)| Message::HandOffShard {
+                    request_id,
+                    shard,
+                    num_shards,
+                    to_server,
+                },
+            )
+            .boxed(),
+        (
+            any::<u64>(),
+            prop_oneof![
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(rows, bytes)| HandOffResult::Moved { rows, bytes }),
+                arb_string().prop_map(HandOffResult::Refused),
+            ],
+        )
+            .prop_map(|(request_id, result)| Message::ShardHandedOff { request_id, result })
+            .boxed(),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            vec(
+                (arb_key(), arb_row(), arb_opt_state())
+                    .prop_map(|(key, value, opt)| ShardRowWire { key, value, opt }),
+                0..4,
+            ),
+        )
+            .prop_map(|(request_id, shard, rows)| Message::TakeOverShard {
+                request_id,
+                shard,
+                rows,
+            })
+            .boxed(),
+        any::<u64>()
+            .prop_map(|request_id| Message::TookOver { request_id })
+            .boxed(),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(shard, server)| Message::Reroute { shard, server })
+            .boxed(),
     ])
+}
+
+fn arb_opt_state() -> impl Strategy<Value = OptStateWire> {
+    prop_oneof![
+        Just(OptStateWire::None),
+        vec(any::<f32>(), 0..8).prop_map(|accum| OptStateWire::AdaGrad { accum }),
+        (
+            vec(any::<f32>(), 0..8),
+            vec(any::<f32>(), 0..8),
+            any::<u64>()
+        )
+            .prop_map(|(m, v, step)| OptStateWire::Adam { m, v, step }),
+    ]
 }
 
 /// Bit-exact equality (f32 rows may hold NaNs, which `PartialEq` never equates): two

@@ -248,7 +248,12 @@ impl<A: App> Actor for WorkerActor<A> {
                 state.running.fetch_add(tasks.len(), Ordering::AcqRel);
                 for task in tasks {
                     let Some(inbox) = state.loops.get(&task.executor) else {
-                        return Err(format!("{} does not host {}", state.id, task.executor).into());
+                        // A routing bug, not a reason to kill the node: the job ends with it.
+                        state.node.fail(HarpError::InvalidConfig(format!(
+                            "{} was sent {} for {}, which it does not host",
+                            state.id, task.task, task.executor
+                        )));
+                        return Ok(());
                     };
                     inbox.push(task);
                 }

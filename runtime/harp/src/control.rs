@@ -200,52 +200,29 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 s.extend(added.1);
                 rebalance(&ctx.master, &live, w, s, reply);
             }
-            ControlRequest::Rebalance {
-                workers,
-                servers,
-                reply,
-            } => {
-                let known_w = |w: &WorkerId| w.0 < next_worker;
-                let known_s = |s: &ServerId| s.0 < next_server;
-                if let Some(w) = workers.iter().find(|w| !known_w(w)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {w}"))));
-                    continue;
-                }
-                if let Some(s) = servers.iter().find(|s| !known_s(s)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {s}"))));
-                    continue;
-                }
-                rebalance(&ctx.master, &live, workers, servers, reply);
-            }
             ControlRequest::ScaleIn {
                 workers,
                 servers,
                 reply,
             } => {
-                let (current_w, current_s) = lock(&live).clone();
-                let unknown_w = workers.iter().find(|w| !current_w.contains(w));
-                let unknown_s = servers.iter().find(|s| !current_s.contains(s));
-                if let Some(w) = unknown_w {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                        "cannot remove {w}: it is not one of the job's workers"
-                    ))));
-                    continue;
-                }
-                if let Some(s) = unknown_s {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                        "cannot remove {s}: it is not one of the job's servers"
-                    ))));
-                    continue;
-                }
-                let w = current_w
-                    .into_iter()
-                    .filter(|w| !workers.contains(w))
-                    .collect();
-                let s = current_s
-                    .into_iter()
-                    .filter(|s| !servers.contains(s))
-                    .collect();
-                rebalance(&ctx.master, &live, w, s, reply);
+                let known = (
+                    |w: &WorkerId| w.0 < next_worker,
+                    |s: &ServerId| s.0 < next_server,
+                );
+                let target = Target::Without(workers, servers);
+                retarget(&ctx.master, &live, known, target, reply);
+            }
+            ControlRequest::Rebalance {
+                workers,
+                servers,
+                reply,
+            } => {
+                let known = (
+                    |w: &WorkerId| w.0 < next_worker,
+                    |s: &ServerId| s.0 < next_server,
+                );
+                let target = Target::Onto(workers, servers);
+                retarget(&ctx.master, &live, known, target, reply);
             }
         }
     }
@@ -261,6 +238,10 @@ pub(crate) async fn serve_across<A: App>(
     servers: Vec<ServerId>,
 ) {
     let live: Live = Arc::new(Mutex::new((workers.clone(), servers.clone())));
+    let known = (
+        |w: &WorkerId| workers.contains(w),
+        |s: &ServerId| servers.contains(s),
+    );
     let unsupported = |what: &str| {
         Err(HarpError::InvalidConfig(format!(
             "{what} is not supported across processes yet"
@@ -279,49 +260,64 @@ pub(crate) async fn serve_across<A: App>(
                 servers: gone_servers,
                 reply,
             } => {
-                if let Some(w) = gone.iter().find(|w| !workers.contains(w)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                        "cannot remove {w}: it is not one of the job's workers"
-                    ))));
-                    continue;
-                }
-                if let Some(s) = gone_servers.iter().find(|s| !servers.contains(s)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                        "cannot remove {s}: it is not one of the job's servers"
-                    ))));
-                    continue;
-                }
-                let (current_w, current_s) = lock(&live).clone();
-                let keep_w = current_w
-                    .into_iter()
-                    .filter(|w| !gone.contains(w))
-                    .collect();
-                let keep_s = current_s
-                    .into_iter()
-                    .filter(|s| !gone_servers.contains(s))
-                    .collect();
-                rebalance(&master, &live, keep_w, keep_s, reply);
+                let target = Target::Without(gone, gone_servers);
+                retarget(&master, &live, known, target, reply);
             }
             ControlRequest::Rebalance {
                 workers: onto,
                 servers: onto_servers,
                 reply,
             } => {
-                if let Some(w) = onto.iter().find(|w| !workers.contains(w)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {w}"))));
-                    continue;
-                }
-                if let Some(s) = onto_servers.iter().find(|s| !servers.contains(s)) {
-                    let _ = reply.send(Err(HarpError::InvalidConfig(format!("unknown {s}"))));
-                    continue;
-                }
-                rebalance(&master, &live, onto, onto_servers, reply);
+                let target = Target::Onto(onto, onto_servers);
+                retarget(&master, &live, known, target, reply);
             }
         }
     }
 }
 
 type Live = Arc<Mutex<(Vec<WorkerId>, Vec<ServerId>)>>;
+
+/// Where a command wants the load: without some workers and servers, or onto exactly some.
+enum Target {
+    Without(Vec<WorkerId>, Vec<ServerId>),
+    Onto(Vec<WorkerId>, Vec<ServerId>),
+}
+
+/// Checks every id of `target` against the job's (`known`: is this one of its workers, of
+/// its servers), then re-balances onto the live set the target describes.
+fn retarget<A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    live: &Live,
+    (known_worker, known_server): (impl Fn(&WorkerId) -> bool, impl Fn(&ServerId) -> bool),
+    target: Target,
+    reply: Reply<ScaleReport>,
+) {
+    let (Target::Without(workers, servers) | Target::Onto(workers, servers)) = &target;
+    let not_the_jobs = |what: String, kind: &str| {
+        Err(HarpError::InvalidConfig(format!(
+            "{what} is not one of the job's {kind}"
+        )))
+    };
+    if let Some(w) = workers.iter().find(|w| !known_worker(w)) {
+        let _ = reply.send(not_the_jobs(w.to_string(), "workers"));
+        return;
+    }
+    if let Some(s) = servers.iter().find(|s| !known_server(s)) {
+        let _ = reply.send(not_the_jobs(s.to_string(), "servers"));
+        return;
+    }
+    let (onto_w, onto_s) = match target {
+        Target::Onto(w, s) => (w, s),
+        Target::Without(gone_w, gone_s) => {
+            let (w, s) = lock(live).clone();
+            (
+                w.into_iter().filter(|w| !gone_w.contains(w)).collect(),
+                s.into_iter().filter(|s| !gone_s.contains(s)).collect(),
+            )
+        }
+    };
+    rebalance(master, live, onto_w, onto_s, reply);
+}
 
 /// Asks the master to re-balance onto `workers` and `servers`; they become the live set
 /// once it succeeded.

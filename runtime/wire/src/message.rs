@@ -431,18 +431,6 @@ pub enum Message {
 }
 
 impl RowWire {
-    /// Values in the row.
-    pub fn len(&self) -> usize {
-        match self {
-            RowWire::F32(v) => v.len(),
-            RowWire::I64(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Bytes of the row's values.
     pub fn value_bytes(&self) -> usize {
         match self {

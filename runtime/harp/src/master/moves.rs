@@ -197,15 +197,16 @@ impl<A: App> MasterState<A> {
                 buffered: Vec::new(),
             },
         );
-        let master = myself.clone();
-        tokio::spawn(async move {
-            let result = rx.await.unwrap_or(Err(HarpError::WorkerUnreachable(from)));
-            let _ = master.send_message(MasterMsg::ExecutorReleased {
+        reply_to_master(
+            myself,
+            rx,
+            HarpError::WorkerUnreachable(from),
+            move |result| MasterMsg::ExecutorReleased {
                 executor,
                 from,
                 result,
-            });
-        });
+            },
+        );
         Ok(())
     }
 
@@ -219,7 +220,7 @@ impl<A: App> MasterState<A> {
         let Some(motion) = self.moving.remove(&executor) else {
             return Ok(());
         };
-        let (to, outcome) = match result {
+        let outcome = match result {
             Ok(mut released) => {
                 let moved = released.pending.len();
                 released.pending.extend(motion.buffered);
@@ -232,7 +233,7 @@ impl<A: App> MasterState<A> {
                     .map_err(|_| HarpError::WorkerUnreachable(motion.to))?;
                 self.executors.assign(executor, motion.to)?;
                 tracing::info!(%executor, %from, to = %motion.to, tasks = moved, "executor moved");
-                (motion.to, Ok(moved))
+                Ok(moved)
             }
             Err(e) => {
                 // It never left: the tasks held here go to where it still is.
@@ -245,23 +246,15 @@ impl<A: App> MasterState<A> {
                         .send_message(WorkerMsg::Run(motion.buffered))
                         .map_err(|_| HarpError::WorkerUnreachable(from))?;
                 }
-                (from, Err(e))
+                Err(e)
             }
         };
-        let _ = to;
-        if let Some(scale) = self.scale.as_mut() {
-            scale.outstanding = scale.outstanding.saturating_sub(1);
-            match outcome {
-                Ok(tasks) => {
-                    scale.report.executors_moved += 1;
-                    scale.report.tasks_moved += tasks;
-                }
-                Err(e) => {
-                    scale.first_error.get_or_insert(e);
-                }
+        self.move_done(outcome.map(|tasks| {
+            move |report: &mut ScaleReport| {
+                report.executors_moved += 1;
+                report.tasks_moved += tasks;
             }
-        }
-        self.maybe_finish_scale();
+        }));
         Ok(())
     }
 
@@ -291,11 +284,12 @@ impl<A: App> MasterState<A> {
                 reply: tx,
             })
             .map_err(|_| HarpError::ServerUnreachable(from))?;
-        let master = myself.clone();
-        tokio::spawn(async move {
-            let result = rx.await.unwrap_or(Err(HarpError::ServerUnreachable(from)));
-            let _ = master.send_message(MasterMsg::ShardHandedOff { shard, to, result });
-        });
+        reply_to_master(
+            myself,
+            rx,
+            HarpError::ServerUnreachable(from),
+            move |result| MasterMsg::ShardHandedOff { shard, to, result },
+        );
         Ok(())
     }
 
@@ -306,31 +300,34 @@ impl<A: App> MasterState<A> {
         to: ServerId,
         result: Result<ShardMoved, HarpError>,
     ) -> Result<(), HarpError> {
-        let outcome = match result {
-            Ok(moved) => {
-                self.shards.assign(shard, to)?;
-                for route in &self.routes {
-                    route.reroute(shard, to)?;
-                }
-                tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
-                Ok(moved)
+        if let Ok(moved) = &result {
+            self.shards.assign(shard, to)?;
+            for route in &self.routes {
+                route.reroute(shard, to)?;
             }
-            Err(e) => Err(e),
-        };
+            tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
+        }
+        self.move_done(result.map(|moved| {
+            move |report: &mut ScaleReport| {
+                report.shards_moved += 1;
+                report.shard_bytes_moved += moved.bytes;
+            }
+        }));
+        Ok(())
+    }
+
+    /// One move of the running scale event ended: count it, or keep its error.
+    fn move_done(&mut self, outcome: Result<impl FnOnce(&mut ScaleReport), HarpError>) {
         if let Some(scale) = self.scale.as_mut() {
             scale.outstanding = scale.outstanding.saturating_sub(1);
             match outcome {
-                Ok(moved) => {
-                    scale.report.shards_moved += 1;
-                    scale.report.shard_bytes_moved += moved.bytes;
-                }
+                Ok(count) => count(&mut scale.report),
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
                 }
             }
         }
         self.maybe_finish_scale();
-        Ok(())
     }
 
     fn maybe_finish_scale(&mut self) {
@@ -347,4 +344,20 @@ impl<A: App> MasterState<A> {
             Some(e) => Err(e),
         });
     }
+}
+
+/// Hands the answer on `rx` (or `lost`, if its sender went away) back to the master as the
+/// message `wrap` makes of it.
+fn reply_to_master<A: App, T: Send + 'static>(
+    master: &ActorRef<MasterMsg<A>>,
+    rx: oneshot::Receiver<Result<T, HarpError>>,
+    lost: HarpError,
+    wrap: impl FnOnce(Result<T, HarpError>) -> MasterMsg<A> + Send + 'static,
+) {
+    let master = master.clone();
+    tokio::spawn(async move {
+        let result = rx.await.unwrap_or(Err(lost));
+        // A master that stopped no longer needs it.
+        let _ = master.send_message(wrap(result));
+    });
 }

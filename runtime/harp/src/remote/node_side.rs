@@ -3,7 +3,7 @@
 
 use super::job_id;
 use super::proxies::{
-    send_large, serve_server_requests, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
+    send_sized, serve_server_requests, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
 };
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
@@ -348,7 +348,7 @@ fn release_executor<A: App>(
             executor: executor.0,
             result,
         };
-        if let Err(e) = send_large(&link, message).await {
+        if let Err(e) = send_sized(&link, message).await {
             tracing::warn!(%executor, error = %e, "could not hand a released executor back");
         }
     });

@@ -12,30 +12,27 @@ use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{
-    CompletionWire, HandOffResult, Message, ReleaseResult, RowWire, RowsResult, TaskEnvelope,
-};
+use harp_wire::{CompletionWire, HandOffResult, Message, ReleaseResult, RowsResult, TaskEnvelope};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
-/// Messages with fewer row values than this go on the ordered control stream; larger ones
-/// get a stream of their own (opening a stream costs more than a small message).
-const BULK_VALUES_MIN: usize = 16 * 1024;
-
-fn row_values<'a>(rows: impl IntoIterator<Item = &'a RowWire>) -> usize {
-    rows.into_iter().map(RowWire::len).sum()
-}
+/// Messages whose payload is smaller than this (16K f32 values) go on the ordered control
+/// stream; larger ones (rows, flushes, executor state, shard rows) get a stream of their own,
+/// so small requests are not held up behind them (opening a stream costs more than a small
+/// message).
+const BULK_BYTES_MIN: usize = 64 * 1024;
 
 /// Sends `message` on the control stream when it is small, on a stream of its own otherwise.
-async fn send_sized(link: &Link, message: Message, values: usize) {
-    let _ = if values < BULK_VALUES_MIN {
-        link.send(&message)
+pub(crate) async fn send_sized(link: &Link, message: Message) -> Result<(), HarpError> {
+    if message.payload_size_hint() < BULK_BYTES_MIN {
+        link.send(&message)?;
     } else {
-        link.send_bulk(&message).await
-    };
+        link.send_bulk(&message).await?;
+    }
+    Ok(())
 }
 
 /// A reply a proxy is waiting for, by request id.
@@ -181,7 +178,6 @@ impl Actor for ServerProxy {
             ServerMsg::Apply { updates, reply } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
                 let updates = rows_to_wire(updates);
-                let values = row_values(updates.iter().map(|(_, r)| r));
                 let message = Message::Apply {
                     request_id,
                     server,
@@ -191,7 +187,8 @@ impl Actor for ServerProxy {
                 };
                 let link = state.link.clone();
                 // Large flushes go on their own stream, so reads are not held up behind them.
-                tokio::spawn(async move { send_sized(&link, message, values).await });
+                // A lost link is reported by the link's reader (the pending reply is dropped).
+                tokio::spawn(async move { send_sized(&link, message).await });
             }
             ServerMsg::Dump { reply } => {
                 let request_id = state.pending.register(Pending::Dump(reply));
@@ -207,7 +204,7 @@ impl Actor for ServerProxy {
                 // else, so requests the old owner forwards arrive after the rows.
                 let (tx, rx) = oneshot::channel();
                 let request_id = state.pending.register(Pending::TookOver(tx));
-                send_large(
+                send_sized(
                     &state.link,
                     Message::TakeOverShard {
                         request_id,
@@ -333,11 +330,7 @@ pub(crate) async fn serve_server_requests(
                         Ok(Err(e)) => RowsResult::Err(e.to_string()),
                         Err(_) => RowsResult::Err("server stopped".into()),
                     };
-                    let values = match &rows {
-                        RowsResult::Ok(rows) => row_values(rows),
-                        RowsResult::Err(_) => 0,
-                    };
-                    send_sized(&link, Message::Rows { request_id, rows }, values).await;
+                    let _ = send_sized(&link, Message::Rows { request_id, rows }).await;
                 });
             }
             Message::Apply {
@@ -476,25 +469,11 @@ impl<A: App> Actor for WorkerProxy<A> {
                     state,
                     pending: tasks_to_wire::<A>(released.pending)?,
                 };
-                send_large(link, message).await?;
+                send_sized(link, message).await?;
             }
         }
         Ok(())
     }
-}
-
-/// Messages of executor state this large or larger get a stream of their own.
-const BULK_BYTES_MIN: usize = 64 * 1024;
-
-/// Sends a message that may carry a large payload (executor state): on the control stream
-/// when small, on a stream of its own otherwise.
-pub(crate) async fn send_large(link: &Link, message: Message) -> Result<(), HarpError> {
-    if message.payload_size_hint() < BULK_BYTES_MIN {
-        link.send(&message)?;
-    } else {
-        link.send_bulk(&message).await?;
-    }
-    Ok(())
 }
 
 /// Encodes dispatched micro-tasks (the app's arguments with postcard).

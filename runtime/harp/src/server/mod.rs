@@ -77,9 +77,6 @@ pub(crate) struct ServerState {
 impl ServerState {
     /// Where the traffic of `key` goes: `None` for this server.
     fn forward_of(&self, key: ParamKey) -> Option<&ActorRef<ServerMsg>> {
-        if self.forwarded.is_empty() {
-            return None;
-        }
         self.forwarded.get(&shard_of(key, self.num_shards))
     }
 
@@ -100,7 +97,11 @@ impl ServerState {
     }
 
     fn get(&mut self, keys: Vec<ParamKey>, reply: GetReply) {
-        let (local, away) = self.split(keys.iter());
+        let (local, away) = if self.forwarded.is_empty() {
+            (Vec::new(), Vec::new()) // the common case: every key is here
+        } else {
+            self.split(keys.iter())
+        };
         if away.is_empty() {
             let rows: Result<Vec<_>, _> = keys.iter().map(|k| self.store.get(*k)).collect();
             // A requester that went away no longer needs the answer.
@@ -156,17 +157,29 @@ impl ServerState {
         });
     }
 
+    /// Applies one delta here; a refused one is counted, logged and kept as the first error.
+    fn apply_here(&mut self, key: ParamKey, delta: &RowData, first_error: &mut Option<HarpError>) {
+        if let Err(e) = self.store.apply(key, delta) {
+            tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
+            first_error.get_or_insert(HarpError::from(e));
+        }
+    }
+
     fn apply(&mut self, updates: Vec<(ParamKey, RowData)>, reply: ApplyReply) {
-        let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut first_error = None;
+        if self.forwarded.is_empty() {
+            // The common case: every key is here.
+            for (key, delta) in &updates {
+                self.apply_here(*key, delta, &mut first_error);
+            }
+            let _ = reply.send(first_error.map_or(Ok(()), Err));
+            return;
+        }
+        let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
         for i in local {
-            let Some((key, delta)) = slots[i].take() else {
-                continue;
-            };
-            if let Err(e) = self.store.apply(key, &delta) {
-                tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
-                first_error.get_or_insert(HarpError::from(e));
+            if let Some((key, delta)) = slots[i].take() {
+                self.apply_here(key, &delta, &mut first_error);
             }
         }
         let mut waits = Vec::with_capacity(away.len());

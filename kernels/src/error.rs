@@ -43,6 +43,24 @@ pub enum KernelError {
         /// The rejected value.
         value: f32,
     },
+    /// A layer's dimensions are inconsistent with each other (e.g. a convolution
+    /// kernel larger than its padded input).
+    InvalidShape {
+        /// Name of the offending layer or dimension.
+        what: &'static str,
+        /// Why the shape is refused.
+        reason: &'static str,
+    },
+    /// An index passed in a buffer (e.g. a max-pooling argmax) does not point where
+    /// it must.
+    IndexOutOfRange {
+        /// Name of the buffer holding the index.
+        what: &'static str,
+        /// Position of the bad index within that buffer.
+        position: usize,
+        /// The index found there.
+        index: u64,
+    },
 }
 
 impl fmt::Display for KernelError {
@@ -69,6 +87,14 @@ impl fmt::Display for KernelError {
             KernelError::InvalidHyperparameter { what, value } => {
                 write!(f, "invalid hyperparameter `{what}` = {value}")
             }
+            KernelError::InvalidShape { what, reason } => {
+                write!(f, "invalid shape for `{what}`: {reason}")
+            }
+            KernelError::IndexOutOfRange {
+                what,
+                position,
+                index,
+            } => write!(f, "`{what}[{position}]` = {index} is out of range"),
         }
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! * [`mlr`] — minibatch gradient, loss and evaluation for multinomial logistic
 //!   regression (softmax regression), the worker-side hot loop of MLR training;
+//! * [`cnn`] — convolutional-network layers (convolution, ReLU, 2×2 max pooling,
+//!   dense, softmax cross-entropy), forward and backward, NCHW;
 //! * [`optim`] — the element-wise update rules a parameter server applies to rows
 //!   of `f32` parameters (`+=`, axpy, AdaGrad, Adam).
 //!
@@ -15,10 +17,17 @@
 //! Public functions never panic on bad input: slice lengths, shapes, labels and
 //! hyperparameters are validated and reported as a [`KernelError`].
 
+pub mod cnn;
 mod error;
 pub mod mlr;
 pub mod optim;
 
+pub use cnn::{
+    conv2d_backward, conv2d_forward, dense_backward, dense_forward, maxpool2x2_backward,
+    maxpool2x2_forward, relu_backward, relu_backward_in_place, relu_forward, relu_in_place,
+    softmax_xent, softmax_xent_evaluate, softmax_xent_scaled, CnnScratch, Conv2d, Dense,
+    LayerGrads, MaxPool2x2,
+};
 pub use error::KernelError;
 pub use mlr::{
     evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch, MlrShape,

@@ -1,0 +1,173 @@
+//! Fast 2-D convolution: the batch is processed in chunks of samples; each chunk is
+//! lowered to an im2col matrix (see `lower`) and multiplied by the weights with one
+//! sgemm, so a chunk's GEMM has `chunk · out_h · out_w` columns.
+
+use super::gemm::{sgemm, Mat};
+use super::lower::{col2im_add, im2col};
+use super::shape::{Conv2d, ConvDims};
+use super::{CnnScratch, LayerGrads};
+use crate::error::{check_len, KernelError};
+
+/// Target size (elements) of one chunk's lowered matrix: 1 MiB of `f32`, so that it
+/// stays in the L2/L3 cache between being written and being packed by the GEMM.
+const CHUNK_ELEMS: usize = 1 << 18;
+
+/// Samples per chunk: as many as fit in [`CHUNK_ELEMS`], at least 1.
+fn chunk_samples(d: &ConvDims) -> usize {
+    // `dims` checked that ckk · out_plane does not overflow.
+    let per_sample = d.ckk * d.out_plane;
+    (CHUNK_ELEMS / per_sample).clamp(1, d.batch.max(1))
+}
+
+/// Forward convolution: `y = conv(x, w) + b` (stride 1, zero padding, see [`Conv2d`]).
+///
+/// `x`: `batch × in_channels × in_h × in_w`; `w`: `out_channels × in_channels ×
+/// kernel_h × kernel_w`; `b`: `out_channels`; `y` (overwritten):
+/// `batch × out_channels × out_h × out_w`. All NCHW row-major. On error nothing is
+/// written.
+///
+/// # Errors
+/// As [`Conv2d::validate`]; [`KernelError::LengthMismatch`] if a slice does not
+/// match the layer and batch.
+pub fn conv2d_forward(
+    layer: &Conv2d,
+    batch: usize,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    scratch: &mut CnnScratch,
+) -> Result<(), KernelError> {
+    let d = layer.dims(batch)?;
+    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    check_len("y", d.y_len, y.len())?;
+    if batch == 0 {
+        return Ok(());
+    }
+    let ns = chunk_samples(&d);
+    let np_max = ns * d.out_plane;
+    let (col_buf, tmp_buf) = scratch.buffers(d.ckk * np_max, d.o * np_max);
+    for start in (0..batch).step_by(ns) {
+        let cnt = ns.min(batch - start);
+        let np = cnt * d.out_plane;
+        let xs = &x[start * d.x_sample..(start + cnt) * d.x_sample];
+        let ys = &mut y[start * d.y_sample..(start + cnt) * d.y_sample];
+        let col = &mut col_buf[..d.ckk * np];
+        im2col(&d, xs, cnt, col);
+        let tmp = &mut tmp_buf[..d.o * np];
+        // tmp (o × np) = W (o × ckk) · col (ckk × np)
+        sgemm(
+            d.o,
+            d.ckk,
+            np,
+            1.0,
+            Mat::rows(w, d.ckk),
+            Mat::rows(col, np),
+            0.0,
+            tmp,
+            np,
+        )?;
+        // Channel-major tmp → NCHW y, adding the bias.
+        for (o, (trow, &bo)) in tmp.chunks_exact(np).zip(b).enumerate() {
+            for (s, src) in trow.chunks_exact(d.out_plane).enumerate() {
+                let dst = &mut ys[(s * d.o + o) * d.out_plane..][..d.out_plane];
+                for (yv, &t) in dst.iter_mut().zip(src) {
+                    *yv = t + bo;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Backward convolution. Given the input `x`, weights `w` and the output gradient
+/// `dy`, overwrites `grads.dw` (`dL/dw`, layout of `w`), `grads.db` (`dL/db`) and,
+/// when present, `grads.dx` (`dL/dx`, layout of `x`). Gradients are sums over the
+/// batch. On error nothing is written.
+///
+/// # Errors
+/// As [`Conv2d::validate`]; [`KernelError::LengthMismatch`] if a slice does not
+/// match the layer and batch.
+pub fn conv2d_backward(
+    layer: &Conv2d,
+    batch: usize,
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    grads: LayerGrads<'_>,
+    scratch: &mut CnnScratch,
+) -> Result<(), KernelError> {
+    let d = layer.dims(batch)?;
+    check_len("x", d.x_len, x.len())?;
+    check_len("w", d.w_len, w.len())?;
+    check_len("dy", d.y_len, dy.len())?;
+    let LayerGrads { mut dx, dw, db } = grads;
+    if let Some(dx) = dx.as_deref() {
+        check_len("dx", d.x_len, dx.len())?;
+    }
+    check_len("dw", d.w_len, dw.len())?;
+    check_len("db", d.o, db.len())?;
+
+    db.fill(0.0);
+    if batch == 0 {
+        dw.fill(0.0);
+        if let Some(dx) = dx {
+            dx.fill(0.0);
+        }
+        return Ok(());
+    }
+    let ns = chunk_samples(&d);
+    let np_max = ns * d.out_plane;
+    let (col_buf, tmp_buf) = scratch.buffers(d.ckk * np_max, d.o * np_max);
+    for start in (0..batch).step_by(ns) {
+        let cnt = ns.min(batch - start);
+        let np = cnt * d.out_plane;
+        let xs = &x[start * d.x_sample..(start + cnt) * d.x_sample];
+        let dys = &dy[start * d.y_sample..(start + cnt) * d.y_sample];
+        let col = &mut col_buf[..d.ckk * np];
+        im2col(&d, xs, cnt, col);
+
+        // NCHW dy → channel-major tmp (o × np), summing each channel into db.
+        let tmp = &mut tmp_buf[..d.o * np];
+        for (o, (trow, dbo)) in tmp.chunks_exact_mut(np).zip(db.iter_mut()).enumerate() {
+            for (s, dst) in trow.chunks_exact_mut(d.out_plane).enumerate() {
+                let src = &dys[(s * d.o + o) * d.out_plane..][..d.out_plane];
+                dst.copy_from_slice(src);
+                *dbo += src.iter().sum::<f32>();
+            }
+        }
+
+        // dw (o × ckk) (+)= tmp (o × np) · colᵀ (np × ckk)
+        let beta = if start == 0 { 0.0 } else { 1.0 };
+        sgemm(
+            d.o,
+            np,
+            d.ckk,
+            1.0,
+            Mat::rows(tmp, np),
+            Mat::transposed(col, np),
+            beta,
+            dw,
+            d.ckk,
+        )?;
+
+        if let Some(dx) = dx.as_deref_mut() {
+            // dcol (ckk × np) = Wᵀ (ckk × o) · tmp (o × np), into the col buffer.
+            sgemm(
+                d.ckk,
+                d.o,
+                np,
+                1.0,
+                Mat::transposed(w, d.ckk),
+                Mat::rows(tmp, np),
+                0.0,
+                col,
+                np,
+            )?;
+            let dxs = &mut dx[start * d.x_sample..(start + cnt) * d.x_sample];
+            dxs.fill(0.0);
+            col2im_add(&d, col, cnt, dxs);
+        }
+    }
+    Ok(())
+}

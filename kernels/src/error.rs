@@ -61,6 +61,26 @@ pub enum KernelError {
         /// The index found there.
         index: u64,
     },
+    /// An input value is invalid where it stands (e.g. a non-finite rating or factor,
+    /// a uniform random number outside `[0, 1)`).
+    InvalidValue {
+        /// Name of the buffer holding the value.
+        what: &'static str,
+        /// Position of the bad value within that buffer.
+        position: usize,
+    },
+    /// LDA counts do not contain the assignment of the token at `position` (a count it
+    /// must be removed from is already 0).
+    InconsistentCounts {
+        /// Position of the token in the token slices.
+        position: usize,
+    },
+    /// A linear system that must be symmetric positive definite failed its Cholesky
+    /// factorization (overflow in the inputs).
+    NotPositiveDefinite {
+        /// Row whose system failed.
+        row: usize,
+    },
 }
 
 impl fmt::Display for KernelError {
@@ -95,6 +115,16 @@ impl fmt::Display for KernelError {
                 position,
                 index,
             } => write!(f, "`{what}[{position}]` = {index} is out of range"),
+            KernelError::InvalidValue { what, position } => {
+                write!(f, "`{what}[{position}]` is not a valid value")
+            }
+            KernelError::InconsistentCounts { position } => write!(
+                f,
+                "the counts do not contain the assignment of token {position}"
+            ),
+            KernelError::NotPositiveDefinite { row } => {
+                write!(f, "the system of row {row} is not positive definite")
+            }
         }
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod cnn;
 mod error;
+pub mod lda;
 pub mod mlr;
 pub mod optim;
 
@@ -29,6 +30,7 @@ pub use cnn::{
     LayerGrads, MaxPool2x2,
 };
 pub use error::KernelError;
+pub use lda::{gibbs_sweep, sample_parallel, FastRng, LdaParams};
 pub use mlr::{
     evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch, MlrShape,
 };

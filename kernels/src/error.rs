@@ -81,6 +81,44 @@ pub enum KernelError {
         /// Row whose system failed.
         row: usize,
     },
+    /// No usable CUDA device: the driver library (libcuda) could not be loaded, the
+    /// driver failed to initialize, or there is no device with the requested ordinal.
+    /// Only returned by the CUDA path (feature `cuda`).
+    GpuUnavailable {
+        /// What went wrong, for people.
+        reason: String,
+    },
+    /// The NVRTC runtime compiler library (libnvrtc) could not be loaded, so CUDA
+    /// sources cannot be compiled. Only returned by the CUDA path (feature `cuda`).
+    NvrtcUnavailable {
+        /// What went wrong, for people (includes the library names tried).
+        reason: String,
+    },
+    /// NVRTC rejected a CUDA source. Only returned by the CUDA path (feature `cuda`).
+    CudaCompile {
+        /// Name of the source (`CudaSource::name`).
+        source_name: &'static str,
+        /// NVRTC's result code and compile log.
+        log: String,
+    },
+    /// A CUDA driver call failed (allocation, copy, module load, launch, ...). Only
+    /// returned by the CUDA path (feature `cuda`).
+    Cuda {
+        /// The operation that failed.
+        op: &'static str,
+        /// The driver's error.
+        message: String,
+    },
+    /// An input is too large for a CUDA kernel's launch geometry or index types.
+    /// Only returned by the CUDA path (feature `cuda`).
+    GpuLimit {
+        /// Name of the offending dimension.
+        what: &'static str,
+        /// The value passed.
+        value: usize,
+        /// The largest value the kernel supports.
+        max: usize,
+    },
 }
 
 impl fmt::Display for KernelError {
@@ -125,6 +163,16 @@ impl fmt::Display for KernelError {
             KernelError::NotPositiveDefinite { row } => {
                 write!(f, "the system of row {row} is not positive definite")
             }
+            KernelError::GpuUnavailable { reason } => write!(f, "no CUDA device: {reason}"),
+            KernelError::NvrtcUnavailable { reason } => write!(f, "NVRTC unavailable: {reason}"),
+            KernelError::CudaCompile { source_name, log } => {
+                write!(f, "NVRTC failed to compile `{source_name}`: {log}")
+            }
+            KernelError::Cuda { op, message } => write!(f, "CUDA {op} failed: {message}"),
+            KernelError::GpuLimit { what, value, max } => write!(
+                f,
+                "`{what}` = {value} exceeds the CUDA kernel's limit of {max}"
+            ),
         }
     }
 }

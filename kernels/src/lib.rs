@@ -11,13 +11,18 @@
 //!
 //! Every kernel has a CPU implementation, which is always built. Each fast path
 //! ships with a plain `f64` reference implementation that the tests compare
-//! against. CUDA versions of these kernels will come later behind a `cuda` cargo
-//! feature; the CPU versions stay the default and the fallback.
+//! against. With the `cuda` cargo feature, the `cuda` module adds CUDA versions
+//! (MLR gradient, update rules) that compile their `.cu` sources at run time with
+//! NVRTC and load the CUDA driver dynamically: no CUDA toolkit is needed to build,
+//! and without a GPU they return [`KernelError::GpuUnavailable`]. The CPU versions
+//! stay the default and the fallback; `docs/KERNELS.md` describes both paths.
 //!
 //! Public functions never panic on bad input: slice lengths, shapes, labels and
 //! hyperparameters are validated and reported as a [`KernelError`].
 
 pub mod cnn;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod error;
 pub mod lda;
 pub mod mlr;
@@ -29,6 +34,8 @@ pub use cnn::{
     softmax_xent, softmax_xent_evaluate, softmax_xent_scaled, CnnScratch, Conv2d, Dense,
     LayerGrads, MaxPool2x2,
 };
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaSource, Gpu};
 pub use error::KernelError;
 pub use lda::{gibbs_sweep, sample_parallel, FastRng, LdaParams};
 pub use mlr::{

@@ -64,10 +64,23 @@ pub struct LayerGrads<'a> {
 /// meaning between calls.
 #[derive(Clone, Debug, Default)]
 pub struct CnnScratch {
-    /// The lowered input (im2col) of one batch chunk, or its gradient.
+    /// The lowered input of one batch chunk (im2col, or its transpose), or the
+    /// lowered input gradient.
     col: Vec<f32>,
     /// The GEMM output / output gradient of one batch chunk, channel-major.
     tmp: Vec<f32>,
+    /// The output gradient of one batch chunk, position-major (`tmp` transposed).
+    tmp_t: Vec<f32>,
+    /// The transposed weights.
+    w_t: Vec<f32>,
+}
+
+/// Views into the four [`CnnScratch`] buffers.
+pub(crate) struct ScratchBufs<'a> {
+    pub col: &'a mut [f32],
+    pub tmp: &'a mut [f32],
+    pub tmp_t: &'a mut [f32],
+    pub w_t: &'a mut [f32],
 }
 
 impl CnnScratch {
@@ -76,15 +89,20 @@ impl CnnScratch {
         Self::default()
     }
 
-    /// Both buffers, grown to at least `col_len` and `tmp_len` elements. Contents
-    /// are unspecified.
-    pub(crate) fn buffers(&mut self, col_len: usize, tmp_len: usize) -> (&mut [f32], &mut [f32]) {
-        if self.col.len() < col_len {
-            self.col.resize(col_len, 0.0);
+    /// The buffers, grown to at least the given lengths (`col`, `tmp`, `tmp_t`,
+    /// `w_t`). Contents are unspecified.
+    pub(crate) fn buffers(&mut self, lens: [usize; 4]) -> ScratchBufs<'_> {
+        fn grow(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            &mut buf[..len]
         }
-        if self.tmp.len() < tmp_len {
-            self.tmp.resize(tmp_len, 0.0);
+        ScratchBufs {
+            col: grow(&mut self.col, lens[0]),
+            tmp: grow(&mut self.tmp, lens[1]),
+            tmp_t: grow(&mut self.tmp_t, lens[2]),
+            w_t: grow(&mut self.w_t, lens[3]),
         }
-        (&mut self.col[..col_len], &mut self.tmp[..tmp_len])
     }
 }

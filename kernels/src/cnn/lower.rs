@@ -78,3 +78,95 @@ pub(crate) fn col2im_add(d: &ConvDims, col: &[f32], ns: usize, dx: &mut [f32]) {
         }
     }
 }
+
+/// Fills `colt` (exactly `ns · P × ckk`, row-major) from `x` (exactly `ns`
+/// samples): the transpose of [`im2col`]'s matrix, built directly. Row
+/// `s·P + oy·ow + ox` is the receptive field of that output position; for each
+/// `(c, i)` it holds the `kw` input elements `(c, oy + i − ph, ox − pw ..)`, a
+/// contiguous run. Common kernel widths get fixed-size copies.
+pub(crate) fn im2row(d: &ConvDims, x: &[f32], ns: usize, colt: &mut [f32]) {
+    match d.kw {
+        3 => im2row_kw::<3>(d, x, ns, colt),
+        5 => im2row_kw::<5>(d, x, ns, colt),
+        _ => im2row_kw::<0>(d, x, ns, colt),
+    }
+}
+
+/// [`im2row`] for kernel width `KW` (`KW == 0`: any width, taken from `d`).
+#[inline(always)]
+fn im2row_kw<const KW: usize>(d: &ConvDims, x: &[f32], ns: usize, colt: &mut [f32]) {
+    let kw = if KW == 0 { d.kw } else { KW };
+    let row_block = d.ow * d.ckk;
+    // Output columns whose whole window is inside the input: ox - pw >= 0 and
+    // ox - pw + kw <= w.
+    let inner_lo = d.pw.min(d.ow);
+    let inner_hi = (d.w + d.pw + 1).saturating_sub(kw).min(d.ow).max(inner_lo);
+    for (s, sample) in colt
+        .chunks_exact_mut(d.out_plane * d.ckk)
+        .take(ns)
+        .enumerate()
+    {
+        for c in 0..d.c {
+            let plane = &x[(s * d.c + c) * d.in_plane..][..d.in_plane];
+            for i in 0..d.kh {
+                let q = (c * d.kh + i) * kw;
+                for (oy, rows) in sample.chunks_exact_mut(row_block).enumerate() {
+                    let mut rows = rows.chunks_exact_mut(d.ckk).map(|row| &mut row[q..q + kw]);
+                    let iy = oy + i;
+                    if iy < d.ph || iy - d.ph >= d.h {
+                        for dst in rows {
+                            dst.fill(0.0);
+                        }
+                        continue;
+                    }
+                    let line = &plane[(iy - d.ph) * d.w..][..d.w];
+                    for (ox, dst) in rows.by_ref().enumerate().take(inner_lo) {
+                        window_clipped(d, line, ox, dst);
+                    }
+                    let inner = inner_hi - inner_lo;
+                    // Window of column inner_lo starts at input column inner_lo - pw = 0.
+                    let windows = line.windows(kw);
+                    for (dst, win) in rows.by_ref().take(inner).zip(windows) {
+                        if KW == 0 {
+                            dst.copy_from_slice(win);
+                        } else if let (Ok(dst), Ok(win)) =
+                            (<&mut [f32; KW]>::try_from(dst), <&[f32; KW]>::try_from(win))
+                        {
+                            *dst = *win;
+                        }
+                    }
+                    for (ox, dst) in rows.enumerate() {
+                        window_clipped(d, line, inner_hi + ox, dst);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One receptive-field run at output column `ox` that may overlap the padding.
+fn window_clipped(d: &ConvDims, line: &[f32], ox: usize, dst: &mut [f32]) {
+    for (j, v) in dst.iter_mut().enumerate() {
+        *v = (ox + j)
+            .checked_sub(d.pw)
+            .and_then(|ix| line.get(ix))
+            .copied()
+            .unwrap_or(0.0);
+    }
+}
+
+/// `dst = srcᵀ` for a `rows × cols` row-major `src` (so `dst` is `cols × rows`),
+/// in square tiles so both sides stay in cache. Both are exactly `rows · cols` long.
+pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const T: usize = 16;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                let line = &src[r * cols..][..cols];
+                for c in c0..(c0 + T).min(cols) {
+                    dst[c * rows + r] = line[c];
+                }
+            }
+        }
+    }
+}

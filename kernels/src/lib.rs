@@ -25,6 +25,7 @@ pub mod cnn;
 pub mod cuda;
 mod error;
 pub mod lda;
+pub mod mf;
 pub mod mlr;
 pub mod optim;
 
@@ -38,6 +39,7 @@ pub use cnn::{
 pub use cuda::{CudaSource, Gpu};
 pub use error::KernelError;
 pub use lda::{gibbs_sweep, sample_parallel, FastRng, LdaParams};
+pub use mf::{als_half_step, rmse, sgd_step, Csr, Ratings, Sgd};
 pub use mlr::{
     evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch, MlrShape,
 };

@@ -6,6 +6,10 @@
 #     or $PROTOC) and needs descriptor.proto and struct.proto on its include path;
 #   - etcd (Debian `etcd-server`, /usr/bin/etcd): the etcd membership tests start a real
 #     server on loopback.
+#   - NVRTC, CUDA's run-time compiler (PyPI wheel `nvidia-cuda-nvrtc`, a plain shared
+#     library, no GPU or CUDA toolkit needed): harp-kernels' test cuda_nvrtc_compile compiles
+#     every CUDA source with it. Unpacked with `pip install --target` into target/nvrtc
+#     (ignored by git); scripts/test.sh puts its lib/ directory on LD_LIBRARY_PATH.
 #
 # Idempotent: installs a package only when what it provides is missing, and exits 0 at once
 # when everything is present. Runs apt-get as root directly, through sudo otherwise. Quiet:
@@ -36,6 +40,25 @@ check_all() {
     check "protobuf well-known types" libprotobuf-dev test -f "$WELL_KNOWN_PROTO"
     check etcd etcd-server have_tool etcd
 }
+
+# NVRTC wheel for harp-kernels' CUDA compile test (see the header). Pinned to CUDA 13.0, the
+# version of the GPU machine; cudarc's loader (feature cuda-13000) finds libnvrtc.so.13.
+NVRTC_WHEEL=nvidia-cuda-nvrtc==13.0.88
+NVRTC_DIR="$(cd "$(dirname "$0")/.." && pwd)/target/nvrtc"
+if [ -f "$NVRTC_DIR/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+    echo "install-test-deps: nvrtc present"
+else
+    echo "install-test-deps: installing $NVRTC_WHEEL into $NVRTC_DIR"
+    nvrtc_log="$(mktemp)"
+    if ! python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+            --target "$NVRTC_DIR" "$NVRTC_WHEEL" >"$nvrtc_log" 2>&1; then
+        cat "$nvrtc_log" >&2
+        rm -f "$nvrtc_log"
+        echo "install-test-deps: pip failed installing $NVRTC_WHEEL" >&2
+        exit 1
+    fi
+    rm -f "$nvrtc_log"
+fi
 
 check_all
 if [ "${#missing[@]}" -eq 0 ]; then

@@ -110,6 +110,9 @@ extern "C" __global__ void harp_mlr_softmax_xent(u64 rows, u64 classes, float* _
         float mx = __int_as_float((int)0xff800000u);  // -inf; fmaxf skips NaNs like f32::max
         for (u64 c = lane; c < classes; c += 32) mx = fmaxf(mx, zr[c]);
         mx = warp_max(mx);
+        // Every lane has read z_label (which another lane owns) before any lane below
+        // overwrites its logits: order those reads before the writes.
+        __syncwarp();
 
         float sum = 0.0f;
         for (u64 c = lane; c < classes; c += 32) {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds harp-kernels' CUDA test binaries (kernels/tests/cuda_*.rs) and the bandwidth
+# benchmark (release, feature `cuda`, no debug info, stripped) and copies them into
+# gpu-bundle/ at the repository root, together with gpu-bundle/run.sh, which runs them on a
+# GPU machine that has no cargo:
+#
+#   bash scripts/gpu-bundle.sh
+#   scp -r gpu-bundle gpu-box: && ssh gpu-box gpu-bundle/run.sh
+#
+# Nothing CUDA is needed to build (the driver and NVRTC are loaded at run time); the GPU
+# machine needs libcuda.so.1 (the driver) and libnvrtc.so.13 or .so.12 on its library path.
+# Respects CARGO_TARGET_DIR. See docs/KERNELS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+bundle="$root/gpu-bundle"
+
+# Small binaries: no debug info, symbols stripped (the bundle stays well under 60 MiB).
+export CARGO_PROFILE_RELEASE_DEBUG=0
+export CARGO_PROFILE_RELEASE_STRIP=symbols
+
+# Prints the executables cargo reports for the given build command (JSON messages).
+executables() {
+    "$@" --message-format=json-render-diagnostics \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+        print(msg["target"]["name"] + "\t" + msg["executable"])
+'
+}
+
+# Every CUDA test target: kernels/tests/cuda_*.rs (cuda_nvrtc_compile, cuda_conformance, and
+# any suite added later).
+test_args=()
+for file in kernels/tests/cuda_*.rs; do
+    test_args+=(--test "$(basename "$file" .rs)")
+done
+
+echo "gpu-bundle: building (release, --features cuda)..." >&2
+mapfile -t built < <(
+    executables cargo test -p harp-kernels --features cuda --release --locked --no-run \
+        "${test_args[@]}"
+    executables cargo build -p harp-kernels --features cuda --release --locked \
+        --bin harp-kernel-bench
+)
+
+rm -rf "$bundle"
+mkdir -p "$bundle"
+names=()
+for entry in "${built[@]}"; do
+    name="${entry%%$'\t'*}"
+    path="${entry#*$'\t'}"
+    # `cargo test --no-run` reports the bench binary too; copy each name once.
+    if [ ! -e "$bundle/$name" ]; then
+        cp "$path" "$bundle/$name"
+        names+=("$name")
+    fi
+done
+for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench; do
+    if [ ! -x "$bundle/$want" ]; then
+        echo "gpu-bundle: $want was not built" >&2
+        exit 1
+    fi
+done
+
+cat >"$bundle/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs harp-kernels' CUDA test binaries and the bandwidth benchmark on a GPU machine (no
+# cargo needed). HARP_REQUIRE_GPU=1 makes a missing device or NVRTC a failure instead of a
+# skip. Benchmark JSON lines go to stdout and to bench.jsonl beside this script; extra
+# arguments go to harp-kernel-bench (e.g. --elements 16777216 --reps 50).
+# Exits non-zero if any test binary or the benchmark fails.
+set -uo pipefail
+cd "$(dirname "$0")"
+export HARP_REQUIRE_GPU=1
+failed=()
+# NVRTC compile test first, then every other CUDA test binary (cuda_*).
+tests=(cuda_nvrtc_compile)
+for test in cuda_*; do
+    [ "$test" = cuda_nvrtc_compile ] || tests+=("$test")
+done
+for test in "${tests[@]}"; do
+    echo "== $test"
+    ./"$test" --nocapture || failed+=("$test")
+done
+echo "== harp-kernel-bench"
+./harp-kernel-bench "$@" | tee bench.jsonl || failed+=(harp-kernel-bench)
+# The update rules should reach >= 60% of copy bandwidth: report, don't fail.
+python3 - bench.jsonl <<'PY' || true
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["kernel"] != "copy":
+        flag = "ok" if r["ratio"] >= 0.6 else "BELOW 60% of copy bandwidth"
+        print(f'{r["kernel"]:>12}: {r["gbps"]:8.1f} GB/s = {100 * r["ratio"]:5.1f}% of copy ({r["copy_gbps"]:.1f} GB/s)  {flag}')
+PY
+if [ "${#failed[@]}" -ne 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "all passed"
+RUN
+chmod +x "$bundle/run.sh"
+
+echo "gpu-bundle: $(du -sh "$bundle" | cut -f1) in $bundle:"
+for name in "${names[@]}" run.sh; do
+    echo "  $name"
+done

@@ -454,3 +454,42 @@ fn kernels_compile_and_load_on_the_device() {
         Err(KernelError::Cuda { .. })
     ));
 }
+
+#[test]
+fn opening_a_missing_device_is_a_typed_error() {
+    // Runs everywhere: without a driver, or with one but no device 1 << 20, the answer is
+    // GpuUnavailable, never a panic.
+    match harp_kernels::cuda::Gpu::open(1 << 20) {
+        Err(KernelError::GpuUnavailable { reason }) => assert!(!reason.is_empty()),
+        other => panic!("expected GpuUnavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn sources_sharing_a_name_get_their_own_modules() {
+    let gpu = gpu_or_skip!();
+    use harp_kernels::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use harp_kernels::cuda::CudaSource;
+    let one = CudaSource {
+        name: "same_name.cu",
+        code: "extern \"C\" __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; }",
+    };
+    let two = CudaSource {
+        name: "same_name.cu",
+        code: "extern \"C\" __global__ void fill(float* x) { x[threadIdx.x] = 2.0f; }",
+    };
+    for (src, want) in [(&one, 1.0f32), (&two, 2.0), (&one, 1.0)] {
+        let f = gpu.function(src, "fill").unwrap();
+        let mut buf = gpu.alloc_zeros::<f32>(32).unwrap();
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(&mut buf);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `fill(float*)` writes x[0..32]; buf holds 32 floats on this device.
+        unsafe { launch.launch(cfg) }.unwrap();
+        assert_eq!(gpu.download(&buf).unwrap(), vec![want; 32]);
+    }
+}

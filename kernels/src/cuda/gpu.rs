@@ -20,18 +20,23 @@ pub const BLOCK_THREADS: u32 = 256;
 /// one SM of a Volta..Hopper GPU keeps resident, so one launch is one full wave.
 const BLOCKS_PER_SM: u32 = 8;
 
-/// A cache key: a source is identified by its name and the address/length of its code,
-/// so two different sources that happen to share a name never share a module.
-type SourceKey = (&'static str, usize, usize);
-
-fn source_key(src: &CudaSource) -> SourceKey {
-    (src.name, src.code.as_ptr() as usize, src.code.len())
-}
-
+/// Compiled modules and loaded functions. Keyed by the source's name, and each entry
+/// keeps the code it was compiled from: a hit also needs equal code, so two different
+/// sources that share a name never share a module. (The code is compared rather than
+/// its address because a `const` `CudaSource` may point at different copies of the same
+/// string in different codegen units.)
 #[derive(Default)]
 struct Cache {
-    modules: HashMap<SourceKey, Arc<CudaModule>>,
-    functions: HashMap<(SourceKey, String), CudaFunction>,
+    modules: HashMap<&'static str, Vec<(&'static str, Arc<CudaModule>)>>,
+    functions: HashMap<(&'static str, String), Vec<(&'static str, CudaFunction)>>,
+}
+
+/// The value stored for `code` among entries that share a name.
+fn find<'a, T>(entries: Option<&'a Vec<(&'static str, T)>>, code: &str) -> Option<&'a T> {
+    entries?
+        .iter()
+        .find(|(stored, _)| *stored == code)
+        .map(|(_, value)| value)
 }
 
 struct Inner {
@@ -134,7 +139,7 @@ impl Gpu {
     /// [`KernelError::CudaCompile`] if the source does not compile;
     /// [`KernelError::Cuda`] if the module cannot be loaded or has no kernel `name`.
     pub fn function(&self, src: &CudaSource, name: &str) -> Result<CudaFunction, KernelError> {
-        let key = source_key(src);
+        let fn_key = (src.name, name.to_string());
         // A poisoned lock only means another thread panicked while holding it; the
         // maps are always left consistent, so keep using them.
         let mut cache = self
@@ -142,10 +147,10 @@ impl Gpu {
             .cache
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(f) = cache.functions.get(&(key, name.to_string())) {
+        if let Some(f) = find(cache.functions.get(&fn_key), src.code) {
             return Ok(f.clone());
         }
-        let module = match cache.modules.get(&key) {
+        let module = match find(cache.modules.get(src.name), src.code) {
             Some(module) => module.clone(),
             None => {
                 let cubin = compile_cubin(src, &self.inner.arch)?;
@@ -156,7 +161,11 @@ impl Gpu {
                         message: panic,
                     })?
                     .map_err(driver_err("module load"))?;
-                cache.modules.insert(key, module.clone());
+                cache
+                    .modules
+                    .entry(src.name)
+                    .or_default()
+                    .push((src.code, module.clone()));
                 module
             }
         };
@@ -172,7 +181,9 @@ impl Gpu {
         })?;
         cache
             .functions
-            .insert((key, name.to_string()), function.clone());
+            .entry(fn_key)
+            .or_default()
+            .push((src.code, function.clone()));
         Ok(function)
     }
 

@@ -68,6 +68,10 @@ const MIN_COPY_ELEMENTS: usize = 64 * 1024 * 1024;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.elements == 0 {
+        eprintln!("harp-kernel-bench: --elements must be positive");
+        return ExitCode::FAILURE;
+    }
     let unknown: Vec<&String> = args
         .kernels
         .iter()

@@ -175,6 +175,11 @@ impl Gpu {
                 message: format!("kernel name {name:?} contains a NUL byte"),
             });
         }
+        // Module calls act on the calling thread's current context: make it ours.
+        self.inner
+            .ctx
+            .bind_to_thread()
+            .map_err(driver_err("bind context"))?;
         let function = module.load_function(name).map_err(|e| KernelError::Cuda {
             op: "function lookup",
             message: format!("`{name}` in {}: {e}", src.name),

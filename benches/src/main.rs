@@ -10,6 +10,8 @@
 //! | `transport-rtt` | a small `Get` answered with `Rows` between two processes through harp's `Link` against raw quinn request/response |
 //! | `mlr-processes` | an MLR epoch with 2 `harp node` processes (`harp run mlr --processes 3`) against the same workers in one process |
 //! | `elastic` | MLR micro-task throughput while shards or executors move, against the same job just before (one process) |
+//! | `scale-in` | from `harp scale --remove` to the removed `harp node` process's exit, MLR (target ≤ 1 s) |
+//! | `scale-out` | MLR started on 1 node process with a second joining at 30%: total time against the ideal from static 1- and 2-node runs |
 //!
 //! `all` runs the first three; `transport` runs the last three. The transport benchmarks
 //! start their second process by running this executable again (`transport-peer`, hidden).
@@ -24,6 +26,7 @@ mod peer;
 mod plain;
 mod processes;
 mod rtt;
+mod scaling;
 mod via_harp;
 mod via_quinn;
 mod via_tcp;
@@ -52,6 +55,10 @@ enum Bench {
     Transport,
     /// Task throughput while shards or executors move, against just before (one process).
     Elastic,
+    /// `harp scale --remove` to the removed node process's exit (MLR, runs `harp`).
+    ScaleIn,
+    /// MLR on 1 node process, a second joining at 30%, against the ideal (runs `harp`).
+    ScaleOut,
     /// The second process of the transport benchmarks (started by them).
     #[value(hide = true)]
     TransportPeer,
@@ -126,6 +133,9 @@ pub(crate) struct Args {
     /// node share each fetch and each flush).
     #[arg(long, default_value_t = 32, help_heading = "MLR across processes")]
     mlr_executors_per_worker: u32,
+    /// scale-out: epochs of each run (size it so the 1-node run takes at least 30 s).
+    #[arg(long, default_value_t = 40, help_heading = "MLR across processes")]
+    scale_out_epochs: u32,
 
     /// transport-peer: what to serve.
     #[arg(long, value_enum, hide = true)]
@@ -306,6 +316,12 @@ fn main() -> Result<()> {
     }
     if args.bench == Bench::Elastic {
         elastic::run(&args)?;
+    }
+    if args.bench == Bench::ScaleIn {
+        scaling::scale_in(&args)?;
+    }
+    if args.bench == Bench::ScaleOut {
+        scaling::scale_out(&args)?;
     }
     let in_process = [
         Bench::Overhead,

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The `harp` executable beside this one.
-fn harp_exe() -> Result<PathBuf> {
+pub(crate) fn harp_exe() -> Result<PathBuf> {
     let me = std::env::current_exe().context("cannot find the harp-bench executable")?;
     let harp = me.with_file_name(format!("harp{}", std::env::consts::EXE_SUFFIX));
     if !harp.is_file() {

@@ -28,6 +28,7 @@ fn random_job(rng: &mut SplitMix, job_index: usize) -> (CounterConfig, JobConfig
         updates_per_task: rng.range(1, 6) as usize,
         window: rng.range(1, 4) as u32,
         seed: SHAPES_SEED ^ ((job_index as u64) << 8) ^ (rng.next_u64() >> 16),
+        ..CounterConfig::default()
     };
     let job = JobConfig {
         workers: rng.range(1, 4) as u32,
@@ -92,6 +93,7 @@ fn one_row_many_writers() {
             updates_per_task: 3,
             window,
             seed,
+            ..CounterConfig::default()
         };
         let job = JobConfig {
             workers: 3,
@@ -126,6 +128,7 @@ fn many_workers_flushing_at_once() {
             updates_per_task: 4,
             window: 1,
             seed,
+            ..CounterConfig::default()
         };
         let job = JobConfig {
             workers,

@@ -74,6 +74,7 @@ fn a_grid_of_small_shapes_is_exact() {
                         seed: u64::from(
                             workers * 1000 + servers * 100 + executors_per_worker * 10 + window,
                         ),
+                        ..CounterConfig::default()
                     };
                     let job = JobConfig {
                         workers,
@@ -122,6 +123,7 @@ fn verify_detects_a_wrong_parameter() {
         updates_per_task: 3,
         window: 2,
         seed: 5,
+        ..CounterConfig::default()
     };
     let app = std::sync::Arc::new(harp_apps::counter::CounterApp::new(config).unwrap());
     let job = JobConfig {

@@ -2,7 +2,7 @@
 //! nodes run in this process but talk to the master and to each other over QUIC, exactly as
 //! node processes do): every executor's saved state and unstarted micro-tasks, every
 //! shard's rows, travel through the wire, and old owners forward; every counter must still
-//! be exact. What is not supported yet is refused with a clear error.
+//! be exact. Bad commands are refused with a clear error.
 
 use harp::{
     job_control, ClusterOptions, JobControl, JobCredentials, NodeRoles, ServerId, WorkerId,
@@ -124,10 +124,11 @@ fn random_subset(rng: &mut SplitMix) -> Vec<u32> {
 }
 
 #[test]
-fn moves_across_processes_that_are_not_supported_yet_are_refused_clearly() {
+fn bad_commands_across_processes_are_refused_clearly() {
     let (app, outcome) = run_controlled(2, |control, master| async move {
+        // Across processes a job grows by node processes joining, not by actors.
         let added = control.scale_out(1, 0).await.unwrap_err();
-        assert!(added.to_string().contains("not supported"), "{added}");
+        assert!(added.to_string().contains("node processes join"), "{added}");
         let unknown = control
             .rebalance_onto(&[WorkerId(0)], &[ServerId(5)])
             .await

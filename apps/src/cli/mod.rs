@@ -45,6 +45,24 @@ pub enum Command {
         #[arg(last = true, required = true)]
         job: Vec<String>,
     },
+    /// Grow or shrink a running job across processes: `--remove NODE` moves the node's
+    /// executors and shards to the others, then the node exits; `--add N` has the master
+    /// start N more node processes (masters started with `--processes`), which get load as
+    /// they join; with neither, lists the job's nodes.
+    Scale {
+        /// The master's address (printed by `harp run` when it starts).
+        #[arg(long)]
+        job: std::net::SocketAddr,
+        /// The job's credentials directory (`ca.pem`, `ca.key`).
+        #[arg(long)]
+        credentials: std::path::PathBuf,
+        /// Start this many more node processes.
+        #[arg(long, default_value_t = 0)]
+        add: u32,
+        /// Let this node leave (repeatable); node ids are in the master's log.
+        #[arg(long)]
+        remove: Vec<u32>,
+    },
 }
 
 /// `harp node --role`.
@@ -111,8 +129,19 @@ pub fn run(cli: Cli) -> Result<()> {
                     role.into(),
                     &args.cluster,
                 ),
-                Command::Node { .. } => anyhow::bail!("a node's job must be a `run` command"),
+                Command::Node { .. } | Command::Scale { .. } => {
+                    anyhow::bail!("a node's job must be a `run` command")
+                }
             }
+        }
+        Command::Scale {
+            job,
+            credentials,
+            add,
+            remove,
+        } => {
+            // With neither --add nor --remove the master lists the job's nodes.
+            processes::scale(job, &credentials, add, remove)
         }
     }
 }

@@ -4,18 +4,21 @@
 
 use super::ClusterArgs;
 use anyhow::{anyhow, bail, Context, Result};
-use harp::{App, ClusterOptions, JobConfig, JobCredentials, JobOutcome};
+use harp::{App, ClusterOptions, JobConfig, JobCredentials, JobOutcome, NodeLauncher, ScaleEvent};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Runs `app` in process, or across processes when `--processes` or `--nodes` is given.
+/// Across processes, every scale event (a node joining or leaving) goes to `on_scale` as it
+/// ends.
 pub fn execute<A: App>(
     app: Arc<A>,
     cluster: &ClusterArgs,
     collect_params: bool,
+    on_scale: impl Fn(&ScaleEvent) + Send + 'static,
 ) -> Result<JobOutcome<A>> {
     let runtime = cluster.runtime()?;
     let Some(nodes) = cluster.node_count()? else {
@@ -34,6 +37,9 @@ pub fn execute<A: App>(
     let listen = cluster
         .listen
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let spawn_children = cluster.processes.is_some();
+    let children = Arc::new(Mutex::new(Children::default()));
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let options = ClusterOptions {
         nodes,
         listen,
@@ -41,30 +47,47 @@ pub fn execute<A: App>(
         shards_per_server: cluster.shards_per_server,
         collect_params,
         lease_timeout_ms: cluster.lease_timeout_ms,
+        launcher: spawn_children.then(|| launcher(children.clone(), creds_dir.clone())),
+        events: Some(events_tx),
         ..ClusterOptions::default()
     };
-    let spawn_children = cluster.processes.is_some();
-    let mut children: Vec<Child> = Vec::new();
-    let mut spawn_error = None;
+    let reporting = runtime.spawn(async move {
+        while let Some(event) = events.recv().await {
+            on_scale(&event);
+        }
+    });
     let failures = watch_etcd(&runtime, cluster, &creds)?;
-    let result = runtime.block_on(harp::run_job_across_watched(app, &creds, &options, |addr| {
+    let listening = |addr: SocketAddr| {
+        let mut children = lock(&children);
+        children.master = Some(addr);
         if spawn_children {
             for _ in 0..nodes {
-                match spawn_node(addr, &creds_dir) {
-                    Ok(child) => children.push(child),
-                    Err(e) => {
-                        spawn_error.get_or_insert(e);
-                    }
+                if let Err(e) = children.spawn(&creds_dir) {
+                    children.error.get_or_insert(e);
                 }
             }
+            eprintln!(
+                "master listening on {addr}; grow or shrink the job with: harp scale --job {addr} --credentials {} --add N | --remove NODE",
+                creds_dir.display()
+            );
         } else {
             eprintln!(
                 "master listening on {addr}; start {nodes} nodes with: harp node --join {addr} --credentials {} -- <the same run arguments>",
                 creds_dir.display()
             );
         }
-    }, failures));
-    reap(children);
+    };
+    let result = runtime.block_on(harp::run_job_across_watched(
+        app, &creds, &options, listening, failures,
+    ));
+    drop(options);
+    // Every event was sent before the job ended; let the reporter write them out.
+    let _ = runtime.block_on(reporting);
+    let (spawned, spawn_error) = {
+        let mut children = lock(&children);
+        (std::mem::take(&mut children.spawned), children.error.take())
+    };
+    reap(spawned);
     if own_dir {
         let _ = std::fs::remove_dir_all(&creds_dir);
     }
@@ -72,6 +95,39 @@ pub fn execute<A: App>(
         return Err(e);
     }
     Ok(result?)
+}
+
+/// The node processes the master started, and where they join.
+#[derive(Default)]
+struct Children {
+    master: Option<SocketAddr>,
+    spawned: Vec<Child>,
+    error: Option<anyhow::Error>,
+}
+
+impl Children {
+    fn spawn(&mut self, creds_dir: &Path) -> Result<()> {
+        let addr = self
+            .master
+            .ok_or_else(|| anyhow!("the master is not listening yet"))?;
+        self.spawned.push(spawn_node(addr, creds_dir)?);
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `harp scale --add N` on a master that starts its own nodes: N more children.
+fn launcher(children: Arc<Mutex<Children>>, creds_dir: PathBuf) -> NodeLauncher {
+    NodeLauncher(Arc::new(move |n| {
+        let mut children = lock(&children);
+        for _ in 0..n {
+            children.spawn(&creds_dir).map_err(|e| format!("{e:#}"))?;
+        }
+        Ok(())
+    }))
 }
 
 /// Starts `harp node` for this command line, joining the master at `addr`.
@@ -213,7 +269,7 @@ async fn node_with_membership<A: App>(
         EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
     };
     let Some(endpoint) = &cluster.etcd else {
-        return harp::run_node_with(app, creds, join, bind, roles, |_| {})
+        return harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, sigterm())
             .await
             .map_err(|e| anyhow!("node: {e}"));
     };
@@ -232,10 +288,10 @@ async fn node_with_membership<A: App>(
             .map_err(|e| anyhow!("node: {e}"))?;
         Ok::<_, anyhow::Error>((backend, lease))
     });
-    let result = harp::run_node_with(app, creds, join, bind, roles, move |id| {
+    let joined = move |id| {
         let _ = id_tx.send(id);
-    })
-    .await;
+    };
+    let result = harp::run_node_leaving(app, creds, join, bind, roles, joined, sigterm()).await;
     if let Ok(Ok((_backend, lease))) = registration.await {
         if result.is_ok() {
             let _ = lease.leave().await;
@@ -256,9 +312,37 @@ async fn node_with_membership<A: App>(
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd`");
     }
-    harp::run_node_with(app, creds, join, bind, roles, |_| {})
+    harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, sigterm())
         .await
         .map_err(|e| anyhow!("node: {e}"))
+}
+
+/// Completes when the process gets SIGTERM: the node then leaves the job gracefully (its
+/// load moves to the other nodes) and exits 0. Never completes where signals are unavailable.
+async fn sigterm() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            term.recv().await;
+            return;
+        }
+    }
+    std::future::pending::<()>().await
+}
+
+/// `harp scale`: asks the master at `job` to start `add` more nodes and to let `remove` go.
+pub fn scale(job: SocketAddr, credentials: &Path, add: u32, remove: Vec<u32>) -> Result<()> {
+    let creds = JobCredentials::load(credentials).map_err(|e| anyhow!("{e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let message = runtime
+        .block_on(harp::send_scale_command(&creds, job, add, remove))
+        .map_err(|e| anyhow!("scale: {e}"))?;
+    println!("{message}");
+    Ok(())
 }
 
 impl ClusterArgs {

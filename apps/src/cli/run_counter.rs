@@ -29,6 +29,10 @@ pub struct CounterCliArgs {
     pub window: u32,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Microseconds each task waits before its work (stands for compute; for elasticity
+    /// tests that need a job to last).
+    #[arg(long, default_value_t = 0)]
+    pub task_sleep_us: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -50,6 +54,7 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
         updates_per_task: args.updates_per_task,
         window: args.window,
         seed: args.seed,
+        task_sleep_us: args.task_sleep_us,
     };
     Ok(Arc::new(
         CounterApp::new(config).map_err(|e| anyhow!("{e}"))?,
@@ -58,7 +63,16 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
 
 pub fn run(args: CounterCliArgs) -> Result<()> {
     let app = build_app(&args)?;
-    let outcome = super::processes::execute(app.clone(), &args.cluster, true)?;
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = {
+        let events = events.clone();
+        super::processes::execute(app.clone(), &args.cluster, true, move |e| {
+            events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.clone())
+        })?
+    };
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
@@ -72,7 +86,11 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         stats: outcome.stats,
     };
     if let Some(path) = &args.cluster.metrics_out {
-        MetricsWriter::create(path)?.write(&report)?;
+        let writer = MetricsWriter::create(path)?;
+        for event in events.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            writer.write(event)?;
+        }
+        writer.write(&report)?;
     }
     match checked {
         Ok(rows) => {

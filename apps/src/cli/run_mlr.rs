@@ -74,6 +74,30 @@ struct CliObserver {
     write_error: std::sync::Mutex<Option<anyhow::Error>>,
 }
 
+impl CliObserver {
+    /// A node joined or left: one line on the terminal, one in the metrics file.
+    fn scale_event(&self, e: &harp::ScaleEvent) {
+        self.bar.println(format!(
+            "scale: {} of node {} {} in {:.3}s ({} executors, {} shards, {} bytes moved)",
+            e.cause,
+            e.node.map_or("?".to_string(), |n| n.to_string()),
+            if e.ok { "done" } else { "failed" },
+            e.duration_s,
+            e.report.executors_moved,
+            e.report.shards_moved,
+            e.report.shard_bytes_moved
+        ));
+        if let Some(w) = &self.metrics {
+            if let Err(err) = w.write(e) {
+                self.write_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(err);
+            }
+        }
+    }
+}
+
 impl MlrObserver for CliObserver {
     fn task_completed(&self) {
         self.bar.inc(1);
@@ -180,7 +204,12 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let outcome = super::processes::execute(app, &args.cluster, false)?;
+    let outcome = {
+        let observer = observer.clone();
+        super::processes::execute(app, &args.cluster, false, move |event| {
+            observer.scale_event(event)
+        })?
+    };
     bar.finish_and_clear();
     if let Some(e) = observer
         .write_error

@@ -22,6 +22,9 @@ impl Executor<super::CounterApp> for CounterExecutor {
         args: CounterArgs,
         ps: &mut ParamClient,
     ) -> Result<CounterOutput, AppError> {
+        if self.config.task_sleep_us > 0 {
+            tokio::time::sleep(std::time::Duration::from_micros(self.config.task_sleep_us)).await;
+        }
         let seen = ps.get(&self.counters, args.probe_row).await?;
         if seen.iter().zip(&args.probe_floor).any(|(s, f)| s < f) {
             return Err(format!(

@@ -17,6 +17,9 @@ pub struct CounterConfig {
     /// Tasks each executor may have dispatched and not yet completed.
     pub window: u32,
     pub seed: u64,
+    /// Microseconds each micro-task waits (without holding a thread) before its work: stands
+    /// for compute, so a job lasts long enough for scale events (elasticity tests).
+    pub task_sleep_us: u64,
 }
 
 impl Default for CounterConfig {
@@ -28,6 +31,7 @@ impl Default for CounterConfig {
             updates_per_task: 8,
             window: 2,
             seed: 1,
+            task_sleep_us: 0,
         }
     }
 }

@@ -15,10 +15,52 @@ use crate::table::TableSet;
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
 use harp_core::{ServerId, WorkerId};
 use ractor::ActorRef;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
+
+/// One scale event of a job across processes (a node joined or left), as the metrics file
+/// records it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ScaleEvent {
+    /// Always `"scale"`, to tell these lines from the app's.
+    pub event: &'static str,
+    /// `"join"` or `"leave"`.
+    pub cause: &'static str,
+    /// The node that joined or left.
+    pub node: Option<u32>,
+    /// Seconds from the start of the job to the start of the event.
+    pub at_s: f64,
+    /// Seconds the event took (for a leave: until its load had moved).
+    pub duration_s: f64,
+    pub ok: bool,
+    pub error: Option<String>,
+    /// What moved: counts, bytes, and every move.
+    pub report: ScaleReport,
+}
+
+impl ScaleEvent {
+    pub(crate) fn new(
+        cause: &'static str,
+        node: Option<u32>,
+        began: std::time::Instant,
+        job_started: std::time::Instant,
+        result: &Result<ScaleReport, HarpError>,
+    ) -> Self {
+        Self {
+            event: "scale",
+            cause,
+            node,
+            at_s: began.saturating_duration_since(job_started).as_secs_f64(),
+            duration_s: began.elapsed().as_secs_f64(),
+            ok: result.is_ok(),
+            error: result.as_ref().err().map(|e| e.to_string()),
+            report: result.as_ref().cloned().unwrap_or_default(),
+        }
+    }
+}
 
 pub(crate) enum ControlRequest {
     ScaleOut {
@@ -39,6 +81,23 @@ pub(crate) enum ControlRequest {
         servers: Vec<ServerId>,
         reply: Reply<ScaleReport>,
     },
+    /// A node process joined a job across processes: give it load.
+    NodeJoined {
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+        reply: Reply<ScaleReport>,
+    },
+    /// A node process wants to leave: move its load away.
+    NodeLeaving {
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+        reply: Reply<ScaleReport>,
+    },
+    /// A node process left: its worker and server are no longer the job's.
+    Forget {
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+    },
 }
 
 /// The caller's end: commands to a running job.
@@ -50,12 +109,23 @@ pub struct JobControl {
 /// The job's end: pass it to [`run_job_controlled`](crate::run_job_controlled).
 pub struct ControlInbox {
     pub(crate) rx: mpsc::UnboundedReceiver<ControlRequest>,
+    /// For the runtime's own commands (nodes joining and leaving).
+    tx: mpsc::UnboundedSender<ControlRequest>,
+}
+
+impl ControlInbox {
+    /// A handle for the runtime's own commands to this inbox.
+    pub(crate) fn handle(&self) -> JobControl {
+        JobControl {
+            tx: self.tx.clone(),
+        }
+    }
 }
 
 /// A control handle and the inbox it talks to.
 pub fn job_control() -> (JobControl, ControlInbox) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (JobControl { tx }, ControlInbox { rx })
+    (JobControl { tx: tx.clone() }, ControlInbox { rx, tx })
 }
 
 impl JobControl {
@@ -116,6 +186,56 @@ impl JobControl {
     pub async fn members(&self) -> Result<(Vec<WorkerId>, Vec<ServerId>), HarpError> {
         self.ask(|reply| ControlRequest::Members { reply }).await
     }
+
+    /// A node process joined: re-balance onto the live set and its worker and server,
+    /// waiting for a running scale event to end first.
+    pub(crate) async fn node_joined(
+        &self,
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+    ) -> Result<ScaleReport, HarpError> {
+        self.when_idle(|reply| ControlRequest::NodeJoined {
+            worker,
+            server,
+            reply,
+        })
+        .await
+    }
+
+    /// A node process is leaving: move the load of its worker and server away, waiting for
+    /// a running scale event to end first.
+    pub(crate) async fn node_leaving(
+        &self,
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+    ) -> Result<ScaleReport, HarpError> {
+        self.when_idle(|reply| ControlRequest::NodeLeaving {
+            worker,
+            server,
+            reply,
+        })
+        .await
+    }
+
+    /// A node process left for good.
+    pub(crate) fn forget(&self, worker: Option<WorkerId>, server: Option<ServerId>) {
+        let _ = self.tx.send(ControlRequest::Forget { worker, server });
+    }
+
+    /// Sends the request made by `request`, again while another scale event runs.
+    async fn when_idle(
+        &self,
+        request: impl Fn(Reply<ScaleReport>) -> ControlRequest,
+    ) -> Result<ScaleReport, HarpError> {
+        loop {
+            match self.ask(&request).await {
+                Err(HarpError::ScaleBusy) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                }
+                other => return other,
+            }
+        }
+    }
 }
 
 /// What the job's end needs to carry the commands out (one process: one node).
@@ -154,6 +274,13 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
             ControlRequest::Members { reply } => {
                 let _ = reply.send(Ok(lock(&live).clone()));
             }
+            ControlRequest::NodeJoined { reply, .. }
+            | ControlRequest::NodeLeaving { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "a job in one process has no node processes".into(),
+                )));
+            }
+            ControlRequest::Forget { .. } => {}
             ControlRequest::ScaleOut {
                 workers,
                 servers,
@@ -229,8 +356,9 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
 }
 
 /// Serves commands to a job across processes: executors move between the worker nodes and
-/// shards between the server nodes that joined (adding node processes to a running job is
-/// not supported yet).
+/// shards between the server nodes; node processes that join get load, and node processes
+/// that leave give theirs away. `scale_out` is refused: start node processes instead (`harp
+/// node --join`, or `harp scale --add`).
 pub(crate) async fn serve_across<A: App>(
     mut inbox: ControlInbox,
     master: ActorRef<MasterMsg<A>>,
@@ -238,22 +366,21 @@ pub(crate) async fn serve_across<A: App>(
     servers: Vec<ServerId>,
 ) {
     let live: Live = Arc::new(Mutex::new((workers.clone(), servers.clone())));
-    let known = (
-        |w: &WorkerId| workers.contains(w),
-        |s: &ServerId| servers.contains(s),
-    );
-    let unsupported = |what: &str| {
-        Err(HarpError::InvalidConfig(format!(
-            "{what} is not supported across processes yet"
-        )))
-    };
+    let mut known_workers: BTreeSet<WorkerId> = workers.into_iter().collect();
+    let mut known_servers: BTreeSet<ServerId> = servers.into_iter().collect();
     while let Some(request) = inbox.rx.recv().await {
+        let known = (
+            |w: &WorkerId| known_workers.contains(w),
+            |s: &ServerId| known_servers.contains(s),
+        );
         match request {
             ControlRequest::Members { reply } => {
                 let _ = reply.send(Ok(lock(&live).clone()));
             }
             ControlRequest::ScaleOut { reply, .. } => {
-                let _ = reply.send(unsupported("adding nodes to a running job"));
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "a job across processes grows when node processes join: start them with `harp node --join` or `harp scale --add`".into(),
+                )));
             }
             ControlRequest::ScaleIn {
                 workers: gone,
@@ -270,6 +397,35 @@ pub(crate) async fn serve_across<A: App>(
             } => {
                 let target = Target::Onto(onto, onto_servers);
                 retarget(&master, &live, known, target, reply);
+            }
+            ControlRequest::NodeJoined {
+                worker,
+                server,
+                reply,
+            } => {
+                known_workers.extend(worker);
+                known_servers.extend(server);
+                let (mut onto_w, mut onto_s) = lock(&live).clone();
+                onto_w.extend(worker.filter(|w| !onto_w.contains(w)));
+                onto_s.extend(server.filter(|s| !onto_s.contains(s)));
+                rebalance(&master, &live, onto_w, onto_s, reply);
+            }
+            ControlRequest::NodeLeaving {
+                worker,
+                server,
+                reply,
+            } => {
+                let target =
+                    Target::Without(worker.into_iter().collect(), server.into_iter().collect());
+                retarget(&master, &live, known, target, reply);
+            }
+            ControlRequest::Forget { worker, server } => {
+                if let Some(w) = worker {
+                    known_workers.remove(&w);
+                }
+                if let Some(s) = server {
+                    known_servers.remove(&s);
+                }
             }
         }
     }

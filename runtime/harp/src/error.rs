@@ -11,6 +11,9 @@ pub type AppError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub enum HarpError {
     #[error("invalid job configuration: {0}")]
     InvalidConfig(String),
+    /// A scale command arrived while another scale event ran (one runs at a time).
+    #[error("a scale event is already running; wait for it to finish")]
+    ScaleBusy,
     #[error("unknown table {0}")]
     UnknownTable(TableId),
     #[error("table '{table}' holds {expected} rows, not {requested}")]

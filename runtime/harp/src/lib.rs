@@ -28,18 +28,18 @@ pub mod table;
 mod worker;
 
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
-pub use control::{job_control, ControlInbox, JobControl};
+pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
 pub use harp_core::{NodeRoles, ServerId, WorkerId};
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
 pub use job::{run_job, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};
-pub use master::ScaleReport;
+pub use master::{MoveRecord, ScaleReport};
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};
 pub use remote::{
-    run_job_across, run_job_across_controlled, run_job_across_watched, run_node, run_node_with,
-    ClusterOptions, NodeFailure,
+    run_job_across, run_job_across_controlled, run_job_across_watched, run_node, run_node_leaving,
+    run_node_with, send_scale_command, ClusterOptions, NodeFailure, NodeLauncher,
 };
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

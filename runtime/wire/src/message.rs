@@ -428,6 +428,19 @@ pub enum Message {
     TookOver { request_id: u64 },
     /// master → every node: `shard` is now on `server`; send its traffic there.
     Reroute { shard: u32, server: u32 },
+    /// node → master: this node wants to leave the job (e.g. it got SIGTERM); move its load
+    /// away, then dismiss it with [`Message::JobEnded`].
+    Leaving { node_id: u32 },
+    /// master → node: answer [`Message::ServerDrained`] once nothing this node sent to
+    /// `server` waits for an answer (the server is about to leave; sent after the reroutes).
+    DrainServer { request_id: u64, server: u32 },
+    /// node → master: the answer to [`Message::DrainServer`].
+    ServerDrained { request_id: u64 },
+    /// `harp scale` → master: start `add` more node processes and let the nodes in
+    /// `remove` leave.
+    ScaleCommand { add: u32, remove: Vec<u32> },
+    /// master → `harp scale`: how the command ended.
+    ScaleDone { ok: bool, message: String },
 }
 
 impl RowWire {
@@ -508,6 +521,11 @@ impl Message {
             Message::TakeOverShard { .. } => MessageKind::TakeOverShard,
             Message::TookOver { .. } => MessageKind::TookOver,
             Message::Reroute { .. } => MessageKind::Reroute,
+            Message::Leaving { .. } => MessageKind::Leaving,
+            Message::DrainServer { .. } => MessageKind::DrainServer,
+            Message::ServerDrained { .. } => MessageKind::ServerDrained,
+            Message::ScaleCommand { .. } => MessageKind::ScaleCommand,
+            Message::ScaleDone { .. } => MessageKind::ScaleDone,
         }
     }
 
@@ -553,6 +571,11 @@ impl ArchivedMessage {
             ArchivedMessage::TakeOverShard { .. } => MessageKind::TakeOverShard,
             ArchivedMessage::TookOver { .. } => MessageKind::TookOver,
             ArchivedMessage::Reroute { .. } => MessageKind::Reroute,
+            ArchivedMessage::Leaving { .. } => MessageKind::Leaving,
+            ArchivedMessage::DrainServer { .. } => MessageKind::DrainServer,
+            ArchivedMessage::ServerDrained { .. } => MessageKind::ServerDrained,
+            ArchivedMessage::ScaleCommand { .. } => MessageKind::ScaleCommand,
+            ArchivedMessage::ScaleDone { .. } => MessageKind::ScaleDone,
         }
     }
 }
@@ -600,11 +623,16 @@ pub enum MessageKind {
     TakeOverShard = 25,
     TookOver = 26,
     Reroute = 27,
+    Leaving = 28,
+    DrainServer = 29,
+    ServerDrained = 30,
+    ScaleCommand = 31,
+    ScaleDone = 32,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 32;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -635,6 +663,11 @@ impl MessageKind {
         MessageKind::TakeOverShard,
         MessageKind::TookOver,
         MessageKind::Reroute,
+        MessageKind::Leaving,
+        MessageKind::DrainServer,
+        MessageKind::ServerDrained,
+        MessageKind::ScaleCommand,
+        MessageKind::ScaleDone,
     ];
 
     /// The kind a header byte names, if any.
@@ -682,6 +715,11 @@ impl MessageKind {
             MessageKind::TakeOverShard => "take_over_shard",
             MessageKind::TookOver => "took_over",
             MessageKind::Reroute => "reroute",
+            MessageKind::Leaving => "leaving",
+            MessageKind::DrainServer => "drain_server",
+            MessageKind::ServerDrained => "server_drained",
+            MessageKind::ScaleCommand => "scale_command",
+            MessageKind::ScaleDone => "scale_done",
         }
     }
 }

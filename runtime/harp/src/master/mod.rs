@@ -9,7 +9,7 @@
 mod moves;
 
 pub(crate) use moves::ExecutorInMotion;
-pub use moves::ScaleReport;
+pub use moves::{MoveRecord, ScaleReport};
 
 use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
 use crate::error::HarpError;
@@ -40,6 +40,17 @@ pub(crate) enum MasterMsg<A: App> {
     AddWorker(WorkerId, ActorRef<WorkerMsg<A>>),
     /// A server joined the running job (it holds nothing until a re-balancing).
     AddServer(ServerId, ActorRef<ServerMsg>),
+    /// A node process joined the running job: send it its (empty) assignment and the
+    /// current placement, tell the other nodes about its server (`servers` lists every
+    /// server node, the new one included), and route shard moves to it from now on. Done
+    /// here, in order with the reroutes, so no node misses one.
+    AddNode {
+        link: harp_net::Link,
+        assignment: harp_wire::Assignment,
+        servers: Vec<harp_wire::ServerPlace>,
+        new_server: bool,
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    },
     /// Re-balance onto these workers and servers; the others give their load away.
     Rebalance {
         live_workers: Vec<WorkerId>,
@@ -110,6 +121,8 @@ pub(crate) struct MasterState<A: App> {
     servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
     shards: ShardMap,
     routes: Vec<RouteTarget>,
+    /// Placements sent to nodes that joined after the start (the first one is 1).
+    placement_epoch: u64,
     moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
     scale: Option<moves::ScaleInProgress>,
     next_task: u64,
@@ -190,6 +203,42 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
+    fn add_node(
+        &mut self,
+        link: harp_net::Link,
+        assignment: harp_wire::Assignment,
+        servers: Vec<harp_wire::ServerPlace>,
+        new_server: bool,
+    ) -> Result<(), HarpError> {
+        self.placement_epoch += 1;
+        let placement = harp_wire::Placement {
+            epoch: self.placement_epoch,
+            num_shards: self.shards.num_shards(),
+            shards: (0..self.shards.num_shards())
+                .filter_map(|s| {
+                    let server = self.shards.server_of(ShardId(s)).ok()?;
+                    Some(harp_wire::ShardPlace {
+                        shard: s,
+                        server: server.0,
+                    })
+                })
+                .collect(),
+            servers,
+        };
+        if new_server {
+            for route in &self.routes {
+                if let RouteTarget::Remote(other) = route {
+                    // A node that is gone no longer needs it.
+                    let _ = other.send(&harp_wire::Message::Placement(placement.clone()));
+                }
+            }
+        }
+        link.send(&harp_wire::Message::Assign(assignment))?;
+        link.send(&harp_wire::Message::Placement(placement))?;
+        self.routes.push(RouteTarget::Remote(link));
+        Ok(())
+    }
+
     fn end(&mut self, result: Result<(), HarpError>) {
         let Some(done) = self.done.take() else { return };
         let outcome = match (result, self.driver.take()) {
@@ -225,6 +274,7 @@ impl<A: App> Actor for MasterActor<A> {
             servers: BTreeMap::new(),
             shards: ShardMap::default(),
             routes: Vec::new(),
+            placement_epoch: 1,
             moving: BTreeMap::new(),
             scale: None,
             next_task: 0,
@@ -264,6 +314,16 @@ impl<A: App> Actor for MasterActor<A> {
             }
             MasterMsg::AddServer(id, actor) => {
                 state.servers.insert(id, actor);
+                Ok(false)
+            }
+            MasterMsg::AddNode {
+                link,
+                assignment,
+                servers,
+                new_server,
+                reply,
+            } => {
+                let _ = reply.send(state.add_node(link, assignment, servers, new_server));
                 Ok(false)
             }
             MasterMsg::Rebalance {

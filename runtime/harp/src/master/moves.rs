@@ -29,6 +29,27 @@ pub struct ScaleReport {
     /// Bytes of parameter rows and optimizer state the shard moves carried.
     pub shard_bytes_moved: u64,
     pub duration_s: f64,
+    /// Every move, in the order it ended.
+    pub moves: Vec<MoveRecord>,
+}
+
+/// One move of a scale event.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct MoveRecord {
+    /// `"executor"` or `"shard"`.
+    pub kind: &'static str,
+    /// The executor's or the shard's number.
+    pub item: u32,
+    /// The worker or server it left.
+    pub from: u32,
+    /// The worker or server it went to.
+    pub to: u32,
+    /// Bytes of rows and optimizer state (shards; 0 for executors).
+    pub bytes: u64,
+    /// Micro-tasks that travelled with it (executors; 0 for shards).
+    pub tasks: usize,
+    /// Seconds from the start of the scale event to the end of this move.
+    pub done_at_s: f64,
 }
 
 /// A scale event in progress.
@@ -57,9 +78,7 @@ impl<A: App> MasterState<A> {
         reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
     ) {
         if self.scale.is_some() {
-            let _ = reply.send(Err(HarpError::InvalidConfig(
-                "a scale event is already running; wait for it to finish".into(),
-            )));
+            let _ = reply.send(Err(HarpError::ScaleBusy));
             return;
         }
         if let Err(e) = self.check_live(&live_workers, &live_servers) {
@@ -249,10 +268,24 @@ impl<A: App> MasterState<A> {
                 Err(e)
             }
         };
+        let to = self
+            .executors
+            .worker_of(executor)
+            .map(|w| w.0)
+            .unwrap_or(from.0);
         self.move_done(outcome.map(|tasks| {
-            move |report: &mut ScaleReport| {
+            move |report: &mut ScaleReport, done_at_s| {
                 report.executors_moved += 1;
                 report.tasks_moved += tasks;
+                report.moves.push(MoveRecord {
+                    kind: "executor",
+                    item: executor.0,
+                    from: from.0,
+                    to,
+                    bytes: 0,
+                    tasks,
+                    done_at_s,
+                });
             }
         }));
         Ok(())
@@ -300,6 +333,7 @@ impl<A: App> MasterState<A> {
         to: ServerId,
         result: Result<ShardMoved, HarpError>,
     ) -> Result<(), HarpError> {
+        let from = self.shards.server_of(shard).map(|s| s.0).unwrap_or(to.0);
         if let Ok(moved) = &result {
             self.shards.assign(shard, to)?;
             for route in &self.routes {
@@ -308,20 +342,29 @@ impl<A: App> MasterState<A> {
             tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
         }
         self.move_done(result.map(|moved| {
-            move |report: &mut ScaleReport| {
+            move |report: &mut ScaleReport, done_at_s| {
                 report.shards_moved += 1;
                 report.shard_bytes_moved += moved.bytes;
+                report.moves.push(MoveRecord {
+                    kind: "shard",
+                    item: shard.0,
+                    from,
+                    to: to.0,
+                    bytes: moved.bytes,
+                    tasks: 0,
+                    done_at_s,
+                });
             }
         }));
         Ok(())
     }
 
     /// One move of the running scale event ended: count it, or keep its error.
-    fn move_done(&mut self, outcome: Result<impl FnOnce(&mut ScaleReport), HarpError>) {
+    fn move_done(&mut self, outcome: Result<impl FnOnce(&mut ScaleReport, f64), HarpError>) {
         if let Some(scale) = self.scale.as_mut() {
             scale.outstanding = scale.outstanding.saturating_sub(1);
             match outcome {
-                Ok(count) => count(&mut scale.report),
+                Ok(count) => count(&mut scale.report, scale.started.elapsed().as_secs_f64()),
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
                 }
@@ -338,7 +381,13 @@ impl<A: App> MasterState<A> {
             return;
         };
         scale.report.duration_s = scale.started.elapsed().as_secs_f64();
-        tracing::info!(report = ?scale.report, "scale event ended");
+        tracing::info!(
+            executors_moved = scale.report.executors_moved,
+            shards_moved = scale.report.shards_moved,
+            bytes = scale.report.shard_bytes_moved,
+            duration_s = scale.report.duration_s,
+            "scale event ended"
+        );
         let _ = scale.reply.send(match scale.first_error {
             None => Ok(scale.report),
             Some(e) => Err(e),

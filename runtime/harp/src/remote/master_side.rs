@@ -5,7 +5,9 @@ use super::job_id;
 use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerProxy,
 };
+use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
 use crate::app::{App, JobInfo};
+use crate::control::ScaleEvent;
 use crate::error::HarpError;
 use crate::job::{spawn, JobOutcome, JobStats, ParamDump};
 use crate::master::{MasterActor, MasterArgs, MasterMsg, RouteTarget};
@@ -41,6 +43,11 @@ pub struct ClusterOptions {
     pub lease_timeout_ms: u64,
     /// How long to wait for every node to join.
     pub join_timeout_ms: u64,
+    /// Starts more node processes for `harp scale --add N`; without one, `--add` is refused.
+    pub launcher: Option<NodeLauncher>,
+    /// Where every scale event (a node joining or leaving) is reported, e.g. to be written
+    /// to the metrics file.
+    pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
 }
 
 impl Default for ClusterOptions {
@@ -53,6 +60,8 @@ impl Default for ClusterOptions {
             collect_params: false,
             lease_timeout_ms: 3_000,
             join_timeout_ms: 30_000,
+            launcher: None,
+            events: None,
         }
     }
 }
@@ -224,8 +233,6 @@ pub async fn run_job_across_controlled<A: App>(
         },
     )
     .await?;
-    let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
-    let mut replies = Vec::new();
     let mut view = MembershipView::new(MembershipConfig::with_lease_timeout_ms(
         options.lease_timeout_ms,
     ))
@@ -235,70 +242,84 @@ pub async fn run_job_across_controlled<A: App>(
         view.handle_join(NodeId(node.id), info, now_ms(started))
             .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
     }
-    let membership = Arc::new(Mutex::new(view));
-    let mut holdings = BTreeMap::new();
+    let (leaving_tx, leaving_rx) = mpsc::unbounded_channel();
+    let ctx = Arc::new(RosterContext {
+        roster: Arc::new(Mutex::new(Roster::new(nodes.len() as u32))),
+        master: master.clone(),
+        control: control.handle(),
+        membership: Arc::new(Mutex::new(view)),
+        started,
+        app_name: app.name().to_string(),
+        job,
+        job_info: JobInfoWire {
+            num_executors: info.num_executors,
+            num_workers,
+            num_servers,
+        },
+        lease_timeout_ms: options.lease_timeout_ms,
+        join_timeout_ms: options.join_timeout_ms,
+        counters: counters.clone(),
+        launcher: options.launcher.clone(),
+        events: options.events.clone(),
+        leaving: leaving_tx,
+    });
+    let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
+    // The master reaches each node's server only to hand shards over.
+    let mut servers = BTreeMap::new();
+    let mut routes = Vec::new();
     for node in nodes.iter_mut() {
         let pending = Arc::new(PendingReplies::default());
         if node.roles.worker {
-            workers.insert(
-                WorkerId(node.id),
-                spawn(
-                    WorkerProxy::<A>::new(),
-                    (node.link.clone(), pending.clone()),
-                )
-                .await?,
-            );
+            let proxy = spawn(
+                WorkerProxy::<A>::new(),
+                (node.link.clone(), pending.clone()),
+            )
+            .await?;
+            workers.insert(WorkerId(node.id), proxy);
         }
+        if node.roles.server {
+            let id = ServerId(node.id);
+            let proxy = spawn(ServerNodeProxy, (id, node.link.clone(), pending.clone())).await?;
+            servers.insert(id, proxy);
+        }
+        routes.push(RouteTarget::Remote(node.link.clone()));
         let incoming = std::mem::replace(&mut node.incoming, mpsc::unbounded_channel().1);
-        let held = holdings_of(node, &executors, &shards);
-        holdings.insert(node.id, held.clone());
-        tokio::spawn(read_node::<A>(
-            node.id,
-            held,
-            incoming,
-            master.clone(),
-            pending.clone(),
-            membership.clone(),
-            started,
-        ));
-        replies.push(pending);
+        roster::lock(&ctx.roster).insert(NodeEntry {
+            id: node.id,
+            link: node.link.clone(),
+            roles: node.roles,
+            listen_addr: node.listen_addr.clone(),
+            pending: pending.clone(),
+            holdings: holdings_of(node, &executors, &shards),
+        });
+        tokio::spawn(read_node::<A>(node.id, incoming, ctx.clone(), pending));
     }
+    drop(nodes);
     {
-        let (master, holdings) = (master.clone(), holdings.clone());
+        let ctx = ctx.clone();
         tokio::spawn(async move {
-            if let Some((node, seen)) = failures.recv().await {
-                let held = holdings.get(&node).cloned().unwrap_or_default();
+            while let Some((node, seen)) = failures.recv().await {
+                if roster::lock(&ctx.roster).has_left(node) {
+                    continue; // it left the job: its membership record goes with it
+                }
+                let held = roster::lock(&ctx.roster).holdings(node);
                 let detail = format!("{seen}; it held {held}");
-                let _ =
-                    master.send_message(MasterMsg::Failed(HarpError::NodeDied { node, detail }));
+                let _ = ctx
+                    .master
+                    .send_message(MasterMsg::Failed(HarpError::NodeDied { node, detail }));
+                return;
             }
         });
     }
-    tokio::spawn(watch_leases::<A>(
-        membership,
-        holdings,
-        started,
-        master.clone(),
-    ));
+    tokio::spawn(watch_leases::<A>(ctx.clone()));
     let control = tokio::spawn(crate::control::serve_across(
         control,
         master.clone(),
         workers.keys().copied().collect(),
         server_ids.clone(),
     ));
-    // The master reaches each node's server only to hand shards over.
-    let mut servers = BTreeMap::new();
-    for (node, pending) in nodes.iter().zip(&replies) {
-        if node.roles.server {
-            let id = ServerId(node.id);
-            let proxy = spawn(ServerNodeProxy, (id, node.link.clone(), pending.clone())).await?;
-            servers.insert(id, proxy);
-        }
-    }
-    let routes = nodes
-        .iter()
-        .map(|node| RouteTarget::Remote(node.link.clone()))
-        .collect();
+    let accepting = tokio::spawn(roster::accept_while_running(endpoint.clone(), ctx.clone()));
+    let leaves = tokio::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
     let _ = master.send_message(MasterMsg::Start {
         workers,
         executors,
@@ -309,10 +330,16 @@ pub async fn run_job_across_controlled<A: App>(
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
     control.abort();
+    accepting.abort();
+    leaves.abort();
+    let live: Vec<(u32, Link, NodeRoles, Arc<PendingReplies>)> = roster::lock(&ctx.roster)
+        .live()
+        .map(|n| (n.id, n.link.clone(), n.roles, n.pending.clone()))
+        .collect();
     let result = match end {
         Ok(end) => {
             let params = if options.collect_params {
-                Some(dump_params(&nodes, &replies).await?)
+                Some(dump_params(&live).await?)
             } else {
                 None
             };
@@ -334,8 +361,8 @@ pub async fn run_job_across_controlled<A: App>(
         Ok(_) => String::new(),
         Err(e) => e.to_string(),
     };
-    for node in &nodes {
-        let _ = node.link.send(&Message::JobEnded {
+    for (_, link, _, _) in &live {
+        let _ = link.send(&Message::JobEnded {
             ok: result.is_ok(),
             message: message.clone(),
         });
@@ -343,9 +370,9 @@ pub async fn run_job_across_controlled<A: App>(
     master.stop(None);
     // Give the nodes a moment to read JobEnded and hang up before the endpoint closes.
     let deadline = Instant::now() + Duration::from_millis(2_000);
-    for node in &nodes {
+    for (_, link, _, _) in &live {
         let left = deadline.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, node.link.connection().quic().closed()).await;
+        let _ = tokio::time::timeout(left, link.connection().quic().closed()).await;
     }
     endpoint.close();
     result
@@ -392,6 +419,14 @@ async fn accept_nodes(
             let _ = link.send(&refusal(&e));
             continue;
         }
+        if !hello.role.worker && !hello.role.server {
+            // A `harp scale` client before the job started.
+            let _ = link.send(&Message::ScaleDone {
+                ok: false,
+                message: "the job has not started yet: its nodes are still joining".into(),
+            });
+            continue;
+        }
         let id = nodes.len() as u32;
         link.send(&Message::Welcome(Welcome {
             protocol_version: PROTOCOL_VERSION,
@@ -420,50 +455,22 @@ async fn wait_ready(
     mut nodes: Vec<JoinedNode>,
     timeout_ms: u64,
 ) -> Result<Vec<JoinedNode>, HarpError> {
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     for node in nodes.iter_mut() {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, node.incoming.recv()).await {
-                Ok(Some(Ok(Message::Ready { .. }))) => break,
-                Ok(Some(Ok(Message::Heartbeat { .. }))) => continue,
-                Ok(Some(Ok(Message::Failed { message }))) => {
-                    return Err(HarpError::Remote(format!(
-                        "node {} failed to start: {message}",
-                        node.id
-                    )))
-                }
-                Ok(Some(Ok(other))) => {
-                    tracing::debug!(node = node.id, kind = ?other.kind(), "ignored before ready");
-                }
-                Ok(Some(Err(e))) => return Err(e.into()),
-                Ok(None) | Err(_) => {
-                    return Err(HarpError::NodeDied {
-                        node: node.id,
-                        detail: "it did not get ready".into(),
-                    })
-                }
-            }
-        }
+        roster::wait_ready(node.id, &mut node.incoming, timeout_ms).await?;
     }
     Ok(nodes)
 }
 
-fn now_ms(started: Instant) -> u64 {
-    started.elapsed().as_millis() as u64
-}
-
-/// Reads one node's link for the master: completions, failures, heartbeats, replies. Every
-/// message renews the node's lease.
-async fn read_node<A: App>(
+/// Reads one node's link for the master: completions, failures, heartbeats, replies, a
+/// request to leave. Every message renews the node's lease. A closed link is a death unless
+/// the node left the job.
+pub(crate) async fn read_node<A: App>(
     node: u32,
-    held: String,
     mut incoming: mpsc::UnboundedReceiver<Incoming>,
-    master: ActorRef<MasterMsg<A>>,
+    ctx: Arc<RosterContext<A>>,
     pending: Arc<PendingReplies>,
-    membership: Arc<Mutex<MembershipView>>,
-    started: Instant,
 ) {
+    let master = &ctx.master;
     let cause = loop {
         let message = match incoming.recv().await {
             Some(Ok(message)) => message,
@@ -471,9 +478,9 @@ async fn read_node<A: App>(
             None => break "its connection closed".to_string(),
         };
         {
-            let mut view = membership.lock().unwrap_or_else(|p| p.into_inner());
+            let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
             // A node already declared dead stays dead (the lease watcher reported it).
-            let _ = view.handle_heartbeat(NodeId(node), now_ms(started));
+            let _ = view.handle_heartbeat(NodeId(node), now_ms(ctx.started));
         }
         let Some(message) = pending.resolve(message) else {
             continue;
@@ -492,28 +499,31 @@ async fn read_node<A: App>(
                     "node {node}: {message}"
                 ))));
             }
+            Message::Leaving { .. } => {
+                let _ = ctx.leaving.send(node);
+            }
             Message::Heartbeat { .. } => {}
             other => tracing::debug!(node, kind = ?other.kind(), "ignored from a node"),
         }
     };
     pending.fail_all();
+    if roster::lock(&ctx.roster).has_left(node) {
+        return;
+    }
+    let held = roster::lock(&ctx.roster).holdings(node);
     let _ = master.send_message(MasterMsg::Failed(HarpError::NodeDied {
         node,
         detail: format!("{cause}; it held {held}"),
     }));
 }
 
-/// Ticks the membership view at its next lease deadline and reports the first death.
-async fn watch_leases<A: App>(
-    membership: Arc<Mutex<MembershipView>>,
-    holdings: BTreeMap<u32, String>,
-    started: Instant,
-    master: ActorRef<MasterMsg<A>>,
-) {
+/// Ticks the membership view at its next lease deadline and reports the first death (a node
+/// that left is no longer in the view).
+async fn watch_leases<A: App>(ctx: Arc<RosterContext<A>>) {
     loop {
-        let now = now_ms(started);
+        let now = now_ms(ctx.started);
         let (next, died) = {
-            let mut view = membership.lock().unwrap_or_else(|p| p.into_inner());
+            let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
             view.tick(now);
             let mut died = None;
             while let Some(event) = view.poll_event() {
@@ -530,18 +540,21 @@ async fn watch_leases<A: App>(
             (view.next_deadline_ms(), died)
         };
         if let Some((node, silent_ms)) = died {
-            let held = holdings.get(&node.0).cloned().unwrap_or_default();
+            let held = roster::lock(&ctx.roster).holdings(node.0);
             let error = HarpError::NodeDied {
                 node: node.0,
                 detail: format!(
                     "its lease expired after {silent_ms} ms without a heartbeat; it held {held}"
                 ),
             };
-            let _ = master.send_message(MasterMsg::Failed(error));
+            let _ = ctx.master.send_message(MasterMsg::Failed(error));
             return;
         }
-        let Some(next) = next else { return };
-        let wait = next.saturating_sub(now_ms(started)).max(1);
+        // With no member left to watch, look again later (a node may join).
+        let wait = match next {
+            Some(next) => next.saturating_sub(now_ms(ctx.started)).max(1),
+            None => ctx.lease_timeout_ms.max(1),
+        };
         tokio::time::sleep(Duration::from_millis(wait)).await;
     }
 }
@@ -565,32 +578,30 @@ fn holdings_of(node: &JoinedNode, executors: &ExecutorMap, shards: &ShardMap) ->
 const DUMP_DEADLINE: Duration = Duration::from_secs(60);
 
 async fn dump_params(
-    nodes: &[JoinedNode],
-    replies: &[Arc<PendingReplies>],
+    nodes: &[(u32, Link, NodeRoles, Arc<PendingReplies>)],
 ) -> Result<ParamDump, HarpError> {
     let mut dump = ParamDump::default();
-    for (node, pending) in nodes.iter().zip(replies) {
-        if !node.roles.server {
+    for (id, link, roles, pending) in nodes {
+        if !roles.server {
             continue;
         }
         let (tx, rx) = oneshot::channel();
         let request_id = pending.register(Pending::Dump(tx));
-        node.link.send(&Message::Dump {
+        link.send(&Message::Dump {
             request_id,
-            server: node.id,
+            server: *id,
         })?;
         let rows = match tokio::time::timeout(DUMP_DEADLINE, rx).await {
             Ok(Ok(rows)) => rows,
             Ok(Err(_)) => {
                 return Err(HarpError::NodeDied {
-                    node: node.id,
+                    node: *id,
                     detail: "it went away during the final dump".into(),
                 })
             }
             Err(_) => {
                 return Err(HarpError::Remote(format!(
-                    "node {} did not send its parameters within {} s",
-                    node.id,
+                    "node {id} did not send its parameters within {} s",
                     DUMP_DEADLINE.as_secs()
                 )))
             }

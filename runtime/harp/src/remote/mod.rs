@@ -11,16 +11,27 @@
 //! whose servers they need, create their executors, and report `Ready`; then the driver
 //! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
 //! connection breaks, is reported dead with what it held, and the job ends with that error.
+//!
+//! While the job runs ([`roster`]): a node may join (it gets an empty assignment, the other
+//! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node
+//! may leave (`Leaving`, or `harp scale --remove`: its load moves away, every other node
+//! answers `DrainServer` once nothing it sent there is unanswered, and the master dismisses
+//! it with `JobEnded`); and `harp scale` connects like a node with neither role and sends a
+//! `ScaleCommand`.
 
 mod codec;
 mod master_side;
 mod node_side;
 mod proxies;
+mod roster;
+mod scale_client;
 
 pub use master_side::{
     run_job_across, run_job_across_controlled, run_job_across_watched, ClusterOptions, NodeFailure,
 };
-pub use node_side::{run_node, run_node_with};
+pub use node_side::{run_node, run_node_leaving, run_node_with};
+pub use roster::NodeLauncher;
+pub use scale_client::send_scale_command;
 
 use harp_net::JobCredentials;
 use harp_wire::JobId;

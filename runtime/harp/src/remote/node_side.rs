@@ -67,6 +67,31 @@ pub async fn run_node_with<A: App>(
     roles: NodeRoles,
     joined: impl FnOnce(u32),
 ) -> Result<(), HarpError> {
+    run_node_leaving(
+        app,
+        creds,
+        join,
+        bind,
+        roles,
+        joined,
+        std::future::pending(),
+    )
+    .await
+}
+
+/// [`run_node_with`], leaving the job gracefully once `leave` completes (e.g. on SIGTERM):
+/// the node tells the master, which moves its executors and shards to the other nodes and
+/// then dismisses it; it returns `Ok` once dismissed. If the master refuses (the node is the
+/// last worker or server), the node logs why and keeps serving.
+pub async fn run_node_leaving<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    join: SocketAddr,
+    bind: IpAddr,
+    roles: NodeRoles,
+    joined: impl FnOnce(u32),
+    leave: impl std::future::Future<Output = ()>,
+) -> Result<(), HarpError> {
     if !roles.worker && !roles.server {
         return Err(HarpError::InvalidConfig(
             "a node must offer a worker, a server or both".into(),
@@ -183,13 +208,20 @@ pub async fn run_node_with<A: App>(
         num_workers: assignment.job.num_workers,
         num_servers: assignment.job.num_servers,
     };
+    let local_server = servers.get(&ServerId(me)).cloned();
+    let mut servers = servers;
+    let dialer = Dialer {
+        endpoint: &endpoint,
+        hello: hello(me),
+        counters: &counters,
+    };
     let result = serve_master::<A>(
         &mut from_master,
         &worker,
-        servers.get(&ServerId(me)),
-        &master_link,
+        local_server.as_ref(),
+        (&master_link, me, leave),
         (&app, &info),
-        (&store, &servers),
+        (&store, &mut servers, &dialer),
     )
     .await;
     heartbeat.abort();
@@ -228,7 +260,6 @@ async fn start_node<A: App>(
     counters: &Arc<WireCounters>,
 ) -> Result<Started<A>, HarpError> {
     let tables = Arc::new(app.tables().clone());
-    let limits = FrameLimits::default();
     let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
     let mut local_servers = BTreeMap::new();
     if let Some(server) = assignment.server {
@@ -247,12 +278,12 @@ async fn start_node<A: App>(
         if servers.contains_key(&id) {
             continue;
         }
-        let addr: SocketAddr = place.listen_addr.parse().map_err(|_| {
-            HarpError::Remote(format!("bad address for {id}: {}", place.listen_addr))
-        })?;
-        let conn = endpoint.connect(addr).await?;
-        let (link, incoming) = Link::open(conn, &hello(me), limits, counters.clone()).await?;
-        servers.insert(id, spawn(ServerProxy, (id, link, incoming)).await?);
+        let dialer = Dialer {
+            endpoint,
+            hello: hello(me),
+            counters,
+        };
+        servers.insert(id, dialer.connect(id, &place.listen_addr).await?);
     }
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
     let mut shard_map = ShardMap::round_robin(placement.num_shards, &server_ids)?;
@@ -288,6 +319,73 @@ async fn start_node<A: App>(
     )
     .await?;
     Ok((worker, servers, store))
+}
+
+/// Opens links to other nodes' servers.
+struct Dialer<'a> {
+    endpoint: &'a NetEndpoint,
+    /// This node's hello, the first message on every link it opens.
+    hello: Message,
+    counters: &'a Arc<WireCounters>,
+}
+
+impl Dialer<'_> {
+    /// A proxy for server `id`, listening at `addr`.
+    async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
+        let parsed: SocketAddr = addr
+            .parse()
+            .map_err(|_| HarpError::Remote(format!("bad address for {id}: {addr}")))?;
+        let conn = self.endpoint.connect(parsed).await?;
+        let (link, incoming) = Link::open(
+            conn,
+            &self.hello,
+            FrameLimits::default(),
+            self.counters.clone(),
+        )
+        .await?;
+        spawn(ServerProxy, (id, link, incoming)).await
+    }
+}
+
+/// A placement sent after start names the servers that joined since: reach each new one (in
+/// order with the master's later orders, so a shard is never rerouted to an unknown server).
+async fn reach_new_servers(
+    placement: &Placement,
+    store: &ParamStore,
+    servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    dialer: &Dialer<'_>,
+) -> Result<(), HarpError> {
+    for place in &placement.servers {
+        let id = ServerId(place.server);
+        if servers.contains_key(&id) {
+            continue;
+        }
+        let proxy = dialer.connect(id, &place.listen_addr).await?;
+        store.add_server(id, proxy.clone());
+        servers.insert(id, proxy);
+        tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined");
+    }
+    Ok(())
+}
+
+/// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered.
+fn drain_server(
+    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    master_link: &Link,
+    request_id: u64,
+    server: ServerId,
+) {
+    let link = master_link.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let asked = servers
+        .get(&server)
+        .is_some_and(|proxy| proxy.send_message(ServerMsg::Drain { reply: tx }).is_ok());
+    tokio::spawn(async move {
+        if asked {
+            let _ = rx.await;
+        }
+        let _ = link.send(&Message::ServerDrained { request_id });
+    });
 }
 
 /// Accepts links from other nodes and serves the local server on each.
@@ -419,12 +517,27 @@ async fn serve_master<A: App>(
     from_master: &mut mpsc::UnboundedReceiver<Incoming>,
     worker: &ActorRef<WorkerMsg<A>>,
     local_server: Option<&ActorRef<ServerMsg>>,
-    master_link: &Link,
+    (master_link, me, leave): (&Link, u32, impl std::future::Future<Output = ()>),
     (app, info): (&Arc<A>, &JobInfo),
-    (store, servers): (&Arc<ParamStore>, &BTreeMap<ServerId, ActorRef<ServerMsg>>),
+    (store, servers, dialer): (
+        &Arc<ParamStore>,
+        &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
+        &Dialer<'_>,
+    ),
 ) -> Result<(), HarpError> {
+    let mut leave = std::pin::pin!(leave);
+    let mut leaving = false;
     loop {
-        let message = match from_master.recv().await {
+        let next = tokio::select! {
+            next = from_master.recv() => next,
+            () = &mut leave, if !leaving => {
+                leaving = true;
+                tracing::info!(node = me, "leaving the job: asking the master to move this node's load away");
+                master_link.send(&Message::Leaving { node_id: me })?;
+                continue;
+            }
+        };
+        let message = match next {
             Some(Ok(m)) => m,
             Some(Err(e)) => return Err(HarpError::Remote(format!("lost the master: {e}"))),
             None => return Err(HarpError::Remote("lost the master".into())),
@@ -477,6 +590,15 @@ async fn serve_master<A: App>(
             ),
             Message::Reroute { shard, server } => {
                 store.reroute(ShardId(shard), ServerId(server))?;
+            }
+            Message::Placement(placement) => {
+                reach_new_servers(&placement, store, servers, dialer).await?;
+            }
+            Message::DrainServer { request_id, server } => {
+                drain_server(servers, master_link, request_id, ServerId(server));
+            }
+            Message::Refused { reason } => {
+                tracing::warn!(node = me, %reason, "the master refused to let this node leave; it keeps serving");
             }
             Message::Dump { request_id, .. } => {
                 let Some(server) = local_server else { continue };

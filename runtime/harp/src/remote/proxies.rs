@@ -46,6 +46,8 @@ pub(crate) enum Pending {
     HandedOff(oneshot::Sender<HandOffResult>),
     /// A server node took over the rows of a shard.
     TookOver(oneshot::Sender<()>),
+    /// A node has nothing in flight to a leaving server any more.
+    Drained(oneshot::Sender<()>),
 }
 
 /// Replies in flight on one link.
@@ -102,6 +104,12 @@ impl PendingReplies {
                 }
                 None
             }
+            Message::ServerDrained { request_id } => {
+                if let Some((_, Pending::Drained(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(());
+                }
+                None
+            }
             Message::ExecutorReleased {
                 request_id, result, ..
             } => {
@@ -112,6 +120,11 @@ impl PendingReplies {
             }
             other => Some(other),
         }
+    }
+
+    /// How many replies are still awaited.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.waiting.len()
     }
 
     /// The link is gone: every waiter learns it (its sender is dropped).
@@ -224,10 +237,36 @@ impl Actor for ServerProxy {
                     }
                 }
             }
+            ServerMsg::Drain { reply } => {
+                let pending = state.pending.clone();
+                tokio::spawn(async move {
+                    wait_drained(&pending).await;
+                    let _ = reply.send(());
+                });
+            }
         }
         Ok(())
     }
 }
+
+/// Waits until no reply is awaited on `pending`, twice in a row [`DRAIN_RECHECK`] apart (a
+/// request routed just before the reroute may still be on its way into the proxy's
+/// mailbox), or at most [`DRAIN_DEADLINE`] (every request has its own deadline anyway).
+async fn wait_drained(pending: &PendingReplies) {
+    let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+    let mut quiet_checks = 0;
+    while quiet_checks < 2 && tokio::time::Instant::now() < deadline {
+        if pending.outstanding() == 0 {
+            quiet_checks += 1;
+        } else {
+            quiet_checks = 0;
+        }
+        tokio::time::sleep(DRAIN_RECHECK).await;
+    }
+}
+
+const DRAIN_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a shard's old owner waits for the new one to confirm it holds the rows.
 const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -293,6 +332,9 @@ impl Actor for ServerNodeProxy {
             }
             ServerMsg::Apply { reply, .. } => {
                 let _ = reply.send(Err(unsupported()));
+            }
+            ServerMsg::Drain { reply } => {
+                let _ = reply.send(());
             }
             ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
@@ -545,6 +587,7 @@ impl<A: App> Actor for MasterProxy<A> {
             MasterMsg::Start { .. }
             | MasterMsg::AddWorker(..)
             | MasterMsg::AddServer(..)
+            | MasterMsg::AddNode { .. }
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
             | MasterMsg::ShardHandedOff { .. } => {

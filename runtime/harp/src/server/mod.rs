@@ -62,6 +62,10 @@ pub(crate) enum ServerMsg {
         rows: ShardRows,
         ack: oneshot::Sender<()>,
     },
+    /// Answer once nothing sent through this handle waits for an answer (a server about to
+    /// leave the job is drained by every node before it goes). A server in this process
+    /// answers in order, so at once.
+    Drain { reply: oneshot::Sender<()> },
 }
 
 pub(crate) struct ServerActor;
@@ -291,6 +295,9 @@ impl Actor for ServerActor {
             }
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());
+            }
+            ServerMsg::Drain { reply } => {
+                let _ = reply.send(());
             }
         }
         Ok(())

@@ -304,6 +304,21 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (any::<u32>(), any::<u32>())
             .prop_map(|(shard, server)| Message::Reroute { shard, server })
             .boxed(),
+        any::<u32>()
+            .prop_map(|node_id| Message::Leaving { node_id })
+            .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, server)| Message::DrainServer { request_id, server })
+            .boxed(),
+        any::<u64>()
+            .prop_map(|request_id| Message::ServerDrained { request_id })
+            .boxed(),
+        (any::<u32>(), vec(any::<u32>(), 0..4))
+            .prop_map(|(add, remove)| Message::ScaleCommand { add, remove })
+            .boxed(),
+        (any::<bool>(), arb_string())
+            .prop_map(|(ok, message)| Message::ScaleDone { ok, message })
+            .boxed(),
     ])
 }
 

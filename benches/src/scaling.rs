@@ -1,0 +1,287 @@
+//! `harp-bench scale-in` and `harp-bench scale-out`: MLR jobs of real `harp` processes that
+//! shrink and grow while they train (Litz §4.5.1).
+//!
+//! Both run the `harp` command beside `harp-bench` (`cargo build --release -p harp-apps`):
+//! a master `harp run mlr --nodes N` and `harp node` processes this benchmark starts itself,
+//! so it knows which process is which node.
+//!
+//! * **scale-in**: a job on one node; in each round a second node joins (and gets load),
+//!   then `harp scale --remove` sends it away; measured is the time from starting the
+//!   command to the removed process's exit (target ≤ 1 s; Litz reports 2.5 s).
+//! * **scale-out**: a static run on 1 node (the trigger is set at 30% of its time), a
+//!   static run on 2 nodes (its epoch time for the rest), and the elastic run: 1 node, a
+//!   second joins at the trigger. Ideal = time at the trigger + the epochs left at the
+//!   trigger × the 2-node epoch time; reported is elastic total / ideal (target ≤ 1.05).
+
+use crate::{emit, median, round_to, rounded, Args};
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running `harp run mlr` master.
+struct Master {
+    child: Child,
+    addr: String,
+    lines: mpsc::Receiver<String>,
+    started: Instant,
+}
+
+struct Job {
+    harp: PathBuf,
+    credentials: PathBuf,
+    run_args: Vec<String>,
+}
+
+impl Job {
+    fn new(args: &Args, dir: &Path, epochs: u32) -> Result<Job> {
+        let credentials = dir.join("creds");
+        harp::JobCredentials::generate("harp-bench-scale")?.save(&credentials)?;
+        let mut run_args: Vec<String> = [
+            "run",
+            "mlr",
+            "--quiet",
+            "--epochs",
+            &epochs.to_string(),
+            "--threads",
+            &args.threads.to_string(),
+            "--executors-per-worker",
+            &args.mlr_executors_per_worker.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if args.mlr_data != "default" {
+            run_args.extend(["--data".to_string(), args.mlr_data.clone()]);
+        }
+        Ok(Job {
+            harp: crate::processes::harp_exe()?,
+            credentials,
+            run_args,
+        })
+    }
+
+    /// Starts the master for `nodes` nodes and waits until it listens.
+    fn master(&self, nodes: u32, metrics: &Path) -> Result<Master> {
+        let mut child = Command::new(&self.harp)
+            .args(&self.run_args)
+            .arg("--nodes")
+            .arg(nodes.to_string())
+            .arg("--credentials")
+            .arg(&self.credentials)
+            .arg("--metrics-out")
+            .arg(metrics)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start the master")?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let started = Instant::now();
+        loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(120))
+                .map_err(|_| anyhow!("the master did not say where it listens"))?;
+            if let Some(rest) = line.split("master listening on ").nth(1) {
+                let addr = rest
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                return Ok(Master {
+                    child,
+                    addr,
+                    lines,
+                    started,
+                });
+            }
+        }
+    }
+
+    fn node(&self, master: &Master) -> Result<Child> {
+        Command::new(&self.harp)
+            .args(["node", "--join", &master.addr, "--credentials"])
+            .arg(&self.credentials)
+            .arg("--")
+            .args(&self.run_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start a node")
+    }
+
+    fn scale(&self, master: &Master, args: &[&str]) -> Result<String> {
+        let out = Command::new(&self.harp)
+            .args(["scale", "--job", &master.addr, "--credentials"])
+            .arg(&self.credentials)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run harp scale")?;
+        if !out.status.success() {
+            bail!(
+                "harp scale {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Waits until `harp scale` lists `count` nodes, none leaving.
+    fn wait_nodes(&self, master: &Master, count: usize) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(listed) = self.scale(master, &[]) {
+                let nodes = listed.matches("worker").count();
+                if nodes == count && !listed.contains("leaving") {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("the job never had {count} nodes")
+    }
+}
+
+fn finish(mut master: Master, nodes: Vec<Child>) -> Result<f64> {
+    let status = master.child.wait()?;
+    let total = master.started.elapsed().as_secs_f64();
+    for mut node in nodes {
+        let _ = node.wait();
+    }
+    if !status.success() {
+        let rest: Vec<String> = master.lines.try_iter().collect();
+        bail!("the master failed: {}", rest.join("\n"));
+    }
+    Ok(total)
+}
+
+/// Each epoch's end, in seconds since the job's start, from the metrics file.
+fn epoch_ends(metrics: &Path) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(metrics)
+        .with_context(|| format!("cannot read {}", metrics.display()))?;
+    let mut ends = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let record: serde_json::Value = serde_json::from_str(line)?;
+        if record["event"] == "scale" {
+            continue;
+        }
+        if let Some(e) = record["elapsed_s"].as_f64() {
+            ends.push(e);
+        }
+    }
+    Ok(ends)
+}
+
+fn temp_dir(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("harp-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn scale_in(args: &Args) -> Result<()> {
+    let dir = temp_dir("scale-in")?;
+    let job = Job::new(args, &dir, 10_000)?;
+    let master = job.master(1, &dir.join("metrics.jsonl"))?;
+    let first = job.node(&master)?;
+    job.wait_nodes(&master, 1)?;
+    let mut to_exit = Vec::new();
+    let mut command = Vec::new();
+    for round in 0..args.rounds.max(1) * 3 {
+        let mut node = job.node(&master)?;
+        job.wait_nodes(&master, 2)?;
+        // Let it train a little with its new load.
+        std::thread::sleep(Duration::from_millis(500));
+        let id = (round + 1).to_string();
+        let began = Instant::now();
+        job.scale(&master, &["--remove", &id])?;
+        command.push(began.elapsed().as_secs_f64());
+        let status = node.wait()?;
+        to_exit.push(began.elapsed().as_secs_f64());
+        if !status.success() {
+            bail!("the removed node exited with {status}");
+        }
+    }
+    let mut master = master;
+    let _ = master.child.kill();
+    let _ = master.child.wait();
+    let mut first = first;
+    let _ = first.kill();
+    let _ = first.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    emit(json!({
+        "bench": "scale-in", "dataset": args.mlr_data,
+        "executors_per_worker": args.mlr_executors_per_worker,
+        "command_s": rounded(&command, 4), "to_exit_s": rounded(&to_exit, 4),
+        "median_to_exit_s": round_to(median(&to_exit), 4), "target_max_s": 1.0,
+        "litz_s": 2.5,
+    }));
+    Ok(())
+}
+
+pub fn scale_out(args: &Args) -> Result<()> {
+    let dir = temp_dir("scale-out")?;
+    let epochs = args.scale_out_epochs;
+    let job = Job::new(args, &dir, epochs)?;
+    let run_static = |nodes: u32, name: &str| -> Result<Vec<f64>> {
+        let metrics = dir.join(format!("{name}.jsonl"));
+        let master = job.master(nodes, &metrics)?;
+        let children = (0..nodes)
+            .map(|_| job.node(&master))
+            .collect::<Result<Vec<_>>>()?;
+        finish(master, children)?;
+        epoch_ends(&metrics)
+    };
+    let one = run_static(1, "static-1")?;
+    let one_total = *one.last().ok_or_else(|| anyhow!("no epochs"))?;
+    let two = run_static(2, "static-2")?;
+    let two_epoch_s = median(&two.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>());
+    let trigger_s = 0.3 * one_total;
+
+    let metrics = dir.join("elastic.jsonl");
+    let master = job.master(1, &metrics)?;
+    let mut nodes = vec![job.node(&master)?];
+    // The trigger counts from the job's start: the first epoch's clock starts then too.
+    job.wait_nodes(&master, 1)?;
+    let job_started = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(trigger_s));
+    let at_trigger = job_started.elapsed().as_secs_f64();
+    nodes.push(job.node(&master)?);
+    finish(master, nodes)?;
+    let elastic = epoch_ends(&metrics)?;
+    let elastic_total = *elastic.last().ok_or_else(|| anyhow!("no epochs"))?;
+    // Epochs done at the trigger (fractional: the running epoch counts by its share).
+    let done = elastic.iter().filter(|&&e| e <= at_trigger).count();
+    let last_end = if done == 0 { 0.0 } else { elastic[done - 1] };
+    let running = one.get(done).map_or(1.0, |&end| {
+        let start = if done == 0 { 0.0 } else { one[done - 1] };
+        ((at_trigger - last_end) / (end - start).max(1e-9)).clamp(0.0, 1.0)
+    });
+    let left = f64::from(epochs) - done as f64 - running;
+    let ideal = at_trigger + left * two_epoch_s;
+    let _ = std::fs::remove_dir_all(&dir);
+    emit(json!({
+        "bench": "scale-out", "dataset": args.mlr_data, "epochs": epochs,
+        "executors_per_worker": args.mlr_executors_per_worker,
+        "static_1_node_s": round_to(one_total, 3),
+        "static_2_node_epoch_s": round_to(two_epoch_s, 4),
+        "trigger_s": round_to(at_trigger, 3), "epochs_left_at_trigger": round_to(left, 3),
+        "elastic_s": round_to(elastic_total, 3), "ideal_s": round_to(ideal, 3),
+        "ratio": round_to(elastic_total / ideal, 4), "target_max": 1.05,
+    }));
+    Ok(())
+}

@@ -1,0 +1,531 @@
+//! The master's roster of node processes while the job runs, and the scale events that change
+//! it: a node that joins a running job is given load by a re-balancing; a node that leaves
+//! (it got SIGTERM, or `harp scale --remove` named it) gives its load away, every other node
+//! drains what it still had in flight to it, and then it is dismissed and exits; `harp scale`
+//! commands arrive on the master's endpoint like nodes do.
+//!
+//! A node that left is remembered as departed, so its closed link and its silent lease are
+//! not reported as a death.
+
+use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerProxy};
+use crate::app::App;
+use crate::control::{JobControl, ScaleEvent};
+use crate::error::HarpError;
+use crate::job::spawn;
+use crate::master::MasterMsg;
+use harp_core::{MemberInfo, MembershipView, NodeId, NodeRoles, ServerId, WorkerId};
+use harp_net::{Incoming, Link, NetEndpoint};
+use harp_wire::{
+    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, ServerPlace, Welcome,
+    WireCounters, PROTOCOL_VERSION,
+};
+use ractor::ActorRef;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// One node process of the job.
+pub(crate) struct NodeEntry {
+    pub id: u32,
+    pub link: Link,
+    pub roles: NodeRoles,
+    pub listen_addr: String,
+    /// Replies the master waits for from this node.
+    pub pending: Arc<PendingReplies>,
+    /// What it held when it joined, for the report of its death.
+    pub holdings: String,
+}
+
+/// The nodes of the job: those that joined and have not left, and those that left.
+#[derive(Default)]
+pub(crate) struct Roster {
+    nodes: BTreeMap<u32, NodeEntry>,
+    departed: BTreeSet<u32>,
+    /// Nodes asked to leave whose leave is not finished.
+    leaving: BTreeSet<u32>,
+    next_id: u32,
+}
+
+pub(crate) type SharedRoster = Arc<Mutex<Roster>>;
+
+pub(crate) fn lock(roster: &SharedRoster) -> std::sync::MutexGuard<'_, Roster> {
+    roster.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Roster {
+    pub(crate) fn new(first_free_id: u32) -> Self {
+        Self {
+            next_id: first_free_id,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn insert(&mut self, entry: NodeEntry) {
+        self.next_id = self.next_id.max(entry.id + 1);
+        self.nodes.insert(entry.id, entry);
+    }
+
+    /// Nodes that are part of the job now.
+    pub(crate) fn live(&self) -> impl Iterator<Item = &NodeEntry> {
+        self.nodes.values()
+    }
+
+    pub(crate) fn has_left(&self, node: u32) -> bool {
+        self.departed.contains(&node)
+    }
+
+    pub(crate) fn holdings(&self, node: u32) -> String {
+        self.nodes
+            .get(&node)
+            .map(|n| n.holdings.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every live server node, and `extra` (one that is joining).
+    fn server_places(&self, extra: Option<ServerPlace>) -> Vec<ServerPlace> {
+        self.nodes
+            .values()
+            .filter(|n| n.roles.server)
+            .map(|n| ServerPlace {
+                server: n.id,
+                node_id: n.id,
+                listen_addr: n.listen_addr.clone(),
+            })
+            .chain(extra)
+            .collect()
+    }
+
+    fn depart(&mut self, node: u32) -> Option<NodeEntry> {
+        self.departed.insert(node);
+        self.leaving.remove(&node);
+        self.nodes.remove(&node)
+    }
+}
+
+/// Starts `n` more node processes (e.g. `harp node --join` children of the master); what
+/// `harp scale --add N` calls.
+#[derive(Clone)]
+pub struct NodeLauncher(pub Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for NodeLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeLauncher")
+    }
+}
+
+/// What the roster's tasks share.
+pub(crate) struct RosterContext<A: App> {
+    pub roster: SharedRoster,
+    pub master: ActorRef<MasterMsg<A>>,
+    pub control: JobControl,
+    pub membership: Arc<Mutex<MembershipView>>,
+    pub started: Instant,
+    pub app_name: String,
+    pub job: harp_wire::JobId,
+    pub job_info: JobInfoWire,
+    pub lease_timeout_ms: u64,
+    pub join_timeout_ms: u64,
+    pub counters: Arc<WireCounters>,
+    pub launcher: Option<NodeLauncher>,
+    pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
+    /// Where each node's reader reports a node asking to leave.
+    pub leaving: mpsc::UnboundedSender<u32>,
+}
+
+/// How long the master waits for the other nodes to drain a leaving server.
+const DRAIN_WAIT: Duration = Duration::from_secs(15);
+
+/// Serves the master's endpoint after the start: nodes joining the running job and `harp
+/// scale` commands. Runs until the job ends (the caller aborts it).
+pub(crate) async fn accept_while_running<A: App>(
+    endpoint: NetEndpoint,
+    ctx: Arc<RosterContext<A>>,
+) {
+    while let Some(conn) = endpoint.accept().await {
+        let Ok(conn) = conn else { continue };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let accepted = Link::accept(conn, FrameLimits::default(), ctx.counters.clone()).await;
+            let Ok((link, mut incoming)) = accepted else {
+                return;
+            };
+            let first = tokio::time::timeout(Duration::from_secs(5), incoming.recv()).await;
+            let hello = match first {
+                Ok(Some(Ok(Message::Hello(hello)))) => hello,
+                _ => return link.close("expected hello"),
+            };
+            if let Err(e) = check_hello(&hello, ctx.job) {
+                tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a connection");
+                let _ = link.send(&refusal(&e));
+                return;
+            }
+            let roles = NodeRoles {
+                worker: hello.role.worker,
+                server: hello.role.server,
+            };
+            if roles.worker || roles.server {
+                admit(&ctx, link, incoming, roles, hello.listen_addr).await;
+            } else {
+                serve_scale_client(&ctx, link, incoming).await;
+            }
+        });
+    }
+}
+
+/// A node joins the running job: it gets an empty assignment and the placement, the other
+/// nodes learn its server, and once it is ready a re-balancing gives it load.
+async fn admit<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    roles: NodeRoles,
+    listen_addr: String,
+) {
+    let began = Instant::now();
+    let (id, servers) = {
+        let mut roster = lock(&ctx.roster);
+        let id = roster.next_id;
+        roster.next_id += 1;
+        let extra = roles.server.then(|| ServerPlace {
+            server: id,
+            node_id: id,
+            listen_addr: listen_addr.clone(),
+        });
+        (id, roster.server_places(extra))
+    };
+    let welcome = Message::Welcome(Welcome {
+        protocol_version: PROTOCOL_VERSION,
+        job_id: ctx.job,
+        assigned_node_id: id,
+        app_name: ctx.app_name.clone(),
+        lease_timeout_ms: ctx.lease_timeout_ms,
+        heartbeat_interval_ms: (ctx.lease_timeout_ms / 6).max(50),
+    });
+    if link.send(&welcome).is_err() {
+        return;
+    }
+    tracing::info!(node = id, addr = %link.remote_addr(), "node joined the running job");
+    let assignment = Assignment {
+        job: ctx.job_info,
+        worker: roles.worker.then_some(id),
+        executors: Vec::new(),
+        server: roles.server.then_some(id),
+        shards: Vec::new(),
+    };
+    let (tx, rx) = oneshot::channel();
+    let asked = ctx.master.send_message(MasterMsg::AddNode {
+        link: link.clone(),
+        assignment,
+        servers,
+        new_server: roles.server,
+        reply: tx,
+    });
+    let placed = asked.is_ok() && matches!(rx.await, Ok(Ok(())));
+    if !placed {
+        link.close("the job is ending");
+        return;
+    }
+    if let Err(e) = wait_ready(id, &mut incoming, ctx.join_timeout_ms).await {
+        tracing::warn!(node = id, error = %e, "a joining node did not get ready; it gets no load");
+        lock(&ctx.roster).depart(id);
+        link.close("not ready");
+        return;
+    }
+    if let Err(e) = enlist(ctx, id, link, incoming, roles, listen_addr).await {
+        tracing::warn!(node = id, error = %e, "could not take a joining node in");
+        lock(&ctx.roster).depart(id);
+        return;
+    }
+    let worker = roles.worker.then_some(WorkerId(id));
+    let server = roles.server.then_some(ServerId(id));
+    let result = ctx.control.node_joined(worker, server).await;
+    report(ctx, "join", Some(id), began, &result);
+}
+
+/// Takes a ready node in: its lease, its proxies on the master, its reader.
+async fn enlist<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    id: u32,
+    link: Link,
+    incoming: mpsc::UnboundedReceiver<Incoming>,
+    roles: NodeRoles,
+    listen_addr: String,
+) -> Result<(), HarpError> {
+    {
+        let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
+        let info = MemberInfo::new(listen_addr.clone(), roles);
+        view.handle_join(NodeId(id), info, now_ms(ctx.started))
+            .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
+    }
+    let pending = Arc::new(PendingReplies::default());
+    if roles.worker {
+        let proxy = spawn(WorkerProxy::<A>::new(), (link.clone(), pending.clone())).await?;
+        let _ = ctx
+            .master
+            .send_message(MasterMsg::AddWorker(WorkerId(id), proxy));
+    }
+    if roles.server {
+        let proxy = spawn(
+            ServerNodeProxy,
+            (ServerId(id), link.clone(), pending.clone()),
+        )
+        .await?;
+        let _ = ctx
+            .master
+            .send_message(MasterMsg::AddServer(ServerId(id), proxy));
+    }
+    let holdings = [
+        roles.worker.then(|| format!("worker-{id}")),
+        roles.server.then(|| format!("server-{id}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" and ")
+        + " (joined while the job ran)";
+    lock(&ctx.roster).insert(NodeEntry {
+        id,
+        link,
+        roles,
+        listen_addr,
+        pending: pending.clone(),
+        holdings,
+    });
+    tokio::spawn(super::master_side::read_node::<A>(
+        id,
+        incoming,
+        ctx.clone(),
+        pending,
+    ));
+    Ok(())
+}
+
+/// Waits for a node's `Ready`.
+pub(crate) async fn wait_ready(
+    id: u32,
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    timeout_ms: u64,
+) -> Result<(), HarpError> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, incoming.recv()).await {
+            Ok(Some(Ok(Message::Ready { .. }))) => return Ok(()),
+            Ok(Some(Ok(Message::Heartbeat { .. }))) => continue,
+            Ok(Some(Ok(Message::Failed { message }))) => {
+                return Err(HarpError::Remote(format!(
+                    "node {id} failed to start: {message}"
+                )))
+            }
+            Ok(Some(Ok(other))) => {
+                tracing::debug!(node = id, kind = ?other.kind(), "ignored before ready");
+            }
+            Ok(Some(Err(e))) => return Err(e.into()),
+            Ok(None) | Err(_) => {
+                return Err(HarpError::NodeDied {
+                    node: id,
+                    detail: "it did not get ready".into(),
+                })
+            }
+        }
+    }
+}
+
+/// Carries out the leaves that nodes ask for, one at a time, until the job ends.
+pub(crate) async fn serve_leaves<A: App>(
+    ctx: Arc<RosterContext<A>>,
+    mut asked: mpsc::UnboundedReceiver<u32>,
+) {
+    while let Some(node) = asked.recv().await {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = leave(&ctx, node).await {
+                tracing::warn!(node, error = %e, "a node could not leave");
+            }
+        });
+    }
+}
+
+/// Moves a node's load away, drains it, dismisses it. Refusals (the last worker or server,
+/// an unknown node) go back to the node and to the caller.
+pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Result<(), HarpError> {
+    let began = Instant::now();
+    let (roles, link) = {
+        let mut roster = lock(&ctx.roster);
+        let Some(entry) = roster.nodes.get(&node) else {
+            return Err(HarpError::InvalidConfig(format!(
+                "node {node} is not one of the job's nodes"
+            )));
+        };
+        let found = (entry.roles, entry.link.clone());
+        if !roster.leaving.insert(node) {
+            return Err(HarpError::InvalidConfig(format!(
+                "node {node} is already leaving"
+            )));
+        }
+        found
+    };
+    let worker = roles.worker.then_some(WorkerId(node));
+    let server = roles.server.then_some(ServerId(node));
+    let moved = ctx.control.node_leaving(worker, server).await;
+    report(ctx, "leave", Some(node), began, &moved);
+    if let Err(e) = moved {
+        lock(&ctx.roster).leaving.remove(&node);
+        let _ = link.send(&Message::Refused {
+            reason: e.to_string(),
+        });
+        return Err(e);
+    }
+    if roles.server {
+        drain(ctx, node).await;
+    }
+    let entry = lock(&ctx.roster).depart(node);
+    ctx.control.forget(worker, server);
+    {
+        let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = view.handle_leave(NodeId(node), now_ms(ctx.started));
+    }
+    if let Some(entry) = entry {
+        let _ = entry.link.send(&Message::JobEnded {
+            ok: true,
+            message: format!("node {node} left the job"),
+        });
+    }
+    tracing::info!(
+        node,
+        seconds = began.elapsed().as_secs_f64(),
+        "node left the job"
+    );
+    Ok(())
+}
+
+/// Asks every other node to answer once nothing it sent to `server` is unanswered.
+async fn drain<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
+    let mut waits = Vec::new();
+    for other in lock(&ctx.roster).live().filter(|n| n.id != server) {
+        let (tx, rx) = oneshot::channel();
+        let request_id = other.pending.register(Pending::Drained(tx));
+        if other
+            .link
+            .send(&Message::DrainServer { request_id, server })
+            .is_ok()
+        {
+            waits.push((other.id, rx));
+        }
+    }
+    for (other, rx) in waits {
+        if tokio::time::timeout(DRAIN_WAIT, rx).await.is_err() {
+            tracing::warn!(
+                node = other,
+                server,
+                "a node did not drain a leaving server in time"
+            );
+        }
+    }
+}
+
+/// A `harp scale` client: one command, one answer.
+async fn serve_scale_client<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+) {
+    let command = match tokio::time::timeout(Duration::from_secs(10), incoming.recv()).await {
+        Ok(Some(Ok(Message::ScaleCommand { add, remove }))) => (add, remove),
+        _ => return link.close("expected a scale command"),
+    };
+    let (ok, message) = match scale_command(ctx, command).await {
+        Ok(message) => (true, message),
+        Err(e) => (false, e.to_string()),
+    };
+    let _ = link.send(&Message::ScaleDone { ok, message });
+    // Let the answer reach the client before the link goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), link.connection().quic().closed()).await;
+}
+
+/// Carries out `harp scale`: the named nodes leave (one after the other), and `add` node
+/// processes are started by the launcher; with neither, lists the job's nodes.
+async fn scale_command<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    (add, remove): (u32, Vec<u32>),
+) -> Result<String, HarpError> {
+    if add == 0 && remove.is_empty() {
+        // Nothing to change: say who is in the job.
+        let roster = lock(&ctx.roster);
+        let nodes: Vec<String> = roster
+            .live()
+            .map(|n| {
+                let role = match (n.roles.worker, n.roles.server) {
+                    (true, true) => "worker+server",
+                    (true, false) => "worker",
+                    _ => "server",
+                };
+                let leaving = if roster.leaving.contains(&n.id) {
+                    ", leaving"
+                } else {
+                    ""
+                };
+                format!("{} ({role}{leaving})", n.id)
+            })
+            .collect();
+        return Ok(format!("nodes: {}", nodes.join(", ")));
+    }
+    {
+        let roster = lock(&ctx.roster);
+        if let Some(unknown) = remove.iter().find(|n| !roster.nodes.contains_key(n)) {
+            let live: Vec<String> = roster.live().map(|n| n.id.to_string()).collect();
+            return Err(HarpError::InvalidConfig(format!(
+                "node {unknown} is not one of the job's nodes (they are: {})",
+                live.join(", ")
+            )));
+        }
+    }
+    let mut done = Vec::new();
+    for node in remove {
+        leave(ctx, node).await?;
+        done.push(format!("node {node} left"));
+    }
+    if add > 0 {
+        let Some(launcher) = &ctx.launcher else {
+            return Err(HarpError::InvalidConfig(
+                "this master does not start node processes (it was started with --nodes): start them with `harp node --join`".into(),
+            ));
+        };
+        (launcher.0)(add).map_err(HarpError::Remote)?;
+        done.push(format!(
+            "started {add} node processes; they get load as they join"
+        ));
+    }
+    Ok(done.join("; "))
+}
+
+/// Records a scale event: the log, and the events channel (the metrics file).
+fn report<A: App>(
+    ctx: &RosterContext<A>,
+    cause: &'static str,
+    node: Option<u32>,
+    began: Instant,
+    result: &Result<crate::ScaleReport, HarpError>,
+) {
+    let event = ScaleEvent::new(cause, node, began, ctx.started, result);
+    match result {
+        Ok(r) => tracing::info!(
+            cause,
+            ?node,
+            executors_moved = r.executors_moved,
+            shards_moved = r.shards_moved,
+            bytes = r.shard_bytes_moved,
+            seconds = event.duration_s,
+            "scale event"
+        ),
+        Err(e) => tracing::warn!(cause, ?node, error = %e, "scale event failed"),
+    }
+    if let Some(events) = &ctx.events {
+        let _ = events.send(event);
+    }
+}
+
+pub(crate) fn now_ms(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}

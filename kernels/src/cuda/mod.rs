@@ -23,6 +23,8 @@
 mod gpu;
 mod nvrtc;
 
+pub mod lda;
+pub mod mf;
 pub mod mlr;
 pub mod optim;
 
@@ -47,7 +49,7 @@ pub struct CudaSource {
 
 /// Every CUDA source of the crate. Add yours here: the NVRTC compile test
 /// (`tests/cuda_nvrtc_compile.rs`) compiles each entry.
-pub const SOURCES: &[&CudaSource] = &[&mlr::SOURCE, &optim::SOURCE];
+pub const SOURCES: &[&CudaSource] = &[&mlr::SOURCE, &optim::SOURCE, &lda::SOURCE, &mf::SOURCE];
 
 /// Maps a cudarc driver error to [`KernelError::Cuda`], naming the operation.
 pub(crate) fn driver_err(

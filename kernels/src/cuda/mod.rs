@@ -23,6 +23,7 @@
 mod gpu;
 mod nvrtc;
 
+pub mod cnn;
 pub mod lda;
 pub mod mf;
 pub mod mlr;
@@ -49,7 +50,13 @@ pub struct CudaSource {
 
 /// Every CUDA source of the crate. Add yours here: the NVRTC compile test
 /// (`tests/cuda_nvrtc_compile.rs`) compiles each entry.
-pub const SOURCES: &[&CudaSource] = &[&mlr::SOURCE, &optim::SOURCE, &lda::SOURCE, &mf::SOURCE];
+pub const SOURCES: &[&CudaSource] = &[
+    &mlr::SOURCE,
+    &optim::SOURCE,
+    &lda::SOURCE,
+    &mf::SOURCE,
+    &cnn::SOURCE,
+];
 
 /// Maps a cudarc driver error to [`KernelError::Cuda`], naming the operation.
 pub(crate) fn driver_err(

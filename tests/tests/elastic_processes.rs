@@ -319,3 +319,101 @@ fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
         ]
     );
 }
+
+/// Epoch lines in a metrics file that is still being written (a torn last line is skipped).
+fn epochs_so_far(metrics: &Path) -> usize {
+    std::fs::read_to_string(metrics)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["epoch"].is_u64())
+        .count()
+}
+
+fn wait_for_epochs(metrics: &Path, epochs: usize) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while epochs_so_far(metrics) < epochs {
+        assert!(
+            Instant::now() < deadline,
+            "the job never reached epoch {epochs}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// MLR on 3 node processes; `disturb` gives node 2 back after epoch 2 and takes a node back
+/// after epoch 5 (Litz §4.5.2). Returns the held-out accuracy of every epoch and the scale
+/// events.
+fn mlr_on_three_nodes(disturb: bool) -> (Vec<f64>, Vec<serde_json::Value>) {
+    const EPOCHS: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("mlr.jsonl");
+    let master = Master::start(&[
+        "run",
+        "mlr",
+        "--quiet",
+        "--epochs",
+        &EPOCHS.to_string(),
+        "--processes",
+        "4",
+        "--threads",
+        "2",
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    if disturb {
+        wait_for_epochs(&metrics, 2);
+        let out = master.scale(&["--remove", "2"]);
+        assert!(out.status.success(), "{}", out.describe());
+        master.wait_for_nodes(&BTreeSet::from([0, 1]));
+        let given_back_at = epochs_so_far(&metrics);
+        wait_for_epochs(&metrics, 5);
+        assert!(epochs_so_far(&metrics) > given_back_at);
+        let out = master.scale(&["--add", "1"]);
+        assert!(out.status.success(), "{}", out.describe());
+        master.wait_for_nodes(&BTreeSet::from([0, 1, 3]));
+    }
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let records = read_json_lines(&metrics);
+    let accuracy: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r["accuracy"].as_f64())
+        .collect();
+    assert_eq!(accuracy.len(), EPOCHS);
+    let events = records
+        .into_iter()
+        .filter(|r| r["event"] == "scale")
+        .collect();
+    (accuracy, events)
+}
+
+/// Litz §4.5.2 across processes: a job on 3 node processes gives one back on request, keeps
+/// training on 2, takes one back, and converges like an undisturbed run.
+#[test]
+fn a_job_on_three_node_processes_gives_one_back_and_takes_it_back() {
+    let (steady, none) = mlr_on_three_nodes(false);
+    assert!(none.is_empty());
+    let (disturbed, events) = mlr_on_three_nodes(true);
+    let summary: Vec<String> = events
+        .iter()
+        .map(|e| format!("{}:{}:{}", e["cause"].as_str().unwrap(), e["node"], e["ok"]))
+        .collect();
+    assert_eq!(summary, ["leave:2:true", "join:3:true"]);
+    // The node given back took executors and shards with it; the new one got load.
+    for e in &events {
+        assert!(e["report"]["executors_moved"].as_u64().unwrap() >= 1, "{e}");
+        assert!(e["report"]["shards_moved"].as_u64().unwrap() >= 1, "{e}");
+    }
+    let best = |a: &[f64]| a.iter().copied().fold(0.0, f64::max);
+    println!(
+        "best held-out accuracy: undisturbed {:.4}, gave a node back and took one back {:.4}",
+        best(&steady),
+        best(&disturbed)
+    );
+    assert!(best(&disturbed) >= 0.88, "{disturbed:?}");
+    assert!(
+        (best(&disturbed) - best(&steady)).abs() <= 0.02,
+        "disturbed {disturbed:?} vs undisturbed {steady:?}"
+    );
+}

@@ -9,6 +9,12 @@
 //! medians of the rounds' ratios moving/steady (target ≥ 0.8 for the shard moves, Litz's
 //! "forwarding" figure), the number of moves, and the median duration of a scale-in event
 //! (from the command to the moved load running elsewhere).
+//!
+//! With `--across`, the same MLR job runs with its master here and three worker-and-server
+//! nodes talking over QUIC on loopback (the nodes are tasks of this process, exactly as
+//! `harp node` runs them): the moving window re-balances the shards onto servers {0, 1} and
+//! back onto {0, 1, 2} over and over (executors stay), so every request for a moving shard
+//! is forwarded by its old owner over QUIC until every node is rerouted.
 
 use crate::{emit, round_to, rounded, Args};
 use anyhow::{anyhow, Result};
@@ -91,6 +97,9 @@ async fn grow_and_shrink(
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    if args.across {
+        return run_across(args);
+    }
     let mut mnist = harp_apps::default_data::mnist10k()?;
     mnist.scale_to_unit();
     let (train, test) = mnist.split_tail_fraction(0.2)?;
@@ -152,6 +161,116 @@ pub fn run(args: &Args) -> Result<()> {
         "executor_moves_ratio": round_to(median(&exec_ratio), 3),
         "executor_scale_events": exec_moves.events, "executors_moved": exec_moves.moved,
         "scale_in_s_median": round_to(median(&shard_moves.scale_in_s.iter().chain(&exec_moves.scale_in_s).copied().collect::<Vec<_>>()), 5),
+    }));
+    Ok(())
+}
+
+fn mlr_app(count: Arc<TaskCount>) -> Result<Arc<MlrApp>> {
+    let mut mnist = harp_apps::default_data::mnist10k()?;
+    mnist.scale_to_unit();
+    let (train, test) = mnist.split_tail_fraction(0.2)?;
+    let config = MlrConfig {
+        epochs: 100_000, // stopped by the benchmark
+        lr: 0.1,
+        ..MlrConfig::default()
+    };
+    Ok(Arc::new(
+        MlrApp::new(config, Arc::new(train), Arc::new(test), count)
+            .map_err(|e| anyhow!("{e}"))?,
+    ))
+}
+
+/// Shards move onto servers {0, 1} and back onto {0, 1, 2} while executors stay.
+async fn shards_away_and_back(control: &JobControl, moves: &mut Moves) -> Result<()> {
+    use harp::{ServerId, WorkerId};
+    let workers = [WorkerId(0), WorkerId(1), WorkerId(2)];
+    let away = control
+        .rebalance_onto(&workers, &[ServerId(0), ServerId(1)])
+        .await?;
+    moves.add(&away, true);
+    let back = control
+        .rebalance_onto(&workers, &[ServerId(0), ServerId(1), ServerId(2)])
+        .await?;
+    moves.add(&back, false);
+    Ok(())
+}
+
+fn run_across(args: &Args) -> Result<()> {
+    let count = Arc::new(TaskCount::default());
+    let app = mlr_app(count.clone())?;
+    let creds = Arc::new(harp::JobCredentials::generate("harp-bench-elastic")?);
+    let options = harp::ClusterOptions {
+        nodes: 3,
+        executors_per_worker: 8,
+        shards_per_server: 8,
+        ..harp::ClusterOptions::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let span = Duration::from_millis(args.window_ms.max(50));
+    let result = rt.block_on(async {
+        let (control, inbox) = job_control();
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let running = {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                let (_keep, failures) = tokio::sync::mpsc::unbounded_channel();
+                harp::run_job_across_controlled(
+                    app,
+                    &creds,
+                    &options,
+                    |addr| {
+                        let _ = addr_tx.send(addr);
+                    },
+                    failures,
+                    inbox,
+                )
+                .await
+            })
+        };
+        let master = addr_rx.await.map_err(|_| anyhow!("the master did not start"))?;
+        let localhost = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        let nodes: Vec<_> = (0..3)
+            .map(|_| {
+                let (app, creds) = (app.clone(), creds.clone());
+                tokio::spawn(async move { harp::run_node(app, &creds, master, localhost).await })
+            })
+            .collect();
+        tokio::time::sleep(span).await; // warm up
+        let (mut steady, mut ratios, mut moves) = (Vec::new(), Vec::new(), Moves::default());
+        for _ in 0..args.rounds.max(1) {
+            let base = tasks_per_s(&count, span, &control, None, &mut Moves::default()).await?;
+            let start = Instant::now();
+            let before = count.0.load(Ordering::Relaxed);
+            while start.elapsed() < span {
+                shards_away_and_back(&control, &mut moves).await?;
+            }
+            let during =
+                (count.0.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
+            steady.push(base);
+            ratios.push(during / base);
+        }
+        if running.is_finished() {
+            return Err(anyhow!("the MLR job ended before the benchmark did"));
+        }
+        running.abort();
+        for node in nodes {
+            node.abort();
+        }
+        Ok((steady, ratios, moves))
+    });
+    rt.shutdown_background();
+    let (steady, ratios, moves) = result?;
+    let median = crate::measure::median;
+    emit(json!({
+        "bench": "elastic", "in_process": false, "nodes": 3, "window_ms": span.as_millis() as u64,
+        "steady_tasks_per_s": rounded(&steady, 0),
+        "shard_moves_ratios": rounded(&ratios, 3),
+        "shard_moves_ratio": round_to(median(&ratios), 3), "shard_target_min": 0.8,
+        "shard_scale_events": moves.events, "shards_moved": moves.moved,
+        "scale_in_s_median": round_to(median(&moves.scale_in_s), 5),
     }));
     Ok(())
 }

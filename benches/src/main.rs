@@ -115,6 +115,10 @@ pub(crate) struct Args {
     /// elastic: length of each measured window.
     #[arg(long, default_value_t = 1000, help_heading = "Elasticity")]
     window_ms: u64,
+    /// elastic: the master and three nodes talking over QUIC (shards move between the
+    /// nodes, forwarded meanwhile) instead of one in-process job.
+    #[arg(long, help_heading = "Elasticity")]
+    across: bool,
     /// mlr-processes: epochs per run.
     #[arg(long, default_value_t = 8, help_heading = "MLR across processes")]
     epochs: u32,

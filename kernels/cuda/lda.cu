@@ -2,18 +2,42 @@
 // arithmetic of the parallel sampling step are documented in kernels/src/lda.rs and
 // kernels/src/lda/parallel.rs; the CPU version there performs the same f32 operations in
 // the same order, so every float operation here is an explicit round-to-nearest
-// intrinsic (no FMA contraction, IEEE division/reciprocal).
+// intrinsic (no FMA contraction, IEEE reciprocal), and every sampling kernel below yields
+// bit-for-bit the CPU's topics.
 //
-//   harp_lda_check_tokens    first bad token (doc row, word id / block, topic), as a key
-//   harp_lda_check_uniforms  first uniform outside [0, 1)
-//   harp_lda_sample_parallel one warp per token, grid-stride over tokens
-//   harp_lda_count_tokens    adds every token to the (zeroed) count tables
+//   harp_lda_check_tokens     first bad token (doc row, word id / block, topic), as a key
+//   harp_lda_u32_range        min and max of a u32 buffer (ids of device-built tokens)
+//   harp_lda_uniforms         counter-based uniforms in [0, 1) (host twin in lda.rs)
+//   harp_lda_sample_small     K <= 32: a warp samples a tile of 32 tokens; it computes the
+//                             tile's 32*K weights with coalesced row reads into shared
+//                             memory, then each lane scans and samples its own token
+//   harp_lda_sample_warp_reg  32 < K <= 256: one warp per token, every row chunk loaded at
+//                             once, cumulative values kept in registers, one ballot per chunk
+//   harp_lda_sample_warp_smem 256 < K (while shared memory allows): as above, cumulative
+//                             values in shared memory, loads issued 8 chunks at a time
+//   harp_lda_sample_parallel  any K (beyond the shared-memory limit): one warp per token,
+//                             weights recomputed in the search pass
+//   harp_lda_count_tokens     adds every token to the (zeroed) count tables
+//
+// Summation order (all variants): topics in chunks of 32; within a chunk a 32-wide
+// Hillis-Steele inclusive scan (offsets 1, 2, 4, 8, 16; zeros past K); the total adds the
+// chunks' last prefixes in chunk order; a token takes the first k whose value
+// fadd(running sum before its chunk, its in-chunk prefix) exceeds u * total, else K - 1.
+//
+// The sampling kernels trust their ids: the wrappers only launch them once every doc row,
+// word id (inside the word block) and topic (< K) is known to be valid, and uniforms in
+// [0, 1) (see the module docs of lda.rs). Topics are only compared, never used as indices.
 //
 // Bad-input keys: (kind << 56) | position, combined with atomicMin, so the smallest kind
 // wins and, within a kind, the first position -- the order the CPU validation reports.
 // *first_bad must hold ~0ull before the launch.
 
 #define HARP_FULL_MASK 0xffffffffu
+// Chunks whose loads a warp issues together (and, for K <= 8 * 32, keeps in registers).
+#define HARP_LDA_GROUP 8u
+
+// Dynamic shared memory of the sampling kernels (each lays it out as documented there).
+extern __shared__ float harp_lda_smem[];
 
 extern "C" __global__ void harp_lda_check_tokens(const unsigned int* __restrict__ docs,
                                                  const unsigned int* __restrict__ words,
@@ -40,14 +64,46 @@ extern "C" __global__ void harp_lda_check_tokens(const unsigned int* __restrict_
     }
 }
 
-extern "C" __global__ void harp_lda_check_uniforms(const float* __restrict__ uniforms,
-                                                   unsigned long long n,
-                                                   unsigned long long* __restrict__ first_bad) {
+// range[0] = min(range[0], a[..]), range[1] = max(range[1], a[..]); the host initializes
+// range to {~0u, 0}.
+extern "C" __global__ void harp_lda_u32_range(const unsigned int* __restrict__ a,
+                                              unsigned long long n,
+                                              unsigned int* __restrict__ range) {
+    unsigned int lo = ~0u, hi = 0u;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += stride) {
-        float u = uniforms[i];
-        if (!(u >= 0.0f && u < 1.0f)) atomicMin(first_bad, (3ull << 56) | i);
+        unsigned int v = a[i];
+        lo = min(lo, v);
+        hi = max(hi, v);
+    }
+#pragma unroll
+    for (unsigned int off = 16; off > 0; off >>= 1) {
+        lo = min(lo, __shfl_xor_sync(HARP_FULL_MASK, lo, off));
+        hi = max(hi, __shfl_xor_sync(HARP_FULL_MASK, hi, off));
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        atomicMin(&range[0], lo);
+        atomicMax(&range[1], hi);
+    }
+}
+
+// SplitMix64's finalizer (Steele, Lea, Flood 2014).
+__device__ __forceinline__ unsigned long long harp_splitmix64(unsigned long long x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// out[i] = top 24 bits of splitmix64(seed ^ splitmix64(i)) * 2^-24: exact in f32, in [0, 1).
+extern "C" __global__ void harp_lda_uniforms(float* __restrict__ out, unsigned long long n,
+                                             unsigned long long seed) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        unsigned long long h = harp_splitmix64(seed ^ harp_splitmix64(i));
+        out[i] = __fmul_rn(__uint2float_rn((unsigned int)(h >> 40)), 5.9604644775390625e-8f);
     }
 }
 
@@ -71,6 +127,31 @@ __device__ __forceinline__ float harp_lda_weight(unsigned int k, unsigned int to
     return __fmul_rn(__fmul_rn(a, b), inv);
 }
 
+// The same weight from loaded counts and the precomputed 1 / (n_k - own + vb).
+__device__ __forceinline__ float harp_lda_weight_inv(unsigned int nd, unsigned int nw,
+                                                     unsigned int own, float inv, float alpha,
+                                                     float beta) {
+    nd = nd >= own ? nd - own : 0u;
+    nw = nw >= own ? nw - own : 0u;
+    float a = __fadd_rn(__uint2float_rn(nd), alpha);
+    float b = __fadd_rn(__uint2float_rn(nw), beta);
+    return __fmul_rn(__fmul_rn(a, b), inv);
+}
+
+// inv[k] = 1 / (n_k + vb), inv[K + k] = 1 / (sat(n_k - 1) + vb), for the whole block;
+// ends with __syncthreads().
+__device__ __forceinline__ void harp_lda_inverses(float* inv,
+                                                  const unsigned int* __restrict__ totals,
+                                                  unsigned int topic_count, float vbeta) {
+    for (unsigned int k = threadIdx.x; k < topic_count; k += blockDim.x) {
+        unsigned int nt = totals[k];
+        unsigned int nt1 = nt >= 1u ? nt - 1u : 0u;
+        inv[k] = __frcp_rn(__fadd_rn(__uint2float_rn(nt), vbeta));
+        inv[topic_count + k] = __frcp_rn(__fadd_rn(__uint2float_rn(nt1), vbeta));
+    }
+    __syncthreads();
+}
+
 // Inclusive Hillis-Steele scan across the warp (offsets 1, 2, 4, 8, 16).
 __device__ __forceinline__ float harp_warp_scan(float v, unsigned int lane) {
 #pragma unroll
@@ -81,7 +162,231 @@ __device__ __forceinline__ float harp_warp_scan(float v, unsigned int lane) {
     return v;
 }
 
-// One warp per token; blockDim.x must be a multiple of 32.
+// K <= 32. Dynamic shared memory (floats): 2K inverses, then per warp 32 rows of
+// (K | 1) weights (an odd row stride, so lane t reading row t is conflict-free).
+// blockDim.x must be a multiple of 32.
+extern "C" __global__ void harp_lda_sample_small(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    const unsigned int K = topic_count;
+    float* inv = harp_lda_smem;
+    harp_lda_inverses(inv, totals, K, vbeta);
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned int stride = K | 1u;
+    float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
+    // Advancing a flat cell index (t * K + k) by 32.
+    const unsigned int step_t = 32u / K, step_k = 32u % K;
+    const unsigned int lane_t = lane / K, lane_k = lane % K;
+    const unsigned long long tiles = (n + 31ull) >> 5;
+    const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
+    for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
+         tile < tiles; tile += warps) {
+        const unsigned long long first = tile << 5;
+        const unsigned long long left = n - first;
+        const unsigned int count = left < 32ull ? (unsigned int)left : 32u;
+        const unsigned long long i = first + lane;
+        unsigned int d = 0u, w = 0u, z = 0u;
+        float u = 0.0f;
+        if (lane < count) {
+            d = docs[i];
+            w = words[i] - word_base;
+            z = topics[i];
+            u = uniforms[i];
+        }
+        // Phase 1: the tile's count * K weights, lane-contiguous cells (t, k), 4 cells per
+        // lane in flight. Trip counts are warp-uniform (the shuffles need every lane).
+        const unsigned int cells = count * K;
+        unsigned int t = lane_t, k = lane_k;
+        for (unsigned int base = 0; base < cells; base += 128u) {
+            unsigned int nd[4], nw[4], ct[4], ck[4];
+#pragma unroll
+            for (unsigned int j = 0; j < 4u; ++j) {
+                const bool active = base + 32u * j + lane < cells;
+                const unsigned int src = t & 31u;
+                const unsigned int dt = __shfl_sync(HARP_FULL_MASK, d, src);
+                const unsigned int wt = __shfl_sync(HARP_FULL_MASK, w, src);
+                nd[j] = active ? doc_topic[(size_t)dt * K + k] : 0u;
+                nw[j] = active ? word_topic[(size_t)wt * K + k] : 0u;
+                ct[j] = t;
+                ck[j] = k;
+                t += step_t;
+                k += step_k;
+                if (k >= K) {
+                    k -= K;
+                    ++t;
+                }
+            }
+#pragma unroll
+            for (unsigned int j = 0; j < 4u; ++j) {
+                const bool active = base + 32u * j + lane < cells;
+                const unsigned int zt = __shfl_sync(HARP_FULL_MASK, z, ct[j] & 31u);
+                if (active) {
+                    const unsigned int own = ck[j] == zt ? 1u : 0u;
+                    wts[ct[j] * stride + ck[j]] = harp_lda_weight_inv(
+                        nd[j], nw[j], own, inv[own * K + ck[j]], alpha, beta);
+                }
+            }
+        }
+        __syncwarp();
+        // Phase 2: lane t scans and samples token t (one chunk: running sum 0).
+        if (lane < count) {
+            const float* row = wts + lane * stride;
+            float s[32];
+#pragma unroll
+            for (unsigned int j = 0; j < 32u; ++j) s[j] = j < K ? row[j] : 0.0f;
+#pragma unroll
+            for (unsigned int off = 1; off < 32u; off <<= 1) {
+#pragma unroll
+                for (unsigned int j = 31u; j >= off; --j) s[j] = __fadd_rn(s[j], s[j - off]);
+            }
+            const float target = __fmul_rn(u, s[31]);
+            unsigned int result = K - 1u;
+            bool found = false;
+#pragma unroll
+            for (unsigned int j = 0; j < 32u; ++j) {
+                const bool hit = j < K && s[j] > target;
+                if (hit && !found) {
+                    result = j;
+                    found = true;
+                }
+            }
+            new_topics[i] = result;
+        }
+        __syncwarp();
+    }
+}
+
+// 32 < K. One warp per token (grid-stride; the next token's ids are loaded while this one
+// is sampled). Loads of HARP_LDA_GROUP chunks are issued together; the cumulative value
+// fadd(running, prefix) of each (chunk, lane) is kept in registers (SMEM_V false, K <= 8 *
+// 32) or in shared memory (SMEM_V true). Dynamic shared memory (floats): 2K inverses, then
+// (SMEM_V) per warp chunks * 32 cumulative values. blockDim.x must be a multiple of 32.
+template <bool SMEM_V>
+__device__ __forceinline__ void harp_lda_sample_warp(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    const unsigned int K = topic_count;
+    float* inv = harp_lda_smem;
+    harp_lda_inverses(inv, totals, K, vbeta);
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned int chunks = (K + 31u) >> 5;
+    float* vbuf = harp_lda_smem + 2u * K + warp * (chunks << 5);
+    const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
+    unsigned long long i = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
+    unsigned int d = 0u, w = 0u, z = 0u;
+    float u = 0.0f;
+    if (i < n) {
+        d = docs[i];
+        w = words[i] - word_base;
+        z = topics[i];
+        u = uniforms[i];
+    }
+    for (; i < n; i += warps) {
+        const unsigned int* drow = doc_topic + (size_t)d * K;
+        const unsigned int* wrow = word_topic + (size_t)w * K;
+        const unsigned int zc = z;
+        const float uc = u;
+        const unsigned long long next = i + warps;
+        if (next < n) {
+            d = docs[next];
+            w = words[next] - word_base;
+            z = topics[next];
+            u = uniforms[next];
+        }
+        float v[HARP_LDA_GROUP];
+        float total = 0.0f;
+        for (unsigned int c0 = 0; c0 < chunks; c0 += HARP_LDA_GROUP) {
+            unsigned int nd[HARP_LDA_GROUP], nw[HARP_LDA_GROUP];
+#pragma unroll
+            for (unsigned int g = 0; g < HARP_LDA_GROUP; ++g) {
+                const unsigned int k = ((c0 + g) << 5) + lane;
+                nd[g] = k < K ? drow[k] : 0u;
+                nw[g] = k < K ? wrow[k] : 0u;
+            }
+#pragma unroll
+            for (unsigned int g = 0; g < HARP_LDA_GROUP; ++g) {
+                if (c0 + g < chunks) {  // warp-uniform
+                    const unsigned int k = ((c0 + g) << 5) + lane;
+                    const unsigned int own = k == zc ? 1u : 0u;
+                    const float wt =
+                        k < K ? harp_lda_weight_inv(nd[g], nw[g], own, inv[own * K + k], alpha, beta)
+                              : 0.0f;
+                    const float s = harp_warp_scan(wt, lane);
+                    const float val = __fadd_rn(total, s);
+                    if (SMEM_V) {
+                        vbuf[((c0 + g) << 5) + lane] = val;
+                    } else {
+                        v[g] = val;
+                    }
+                    total = __fadd_rn(total, __shfl_sync(HARP_FULL_MASK, s, 31));
+                }
+            }
+        }
+        const float target = __fmul_rn(uc, total);
+        unsigned int result = K - 1u;
+        if (SMEM_V) {
+            // Each lane reads back only what it wrote itself: no synchronization needed.
+            for (unsigned int c = 0; c < chunks; ++c) {
+                const unsigned int k = (c << 5) + lane;
+                const bool hit = k < K && vbuf[k] > target;
+                const unsigned int mask = __ballot_sync(HARP_FULL_MASK, hit);
+                if (mask != 0u) {
+                    result = (c << 5) + (unsigned int)(__ffs(mask) - 1);
+                    break;
+                }
+            }
+        } else {
+            bool done = false;
+#pragma unroll
+            for (unsigned int c = 0; c < HARP_LDA_GROUP; ++c) {
+                if (!done && c < chunks) {  // warp-uniform
+                    const unsigned int k = (c << 5) + lane;
+                    const bool hit = k < K && v[c] > target;
+                    const unsigned int mask = __ballot_sync(HARP_FULL_MASK, hit);
+                    if (mask != 0u) {
+                        result = (c << 5) + (unsigned int)(__ffs(mask) - 1);
+                        done = true;
+                    }
+                }
+            }
+        }
+        if (lane == 0u) new_topics[i] = result;
+    }
+}
+
+extern "C" __global__ void harp_lda_sample_warp_reg(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    harp_lda_sample_warp<false>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
+                                new_topics, n, topic_count, word_base, alpha, beta, vbeta);
+}
+
+extern "C" __global__ void harp_lda_sample_warp_smem(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    harp_lda_sample_warp<true>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
+                               new_topics, n, topic_count, word_base, alpha, beta, vbeta);
+}
+
+// Any K: one warp per token, two passes over the rows (the search pass recomputes the
+// weights). Used where the shared-memory variants do not fit. blockDim.x must be a
+// multiple of 32.
 extern "C" __global__ void harp_lda_sample_parallel(
     const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
     const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,

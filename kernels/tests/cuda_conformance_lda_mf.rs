@@ -2,22 +2,27 @@
 //! version and refuses bad input with the CPU's error, writing nothing.
 //!
 //! Tolerances:
-//! * LDA parallel sampling step: the GPU performs the CPU version's f32 operations in
-//!   the same order, so topics must be identical for at least 99.9% of tokens
-//!   (differences are only possible where the hardware rounds differently at a
-//!   cumulative boundary); count rebuilds must be exactly equal;
+//! * LDA parallel sampling step: every GPU variant performs the CPU version's f32
+//!   operations in the same order with explicitly rounded intrinsics, so topics must be
+//!   identical for every token (all four kernels, `K` from 1 to 5000); count rebuilds
+//!   must be exactly equal; generated uniforms equal their host twin bit for bit;
 //! * SGD on batches without repeated users or items (so the Hogwild kernel has no
 //!   races and order does not matter): `|gpu − cpu| <= 1e-4 (1 + |cpu|)`;
 //! * ALS half-step: per row, `|gpu − cpu| <= 1e-3 · max(‖cpu row‖∞, 1e-3)`.
 //!
 //! Without a CUDA device every case prints `skipped: no CUDA device (<reason>)` and
-//! passes (see `cuda_common`; `HARP_REQUIRE_GPU=1` turns that into a failure).
+//! passes (see `cuda_common`; `HARP_REQUIRE_GPU=1` turns that into a failure). The
+//! host-only cases (variant choice, the uniform generator's host twin) always run.
 #![cfg(feature = "cuda")]
 
 mod cuda_common;
 
 use cuda_common::assert_close;
-use harp_kernels::cuda::lda::{self as gpu_lda, DeviceCounts, DeviceCountsMut, DeviceTokens};
+use harp_kernels::cuda::cudarc::driver::CudaSlice;
+use harp_kernels::cuda::lda::{
+    self as gpu_lda, counter_uniform, sample_variant, DeviceCounts, DeviceCountsMut, DeviceTokens,
+    DeviceTopics, DeviceUniforms, SampleVariant,
+};
 use harp_kernels::cuda::mf::{self as gpu_mf, DeviceCsr, DeviceRatings, ALS_MAX_RANK};
 use harp_kernels::cuda::Gpu;
 use harp_kernels::lda::{
@@ -69,6 +74,12 @@ fn lda_state(k: usize, n: usize, docs: usize, rows: usize, base: u32, seed: u64)
         totals: vec![0; k],
         uniforms,
     };
+    recount(&mut s);
+    s
+}
+
+/// Rebuilds the CPU state's counts from its topics.
+fn recount(s: &mut Lda) {
     let tokens = Tokens {
         docs: &s.docs,
         words: &s.words,
@@ -76,58 +87,69 @@ fn lda_state(k: usize, n: usize, docs: usize, rows: usize, base: u32, seed: u64)
     let counts = CountsMut {
         doc_topic: &mut s.doc_topic,
         word_topic: &mut s.word_topic,
-        word_base: base,
+        word_base: s.base,
         topic_totals: &mut s.totals,
     };
     rebuild_counts(&s.params, tokens, &s.topics, counts).unwrap();
-    s
 }
 
 /// Device copies of an LDA state.
 struct DevLda {
-    docs: cudarc::driver::CudaSlice<u32>,
-    words: cudarc::driver::CudaSlice<u32>,
-    topics: cudarc::driver::CudaSlice<u32>,
-    doc_topic: cudarc::driver::CudaSlice<u32>,
-    word_topic: cudarc::driver::CudaSlice<u32>,
-    totals: cudarc::driver::CudaSlice<u32>,
-    uniforms: cudarc::driver::CudaSlice<f32>,
+    tokens: DeviceTokens,
+    topics: DeviceTopics,
+    doc_topic: CudaSlice<u32>,
+    word_topic: CudaSlice<u32>,
+    totals: CudaSlice<u32>,
+    uniforms: DeviceUniforms,
 }
 
-use harp_kernels::cuda::cudarc;
-
-fn upload(gpu: &Gpu, s: &Lda) -> DevLda {
-    DevLda {
-        docs: gpu.upload(&s.docs).unwrap(),
-        words: gpu.upload(&s.words).unwrap(),
-        topics: gpu.upload(&s.topics).unwrap(),
-        doc_topic: gpu.upload(&s.doc_topic).unwrap(),
-        word_topic: gpu.upload(&s.word_topic).unwrap(),
-        totals: gpu.upload(&s.totals).unwrap(),
-        uniforms: gpu.upload(&s.uniforms).unwrap(),
+impl DevLda {
+    fn counts(&self, base: u32) -> DeviceCounts<'_> {
+        DeviceCounts {
+            doc_topic: &self.doc_topic,
+            word_topic: &self.word_topic,
+            word_base: base,
+            topic_totals: &self.totals,
+        }
     }
 }
 
+fn upload(gpu: &Gpu, s: &Lda) -> DevLda {
+    DevLda {
+        tokens: DeviceTokens::upload(
+            gpu,
+            Tokens {
+                docs: &s.docs,
+                words: &s.words,
+            },
+        )
+        .unwrap(),
+        topics: DeviceTopics::upload(gpu, &s.topics).unwrap(),
+        doc_topic: gpu.upload(&s.doc_topic).unwrap(),
+        word_topic: gpu.upload(&s.word_topic).unwrap(),
+        totals: gpu.upload(&s.totals).unwrap(),
+        uniforms: DeviceUniforms::upload(gpu, &s.uniforms).unwrap(),
+    }
+}
+
+/// An output buffer full of `u32::MAX` (so a write is visible).
+fn poisoned(gpu: &Gpu, n: usize) -> DeviceTopics {
+    DeviceTopics::upload(gpu, &vec![u32::MAX; n]).unwrap()
+}
+
 fn gpu_sample(gpu: &Gpu, s: &Lda, d: &DevLda) -> Result<Vec<u32>, KernelError> {
-    let mut out = gpu.upload(&vec![u32::MAX; s.docs.len()]).unwrap();
+    let mut out = poisoned(gpu, s.docs.len());
     gpu_lda::sample_parallel(
         gpu,
         &s.params,
-        DeviceTokens {
-            docs: &d.docs,
-            words: &d.words,
-        },
+        &d.tokens,
         &d.topics,
-        DeviceCounts {
-            doc_topic: &d.doc_topic,
-            word_topic: &d.word_topic,
-            word_base: s.base,
-            topic_totals: &d.totals,
-        },
+        d.counts(s.base),
         &d.uniforms,
         &mut out,
     )?;
-    Ok(gpu.download(&out).unwrap())
+    assert_eq!(out.bound(), s.params.topics as u64);
+    Ok(out.download(gpu).unwrap())
 }
 
 fn cpu_sample(s: &Lda) -> Result<Vec<u32>, KernelError> {
@@ -151,34 +173,210 @@ fn cpu_sample(s: &Lda) -> Result<Vec<u32>, KernelError> {
     Ok(out)
 }
 
+/// Asserts the two topic vectors are identical, naming the first difference.
+fn assert_same_topics(what: &str, gpu: &[u32], cpu: &[u32]) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: lengths differ");
+    if let Some(i) = gpu.iter().zip(cpu).position(|(a, b)| a != b) {
+        let same = gpu.iter().zip(cpu).filter(|(a, b)| a == b).count();
+        panic!(
+            "{what}: token {i}: GPU topic {} vs CPU {} ({same}/{} identical)",
+            gpu[i],
+            cpu[i],
+            cpu.len()
+        );
+    }
+}
+
+#[test]
+fn sample_variant_follows_k() {
+    assert_eq!(sample_variant(1), SampleVariant::ThreadPerToken);
+    assert_eq!(sample_variant(32), SampleVariant::ThreadPerToken);
+    assert_eq!(sample_variant(33), SampleVariant::WarpRegisters);
+    assert_eq!(sample_variant(256), SampleVariant::WarpRegisters);
+    assert_eq!(
+        sample_variant(257),
+        SampleVariant::WarpShared { warps_per_block: 8 }
+    );
+    assert_eq!(
+        sample_variant(2500),
+        SampleVariant::WarpShared { warps_per_block: 2 }
+    );
+    assert_eq!(sample_variant(5000), SampleVariant::WarpRecompute);
+    // Larger K never returns to a shared-memory variant.
+    let mut recompute = false;
+    for k in 257..20_000 {
+        let v = sample_variant(k);
+        assert!(!recompute || v == SampleVariant::WarpRecompute, "K={k}");
+        recompute = v == SampleVariant::WarpRecompute;
+    }
+}
+
+#[test]
+fn counter_uniforms_are_in_unit_interval_and_spread() {
+    for seed in [0u64, 1, 0xdead_beef, u64::MAX] {
+        let u: Vec<f32> = (0..100_000).map(|i| counter_uniform(seed, i)).collect();
+        assert!(u.iter().all(|x| (0.0..1.0).contains(x)), "seed {seed}");
+        // Multiples of 2^-24.
+        assert!(u.iter().all(|x| (x * 16_777_216.0).fract() == 0.0));
+        let mean = u.iter().map(|&x| f64::from(x)).sum::<f64>() / u.len() as f64;
+        assert!((mean - 0.5).abs() < 0.01, "seed {seed}: mean {mean}");
+        // Ten equal bins, each within 5% of its expected 10 000.
+        let mut bins = [0usize; 10];
+        for &x in &u {
+            bins[(x * 10.0) as usize] += 1;
+        }
+        assert!(
+            bins.iter().all(|&b| b.abs_diff(10_000) < 500),
+            "seed {seed}: {bins:?}"
+        );
+    }
+    assert_ne!(counter_uniform(1, 5), counter_uniform(2, 5));
+    assert_eq!(counter_uniform(7, 123), counter_uniform(7, 123));
+}
+
 #[test]
 fn lda_parallel_step_matches_cpu() {
     let gpu = gpu_or_skip!();
+    // Every variant, tile tails (n not a multiple of 32, n < 32), word blocks not at 0.
     let cases = [
         (1usize, 1000usize, 10usize, 50usize, 0u32),
         (7, 5000, 40, 300, 0),
+        (20, 5, 3, 10, 2),
+        (20, 33, 5, 10, 0),
         (20, 200_000, 2000, 5000, 0),
         (32, 50_000, 500, 1000, 123),
         (33, 50_000, 500, 1000, 0),
         (100, 100_000, 1000, 3000, 4000),
+        (256, 20_000, 300, 500, 0),
+        (257, 20_000, 300, 500, 1),
         (1024, 20_000, 200, 500, 0),
         (2500, 5000, 50, 200, 9),
+        (5000, 2000, 20, 100, 0),
     ];
+    let mut seen = Vec::new();
     for (case, &(k, n, docs, rows, base)) in cases.iter().enumerate() {
         let s = lda_state(k, n, docs, rows, base, 300 + case as u64);
         let d = upload(gpu, &s);
         let g = gpu_sample(gpu, &s, &d).unwrap();
         let c = cpu_sample(&s).unwrap();
-        let same = g.iter().zip(&c).filter(|(a, b)| a == b).count();
-        println!("LDA K={k} n={n}: {same}/{n} identical topics");
+        let variant = sample_variant(k);
+        println!("LDA K={k} n={n} ({variant:?}): identical topics");
+        assert_same_topics(&format!("K={k} n={n}"), &g, &c);
+        seen.push(std::mem::discriminant(&variant));
+    }
+    for v in [
+        SampleVariant::ThreadPerToken,
+        SampleVariant::WarpRegisters,
+        SampleVariant::WarpShared { warps_per_block: 1 },
+        SampleVariant::WarpRecompute,
+    ] {
         assert!(
-            g.iter().all(|&t| (t as usize) < k),
-            "K={k}: topic out of range"
+            seen.contains(&std::mem::discriminant(&v)),
+            "{v:?} not covered"
         );
-        assert!(
-            same as f64 >= 0.999 * n as f64,
-            "K={k}: only {same}/{n} topics identical"
+    }
+}
+
+#[test]
+fn lda_generated_uniforms_match_host_twin() {
+    let gpu = gpu_or_skip!();
+    let n = 1_000_003;
+    let mut u = DeviceUniforms::generate(gpu, n, 42).unwrap();
+    let host: Vec<f32> = (0..n as u64).map(|i| counter_uniform(42, i)).collect();
+    assert_eq!(gpu.download(u.as_slice()).unwrap(), host);
+    u.regenerate(gpu, 43).unwrap();
+    let host: Vec<f32> = (0..n as u64).map(|i| counter_uniform(43, i)).collect();
+    assert_eq!(gpu.download(u.as_slice()).unwrap(), host);
+    assert!(DeviceUniforms::generate(gpu, 0, 1).unwrap().is_empty());
+
+    // Sampling with generated uniforms equals the CPU with the host twin's.
+    for k in [20usize, 100] {
+        let mut s = lda_state(k, 30_000, 300, 800, 0, 8);
+        s.uniforms = (0..s.docs.len() as u64)
+            .map(|i| counter_uniform(99, i))
+            .collect();
+        let mut d = upload(gpu, &s);
+        d.uniforms = DeviceUniforms::generate(gpu, s.docs.len(), 99).unwrap();
+        let g = gpu_sample(gpu, &s, &d).unwrap();
+        assert_same_topics(
+            &format!("generated uniforms, K={k}"),
+            &g,
+            &cpu_sample(&s).unwrap(),
         );
+    }
+}
+
+/// Tokens and topics built from device buffers behave as uploaded ones, and a chain of
+/// steps stays on the device: sample, rebuild the counts from the new topics, sample
+/// again from those, equal to the same chain on the CPU.
+#[test]
+fn lda_device_built_inputs_and_chained_steps_match_cpu() {
+    let gpu = gpu_or_skip!();
+    for k in [16usize, 64, 300] {
+        let mut s = lda_state(k, 40_000, 400, 900, 30, 21);
+        let tokens = DeviceTokens::from_device(
+            gpu,
+            gpu.upload(&s.docs).unwrap(),
+            gpu.upload(&s.words).unwrap(),
+        )
+        .unwrap();
+        let uploaded = DeviceTokens::upload(
+            gpu,
+            Tokens {
+                docs: &s.docs,
+                words: &s.words,
+            },
+        )
+        .unwrap();
+        assert_eq!(tokens.doc_rows_needed(), uploaded.doc_rows_needed());
+        assert_eq!(tokens.word_span(), uploaded.word_span());
+        let topics = DeviceTopics::from_device(gpu, gpu.upload(&s.topics).unwrap()).unwrap();
+        assert_eq!(
+            topics.bound(),
+            DeviceTopics::upload(gpu, &s.topics).unwrap().bound()
+        );
+        let mut d = upload(gpu, &s);
+        d.tokens = tokens;
+        d.topics = topics;
+
+        for step in 0..2u64 {
+            d.uniforms = DeviceUniforms::generate(gpu, s.docs.len(), step).unwrap();
+            s.uniforms = (0..s.docs.len() as u64)
+                .map(|i| counter_uniform(step, i))
+                .collect();
+            let mut out = DeviceTopics::zeros(gpu, s.docs.len()).unwrap();
+            gpu_lda::sample_parallel(
+                gpu,
+                &s.params,
+                &d.tokens,
+                &d.topics,
+                d.counts(s.base),
+                &d.uniforms,
+                &mut out,
+            )
+            .unwrap();
+            s.topics = cpu_sample(&s).unwrap();
+            d.topics = out;
+            gpu_lda::rebuild_counts(
+                gpu,
+                &s.params,
+                &d.tokens,
+                &d.topics,
+                DeviceCountsMut {
+                    doc_topic: &mut d.doc_topic,
+                    word_topic: &mut d.word_topic,
+                    word_base: s.base,
+                    topic_totals: &mut d.totals,
+                },
+            )
+            .unwrap();
+            recount(&mut s);
+            let what = format!("K={k} step {step}");
+            assert_same_topics(&what, &d.topics.download(gpu).unwrap(), &s.topics);
+            assert_eq!(gpu.download(&d.doc_topic).unwrap(), s.doc_topic, "{what}");
+            assert_eq!(gpu.download(&d.word_topic).unwrap(), s.word_topic, "{what}");
+            assert_eq!(gpu.download(&d.totals).unwrap(), s.totals, "{what}");
+        }
     }
 }
 
@@ -197,14 +395,10 @@ fn lda_rebuild_counts_matches_cpu() {
             *t = rng.below(k as u32);
         }
         let mut d = upload(gpu, &s);
-        d.topics = gpu.upload(&s.topics).unwrap();
         gpu_lda::rebuild_counts(
             gpu,
             &s.params,
-            DeviceTokens {
-                docs: &d.docs,
-                words: &d.words,
-            },
+            &d.tokens,
             &d.topics,
             DeviceCountsMut {
                 doc_topic: &mut d.doc_topic,
@@ -214,17 +408,7 @@ fn lda_rebuild_counts_matches_cpu() {
             },
         )
         .unwrap();
-        let counts = CountsMut {
-            doc_topic: &mut s.doc_topic,
-            word_topic: &mut s.word_topic,
-            word_base: s.base,
-            topic_totals: &mut s.totals,
-        };
-        let tokens = Tokens {
-            docs: &s.docs,
-            words: &s.words,
-        };
-        rebuild_counts(&s.params, tokens, &s.topics, counts).unwrap();
+        recount(&mut s);
         assert_eq!(gpu.download(&d.doc_topic).unwrap(), s.doc_topic, "K={k}");
         assert_eq!(gpu.download(&d.word_topic).unwrap(), s.word_topic, "K={k}");
         assert_eq!(gpu.download(&d.totals).unwrap(), s.totals, "K={k}");
@@ -234,9 +418,8 @@ fn lda_rebuild_counts_matches_cpu() {
 #[test]
 fn lda_refuses_bad_input_like_cpu() {
     let gpu = gpu_or_skip!();
-    let base = lda_state(8, 2000, 30, 100, 50, 77);
     type Breaker = fn(&mut Lda);
-    let breakers: [(&str, Breaker); 7] = [
+    let breakers: [(&str, Breaker); 5] = [
         ("doc row", |s| s.docs[1500] = 30),
         ("word above the block", |s| s.words[700] = 150),
         ("word below the block", |s| s.words[900] = 49),
@@ -245,56 +428,125 @@ fn lda_refuses_bad_input_like_cpu() {
             s.topics[10] = 99;
             s.docs[1999] = 1000;
         }),
-        ("uniform = 1", |s| s.uniforms[1234] = 1.0),
-        ("uniform NaN", |s| s.uniforms[5] = f32::NAN),
     ];
     for (name, breaker) in breakers {
         let mut s = lda_state(8, 2000, 30, 100, 50, 77);
         breaker(&mut s);
         let want = cpu_sample(&s).unwrap_err();
         let d = upload(gpu, &s);
-        let mut out = gpu.upload(&vec![u32::MAX; s.docs.len()]).unwrap();
+        let mut out = poisoned(gpu, s.docs.len());
         let got = gpu_lda::sample_parallel(
             gpu,
             &s.params,
-            DeviceTokens {
-                docs: &d.docs,
-                words: &d.words,
-            },
+            &d.tokens,
             &d.topics,
-            DeviceCounts {
-                doc_topic: &d.doc_topic,
-                word_topic: &d.word_topic,
-                word_base: s.base,
-                topic_totals: &d.totals,
-            },
+            d.counts(s.base),
             &d.uniforms,
             &mut out,
         );
-        assert_eq!(got, Err(want), "{name}");
+        assert_eq!(got, Err(want.clone()), "{name}");
         assert!(
-            gpu.download(&out).unwrap().iter().all(|&t| t == u32::MAX),
+            out.download(gpu).unwrap().iter().all(|&t| t == u32::MAX),
             "{name}: new_topics written on error"
         );
+        // The count rebuild refuses the same input, leaving the tables alone.
+        let mut d = d;
+        let got = gpu_lda::rebuild_counts(
+            gpu,
+            &s.params,
+            &d.tokens,
+            &d.topics,
+            DeviceCountsMut {
+                doc_topic: &mut d.doc_topic,
+                word_topic: &mut d.word_topic,
+                word_base: s.base,
+                topic_totals: &mut d.totals,
+            },
+        );
+        assert_eq!(got, Err(want), "{name} (rebuild)");
+        assert_eq!(gpu.download(&d.doc_topic).unwrap(), s.doc_topic, "{name}");
+        assert_eq!(gpu.download(&d.word_topic).unwrap(), s.word_topic, "{name}");
+        assert_eq!(gpu.download(&d.totals).unwrap(), s.totals, "{name}");
     }
-    // Length mismatch.
-    let d = upload(gpu, &base);
-    let short = gpu.upload(&base.uniforms[..10]).unwrap();
-    let mut out = gpu.upload(&vec![0u32; base.docs.len()]).unwrap();
+
+    // Valid tokens of one word block sampled against another block's counts (a
+    // model-parallel executor handed the wrong block): the CPU's error.
+    let s = lda_state(8, 2000, 30, 100, 50, 77);
+    let d = upload(gpu, &s);
+    let other_rows = gpu.upload(&vec![0u32; 90 * 8]).unwrap();
+    let shifted = Lda {
+        word_topic: vec![0; 90 * 8],
+        base: 60,
+        ..lda_state(8, 2000, 30, 100, 50, 77)
+    };
+    let want = cpu_sample(&shifted).unwrap_err();
+    assert!(matches!(
+        want,
+        KernelError::IndexOutOfRange { what: "words", .. }
+    ));
+    let mut out = poisoned(gpu, s.docs.len());
     let got = gpu_lda::sample_parallel(
         gpu,
-        &base.params,
-        DeviceTokens {
-            docs: &d.docs,
-            words: &d.words,
-        },
+        &s.params,
+        &d.tokens,
         &d.topics,
         DeviceCounts {
             doc_topic: &d.doc_topic,
-            word_topic: &d.word_topic,
-            word_base: base.base,
+            word_topic: &other_rows,
+            word_base: 60,
             topic_totals: &d.totals,
         },
+        &d.uniforms,
+        &mut out,
+    );
+    assert_eq!(got, Err(want), "other word block");
+    assert!(out.download(gpu).unwrap().iter().all(|&t| t == u32::MAX));
+
+    // Uniforms are checked when built: the CPU's error, nothing copied.
+    for (name, position, value) in [("uniform = 1", 1234, 1.0f32), ("uniform NaN", 5, f32::NAN)] {
+        let mut bad = s.uniforms.clone();
+        bad[position] = value;
+        let mut cpu = lda_state(8, 2000, 30, 100, 50, 77);
+        cpu.uniforms = bad.clone();
+        let want = cpu_sample(&cpu).unwrap_err();
+        assert_eq!(
+            DeviceUniforms::upload(gpu, &bad).unwrap_err(),
+            want,
+            "{name}"
+        );
+        let mut u = DeviceUniforms::upload(gpu, &s.uniforms).unwrap();
+        assert_eq!(u.refill(gpu, &bad), Err(want), "{name} (refill)");
+        assert_eq!(
+            gpu.download(u.as_slice()).unwrap(),
+            s.uniforms,
+            "{name}: copied"
+        );
+    }
+
+    // Length mismatches.
+    assert_eq!(
+        DeviceTokens::upload(
+            gpu,
+            Tokens {
+                docs: &s.docs,
+                words: &s.words[..5],
+            },
+        )
+        .unwrap_err(),
+        KernelError::LengthMismatch {
+            what: "words",
+            expected: 2000,
+            actual: 5
+        }
+    );
+    let short = DeviceUniforms::upload(gpu, &s.uniforms[..10]).unwrap();
+    let mut out = poisoned(gpu, s.docs.len());
+    let got = gpu_lda::sample_parallel(
+        gpu,
+        &s.params,
+        &d.tokens,
+        &d.topics,
+        d.counts(s.base),
         &short,
         &mut out,
     );
@@ -306,10 +558,35 @@ fn lda_refuses_bad_input_like_cpu() {
             actual: 10
         })
     );
+    let mut short_out = poisoned(gpu, 3);
+    let got = gpu_lda::sample_parallel(
+        gpu,
+        &s.params,
+        &d.tokens,
+        &d.topics,
+        d.counts(s.base),
+        &d.uniforms,
+        &mut short_out,
+    );
+    assert_eq!(
+        got,
+        Err(KernelError::LengthMismatch {
+            what: "new_topics",
+            expected: 2000,
+            actual: 3
+        })
+    );
+    assert!(short_out
+        .download(gpu)
+        .unwrap()
+        .iter()
+        .all(|&t| t == u32::MAX));
 }
 
 /// Not a conformance check: prints the parallel step's throughput and effective
-/// bandwidth (8K + 20 logical bytes per token) next to a device-to-device copy.
+/// bandwidth (8K + 20 logical bytes per token) next to a device-to-device copy, with the
+/// same random corpus shapes as the first H100 measurements (tables mostly in L2; the
+/// benchmark `harp-kernel-bench --kernel lda_sample_k20` uses tables larger than L2).
 /// Run with `--ignored --nocapture` on the GPU machine.
 #[test]
 #[ignore]
@@ -322,39 +599,32 @@ fn lda_parallel_step_bandwidth() {
     ] {
         let s = lda_state(k, n, docs, rows, 0, 42);
         let d = upload(gpu, &s);
-        let mut out = gpu.alloc_zeros::<u32>(n).unwrap();
-        let run = |out: &mut cudarc::driver::CudaSlice<u32>| {
+        let mut out = DeviceTopics::zeros(gpu, n).unwrap();
+        let mut run = || {
             gpu_lda::sample_parallel(
                 gpu,
                 &s.params,
-                DeviceTokens {
-                    docs: &d.docs,
-                    words: &d.words,
-                },
+                &d.tokens,
                 &d.topics,
-                DeviceCounts {
-                    doc_topic: &d.doc_topic,
-                    word_topic: &d.word_topic,
-                    word_base: 0,
-                    topic_totals: &d.totals,
-                },
+                d.counts(0),
                 &d.uniforms,
-                out,
+                &mut out,
             )
             .unwrap();
         };
-        run(&mut out); // compile + warm-up
+        run(); // compile + warm-up
         gpu.synchronize().unwrap();
         let reps = 5;
         let start = std::time::Instant::now();
         for _ in 0..reps {
-            run(&mut out);
+            run();
         }
         gpu.synchronize().unwrap();
         let secs = start.elapsed().as_secs_f64() / reps as f64;
         let bytes = (8 * k + 20) as f64 * n as f64;
         println!(
-            "sample_parallel K={k} n={n}: {:.1} M tokens/s, {:.0} GB/s logical (incl. the host-synchronized id checks)",
+            "sample_parallel K={k} n={n} ({:?}): {:.1} M tokens/s, {:.0} GB/s logical",
+            sample_variant(k),
             n as f64 / secs / 1e6,
             bytes / secs / 1e9
         );

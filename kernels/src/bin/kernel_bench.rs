@@ -9,17 +9,27 @@
 //! `{"kernel":"adam","elements":67108864,"bytes_per_iter":1879048192,"gbps":..,"copy_gbps":..,"ratio":..,"ms_per_iter":..}`
 //!
 //! `bytes_per_iter` counts every array element each iteration must read or write once
-//! (e.g. Adam reads w, m, v, g and writes w, m, v: 28 bytes per element). Without a
-//! CUDA device it prints why on stderr and exits 0 (1 if `HARP_REQUIRE_GPU=1`). Needs the
-//! `cuda` feature.
+//! (e.g. Adam reads w, m, v, g and writes w, m, v: 28 bytes per element). The LDA and MF
+//! cases size their problem from `--elements` (about `16 × elements` logical bytes per
+//! iteration), report `elements` as tokens / ratings / rows, and add fields: the byte
+//! formula (`bytes_formula`), the problem shape, and for the compute-bound ALS half-step
+//! `gflops` (its `ratio` has no target). Without a CUDA device it prints why on stderr and
+//! exits 0 (1 if `HARP_REQUIRE_GPU=1`). Needs the `cuda` feature.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use harp_kernels::cuda::cudarc::driver::sys::CUevent_flags;
 use harp_kernels::cuda::cudarc::driver::CudaSlice;
+use harp_kernels::cuda::lda::{
+    self as gpu_lda, sample_variant, DeviceCounts, DeviceCountsMut, DeviceTokens, DeviceTopics,
+    DeviceUniforms,
+};
+use harp_kernels::cuda::mf::{self as gpu_mf, DeviceCsr, DeviceRatings};
 use harp_kernels::cuda::{optim, Gpu};
-use harp_kernels::{AdaGrad, Adam, KernelError};
+use harp_kernels::lda::Tokens;
+use harp_kernels::{AdaGrad, Adam, FastRng, KernelError, LdaParams, Sgd};
+use serde_json::{json, Map, Value};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,23 +54,30 @@ struct Args {
     kernels: Vec<String>,
 }
 
-/// One timed kernel: elements per array, bytes moved per iteration, milliseconds per iteration.
+/// One timed kernel: elements per array, bytes moved per iteration, milliseconds per
+/// iteration, and any extra JSON fields (problem shape, byte formula, GFLOP/s).
 struct Measured {
     elements: usize,
     bytes_per_iter: u64,
     ms_per_iter: f64,
+    extra: Map<String, Value>,
 }
 
 type CaseFn = fn(&Gpu, &Args) -> Result<Measured, KernelError>;
 
-/// The bandwidth-bound kernels measured, by name. Add new kernels here (K2: LDA
-/// sampling and MF updates): a function that allocates its buffers, states its bytes
-/// per iteration, and times the launch with [`time_per_iter`].
+/// The kernels measured, by name. Add new kernels here: a function that allocates its
+/// buffers, states its bytes per iteration, and times the launch with [`time_per_iter`].
 const CASES: &[(&str, CaseFn)] = &[
     ("add_assign", bench_add_assign),
     ("axpy", bench_axpy),
     ("adagrad", bench_adagrad),
     ("adam", bench_adam),
+    ("lda_sample_k20", |g, a| bench_lda_sample(g, a, 20)),
+    ("lda_sample_k100", |g, a| bench_lda_sample(g, a, 100)),
+    ("lda_sample_k1024", |g, a| bench_lda_sample(g, a, 1024)),
+    ("lda_rebuild_k20", |g, a| bench_lda_rebuild(g, a, 20)),
+    ("mf_sgd", bench_mf_sgd),
+    ("als_half_step", bench_als),
 ];
 
 /// Smallest copy buffer: 256 MiB of f32.
@@ -131,18 +148,19 @@ fn gbps(m: &Measured) -> f64 {
 
 fn report(kernel: &str, m: &Measured, copy_gbps: f64) {
     let gbps = gbps(m);
-    println!(
-        "{}",
-        serde_json::json!({
-            "kernel": kernel,
-            "elements": m.elements,
-            "bytes_per_iter": m.bytes_per_iter,
-            "gbps": gbps,
-            "copy_gbps": copy_gbps,
-            "ratio": gbps / copy_gbps,
-            "ms_per_iter": m.ms_per_iter,
-        })
-    );
+    let mut line = json!({
+        "kernel": kernel,
+        "elements": m.elements,
+        "bytes_per_iter": m.bytes_per_iter,
+        "gbps": gbps,
+        "copy_gbps": copy_gbps,
+        "ratio": gbps / copy_gbps,
+        "ms_per_iter": m.ms_per_iter,
+    });
+    if let Value::Object(fields) = &mut line {
+        fields.extend(m.extra.clone());
+    }
+    println!("{line}");
 }
 
 fn cuda_err(
@@ -190,6 +208,7 @@ fn measured(elements: usize, arrays_touched: u64, ms_per_iter: f64) -> Measured 
         elements,
         bytes_per_iter: arrays_touched * elements as u64 * 4,
         ms_per_iter,
+        extra: Map::new(),
     }
 }
 
@@ -252,4 +271,285 @@ fn bench_adam(gpu: &Gpu, args: &Args) -> Result<Measured, KernelError> {
         optim::adam_step(gpu, &mut w, &grad, &mut m, &mut v, &p, step)
     })?;
     Ok(measured(n, 7, ms))
+}
+
+/// Logical bytes per iteration the LDA/MF cases aim for: as much as a kernel touching four
+/// f32 arrays of `--elements` (1 GiB at the default).
+fn target_bytes(args: &Args) -> usize {
+    args.elements.saturating_mul(16)
+}
+
+/// Smallest document table of the LDA cases: 256 MiB, five times the H100's 50 MiB L2, so
+/// document rows come from device memory.
+const LDA_MIN_DOC_TABLE_BYTES: usize = 256 << 20;
+/// Vocabulary of the LDA cases (word rows: 4 MB at K = 20, 200 MB at K = 1024).
+const LDA_WORDS: usize = 50_000;
+
+/// A random corpus on the device: tokens in random order over `docs` documents and
+/// `LDA_WORDS` words, random topics, counts rebuilt on the device.
+struct DevCorpus {
+    params: LdaParams,
+    docs: usize,
+    tokens: DeviceTokens,
+    topics: DeviceTopics,
+    doc_topic: CudaSlice<u32>,
+    word_topic: CudaSlice<u32>,
+    totals: CudaSlice<u32>,
+}
+
+fn lda_corpus(gpu: &Gpu, k: usize, n: usize, docs: usize) -> Result<DevCorpus, KernelError> {
+    let params = LdaParams {
+        topics: k,
+        vocab: LDA_WORDS,
+        alpha: 0.1,
+        beta: 0.01,
+    };
+    let mut rng = FastRng::new(k as u64);
+    let doc_ids: Vec<u32> = (0..n).map(|_| rng.below(docs as u32)).collect();
+    let word_ids: Vec<u32> = (0..n).map(|_| rng.below(LDA_WORDS as u32)).collect();
+    let topic_ids: Vec<u32> = (0..n).map(|_| rng.below(k as u32)).collect();
+    let tokens = DeviceTokens::upload(
+        gpu,
+        Tokens {
+            docs: &doc_ids,
+            words: &word_ids,
+        },
+    )?;
+    let topics = DeviceTopics::upload(gpu, &topic_ids)?;
+    let mut c = DevCorpus {
+        params,
+        docs,
+        tokens,
+        topics,
+        doc_topic: gpu.alloc_zeros(docs * k)?,
+        word_topic: gpu.alloc_zeros(LDA_WORDS * k)?,
+        totals: gpu.alloc_zeros(k)?,
+    };
+    rebuild(gpu, &mut c)?;
+    Ok(c)
+}
+
+fn rebuild(gpu: &Gpu, c: &mut DevCorpus) -> Result<(), KernelError> {
+    gpu_lda::rebuild_counts(
+        gpu,
+        &c.params,
+        &c.tokens,
+        &c.topics,
+        DeviceCountsMut {
+            doc_topic: &mut c.doc_topic,
+            word_topic: &mut c.word_topic,
+            word_base: 0,
+            topic_totals: &mut c.totals,
+        },
+    )
+}
+
+/// Token count and document count of an LDA case with `bytes_per_token` logical bytes.
+fn lda_shape(args: &Args, k: usize, bytes_per_token: usize) -> (usize, usize) {
+    let n = (target_bytes(args) / bytes_per_token).max(1);
+    let docs = (n / 4)
+        .max(LDA_MIN_DOC_TABLE_BYTES / (4 * k))
+        .min(u32::MAX as usize);
+    (n, docs)
+}
+
+fn lda_fields(c: &DevCorpus, k: usize, formula: String) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("topics".into(), json!(k));
+    m.insert("docs".into(), json!(c.docs));
+    m.insert("words".into(), json!(LDA_WORDS));
+    m.insert("doc_table_bytes".into(), json!(c.docs * k * 4));
+    m.insert("word_table_bytes".into(), json!(LDA_WORDS * k * 4));
+    m.insert("bytes_formula".into(), json!(formula));
+    m
+}
+
+/// One LDA parallel sampling step at `K = k`: tokens in random order (no reuse of a
+/// document's row between neighbouring tokens), a document table of at least 256 MiB.
+/// Logical bytes: `tokens · (8K + 20)`.
+fn bench_lda_sample(gpu: &Gpu, args: &Args, k: usize) -> Result<Measured, KernelError> {
+    let per_token = 8 * k + 20;
+    let (n, docs) = lda_shape(args, k, per_token);
+    let c = lda_corpus(gpu, k, n, docs)?;
+    let uniforms = DeviceUniforms::generate(gpu, n, 7)?;
+    let mut out = DeviceTopics::zeros(gpu, n)?;
+    let counts = DeviceCounts {
+        doc_topic: &c.doc_topic,
+        word_topic: &c.word_topic,
+        word_base: 0,
+        topic_totals: &c.totals,
+    };
+    let ms = time_per_iter(gpu, args, || {
+        gpu_lda::sample_parallel(
+            gpu, &c.params, &c.tokens, &c.topics, counts, &uniforms, &mut out,
+        )
+    })?;
+    let mut extra = lda_fields(
+        &c,
+        k,
+        format!(
+            "tokens * (8K + 20) = {n} * {per_token}: per token its doc id, word id, topic and \
+             uniform (16 B), its new topic (4 B), its document row and word row (2 * 4K B); \
+             topic totals (shared) not counted; tokens in random order"
+        ),
+    );
+    extra.insert("variant".into(), json!(format!("{:?}", sample_variant(k))));
+    Ok(Measured {
+        elements: n,
+        bytes_per_iter: (n * per_token) as u64,
+        ms_per_iter: ms,
+        extra,
+    })
+}
+
+/// Rebuilding the LDA counts at `K = k` (zero the tables, then one atomic increment per
+/// token in its document row and word row; totals via a shared-memory histogram).
+/// Logical bytes: `tokens · 28 + 4K · (docs + words + 1)`.
+fn bench_lda_rebuild(gpu: &Gpu, args: &Args, k: usize) -> Result<Measured, KernelError> {
+    let per_token = 28;
+    let (n, docs) = lda_shape(args, k, per_token);
+    let mut c = lda_corpus(gpu, k, n, docs)?;
+    let tables = 4 * k * (docs + LDA_WORDS + 1);
+    let ms = time_per_iter(gpu, args, || rebuild(gpu, &mut c))?;
+    let extra = lda_fields(
+        &c,
+        k,
+        format!(
+            "tokens * 28 + 4K * (docs + words + 1) = {n} * 28 + {tables}: per token its doc \
+             id, word id and topic (12 B) and two atomic increments (read + write 4 B each); \
+             every count zeroed once; atomic-bound, not a streaming kernel"
+        ),
+    );
+    Ok(Measured {
+        elements: n,
+        bytes_per_iter: (n * per_token + tables) as u64,
+        ms_per_iter: ms,
+        extra,
+    })
+}
+
+/// MF rank of the MF cases.
+const MF_RANK: usize = 32;
+
+/// A device buffer of `len` values uniform in `[lo, hi)`.
+fn random_f32(
+    gpu: &Gpu,
+    len: usize,
+    lo: f32,
+    hi: f32,
+    seed: u64,
+) -> Result<CudaSlice<f32>, KernelError> {
+    let mut rng = FastRng::new(seed);
+    let host: Vec<f32> = (0..len).map(|_| lo + (hi - lo) * rng.next_f32()).collect();
+    gpu.upload(&host)
+}
+
+/// Hogwild SGD over a random batch (users and items drawn independently, so ratings may
+/// share rows), rank 32. Logical bytes: `ratings · (12 + 4 · 2 · 2 · 32)`.
+fn bench_mf_sgd(gpu: &Gpu, args: &Args) -> Result<Measured, KernelError> {
+    let k = MF_RANK;
+    let per_rating = 12 + 4 * 2 * 2 * k;
+    let n = (target_bytes(args) / per_rating).max(1);
+    let (users, items) = (1usize << 21, 1usize << 17);
+    let mut rng = FastRng::new(11);
+    let u: Vec<u32> = (0..n).map(|_| rng.below(users as u32)).collect();
+    let i: Vec<u32> = (0..n).map(|_| rng.below(items as u32)).collect();
+    let (du, di) = (gpu.upload(&u)?, gpu.upload(&i)?);
+    let dr = random_f32(gpu, n, 1.0, 5.0, 12)?;
+    let mut p = random_f32(gpu, users * k, -0.1, 0.1, 13)?;
+    let mut q = random_f32(gpu, items * k, -0.1, 0.1, 14)?;
+    let sgd = Sgd {
+        lr: 0.005,
+        lambda: 0.02,
+    };
+    let ratings = DeviceRatings {
+        users: &du,
+        items: &di,
+        values: &dr,
+    };
+    let ms = time_per_iter(gpu, args, || {
+        gpu_mf::sgd_step(gpu, k, sgd, ratings, &mut p, &mut q)
+    })?;
+    let mut extra = Map::new();
+    extra.insert("rank".into(), json!(k));
+    extra.insert("users".into(), json!(users));
+    extra.insert("items".into(), json!(items));
+    extra.insert(
+        "bytes_formula".into(),
+        json!(format!(
+            "ratings * (12 + 4 * 2 * 2 * rank) = {n} * {per_rating}: user id, item id, value \
+             (12 B), user and item factor rows each read and written; random batch (Hogwild); \
+             includes the wrapper's per-call device id/value check"
+        )),
+    );
+    Ok(Measured {
+        elements: n,
+        bytes_per_iter: (n * per_rating) as u64,
+        ms_per_iter: ms,
+        extra,
+    })
+}
+
+/// ALS half-step at rank 32 over a random CSR matrix (1 to 127 ratings per row, 64 on
+/// average) against 50 000 fixed factor rows. Compute-bound: reports GFLOP/s; `ratio`
+/// (bytes below against copy bandwidth) has no target.
+fn bench_als(gpu: &Gpu, args: &Args) -> Result<Measured, KernelError> {
+    let k = MF_RANK;
+    let rows = (args.elements / 512).max(1);
+    let cols = 50_000usize;
+    let mut rng = FastRng::new(21);
+    let mut offsets = Vec::with_capacity(rows + 1);
+    offsets.push(0u32);
+    let mut col_ids = Vec::new();
+    for _ in 0..rows {
+        let m = 1 + rng.below(127) as usize;
+        col_ids.extend((0..m).map(|_| rng.below(cols as u32)));
+        let end = u32::try_from(col_ids.len()).map_err(|_| KernelError::ShapeOverflow {
+            what: "als ratings",
+        })?;
+        offsets.push(end);
+    }
+    let nnz = col_ids.len();
+    let (d_o, d_c) = (gpu.upload(&offsets)?, gpu.upload(&col_ids)?);
+    let d_v = random_f32(gpu, nnz, 1.0, 5.0, 22)?;
+    let fixed = random_f32(gpu, cols * k, -0.5, 0.5, 23)?;
+    let mut out = gpu.alloc_zeros::<f32>(rows * k)?;
+    let csr = DeviceCsr {
+        offsets: &d_o,
+        cols: &d_c,
+        values: &d_v,
+    };
+    let ms = time_per_iter(gpu, args, || {
+        gpu_mf::als_half_step(gpu, k, 0.05, csr, &fixed, &mut out)
+    })?;
+    let (kf, nnzf, rowsf) = (k as f64, nnz as f64, rows as f64);
+    let flops = nnzf * (kf * (kf + 1.0) + 2.0 * kf) + rowsf * (kf * kf * kf / 3.0 + 2.0 * kf * kf);
+    let bytes = 4 * (rows + 1) + 8 * nnz + 4 * k * nnz + 4 * k * rows + 8 * k * rows;
+    let mut extra = Map::new();
+    extra.insert("rank".into(), json!(k));
+    extra.insert("rows".into(), json!(rows));
+    extra.insert("nnz".into(), json!(nnz));
+    extra.insert("cols".into(), json!(cols));
+    extra.insert("gflops".into(), json!(flops / (ms * 1e-3) / 1e9));
+    extra.insert(
+        "flops_formula".into(),
+        json!(
+            "nnz * (k(k+1) + 2k) + rows * (k^3/3 + 2k^2): normal-matrix lower triangle and \
+               right-hand side per rating (multiply + add), Cholesky, two triangular solves"
+        ),
+    );
+    extra.insert(
+        "bytes_formula".into(),
+        json!(
+            "4(rows+1) + 8 nnz + 4k nnz + 12k rows: offsets, column ids and values, the \
+               gathered factor row per rating, the solution written to scratch, then copied \
+               (read + write) to out; compute-bound, no ratio target"
+        ),
+    );
+    Ok(Measured {
+        elements: rows,
+        bytes_per_iter: bytes as u64,
+        ms_per_iter: ms,
+        extra,
+    })
 }

@@ -2,23 +2,66 @@
 //! [`crate::lda`], on device buffers (`kernels/cuda/lda.cu`).
 //!
 //! [`sample_parallel`] has exactly the contract and arithmetic of
-//! [`crate::lda::sample_parallel`] (one warp per token, the same f32 operations in the
-//! same order, no fused multiply-adds), so its topics equal the CPU version's except
-//! where the two round differently. Per token it reads `8K + 20` logical bytes (document
-//! and word rows, ids, topic, uniform; topic totals are shared): compare its tokens/s ×
-//! bytes with the device copy bandwidth.
+//! [`crate::lda::sample_parallel`]: the same f32 operations in the same order (chunks of
+//! 32 topics, a Hillis–Steele scan per chunk, no fused multiply-adds), so its topics are
+//! bit-for-bit the CPU version's. The kernel is chosen by `K` at launch
+//! ([`sample_variant`]):
 //!
-//! Like the CPU versions, the wrappers validate lengths and hyperparameters on the host,
-//! and every id and uniform with a small check kernel on the device, reading the result
-//! back (one synchronization) before launching the kernel that writes: on error nothing
-//! is written. Launches are asynchronous on [`Gpu::stream`].
+//! * `K <= 32` ([`SampleVariant::ThreadPerToken`]): a warp takes a tile of 32 tokens,
+//!   reads the tile's 32 document rows and 32 word rows with coalesced loads (lanes over
+//!   the flattened `token × topic` cells), writes the weights to shared memory, and then
+//!   each lane scans and samples its own token in registers;
+//! * `32 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every chunk's
+//!   row loads issued at once, the cumulative values kept in registers, one ballot per
+//!   chunk for the search — each row is read once;
+//! * larger `K` while shared memory allows (about `K <= 2700`,
+//!   [`SampleVariant::WarpShared`]): the same with cumulative values in shared memory and
+//!   loads issued 8 chunks at a time;
+//! * beyond that ([`SampleVariant::WarpRecompute`]): one warp per token, the search pass
+//!   re-reads the rows and recomputes the weights.
+//!
+//! All variants precompute `1 / (n_k + Vβ)` and `1 / (n_k − 1 + Vβ)` per block into shared
+//! memory (except the last, which computes them inline) — the same correctly rounded
+//! reciprocals, so the same bits. Per token the step reads `8K + 20` logical bytes
+//! (document and word rows, ids, topic, uniform, and writes the new topic; topic totals
+//! are shared): compare its tokens/s × bytes with the device copy bandwidth
+//! (`harp-kernel-bench --kernel lda_sample_k20`).
+//!
+//! # Validation: once, when the data is built, not on every call
+//! The sampling kernels trust their inputs, so the only ways to hand them data are types
+//! that carry a proof of validity:
+//!
+//! * [`DeviceTokens`] — built by [`DeviceTokens::upload`] (the host computes the smallest
+//!   and largest document row and word id while uploading) or
+//!   [`DeviceTokens::from_device`] (one min/max kernel and one read-back). Its buffers are
+//!   never exposed mutably. Each call compares those ranges with the count tables it is
+//!   given — `O(1)`, no device work;
+//! * [`DeviceTopics`] — carries a bound every topic is below: the uploaded maximum + 1
+//!   ([`DeviceTopics::upload`], [`DeviceTopics::from_device`]), 1 for
+//!   [`DeviceTopics::zeros`], and `K` for the output of [`sample_parallel`] (the kernels
+//!   only produce topics `< K`). A call needs `bound <= K` (`O(1)`). The sampling kernels
+//!   only compare topics, never index with them;
+//! * [`DeviceUniforms`] — every value is in `[0, 1)`: [`DeviceUniforms::upload`] /
+//!   [`DeviceUniforms::refill`] check on the host before copying (the CPU's
+//!   `InvalidValue { what: "uniforms", position }` for the first bad one, nothing copied),
+//!   [`DeviceUniforms::generate`] / [`DeviceUniforms::regenerate`] produce them on the
+//!   device (a counter-based hash, [`counter_uniform`] is the host twin).
+//!
+//! When an `O(1)` range test fails (tokens of another word block, a document row past the
+//! table, a topic bound above `K`), the wrapper runs the exact device check (one kernel
+//! and one read-back) to report the CPU version's error with the first bad position; so
+//! bad input still gives the CPU's typed error and writes nothing. Lengths,
+//! hyperparameters and devices are checked on the host on every call. A valid call
+//! queues one kernel and does not wait: launches are asynchronous on [`Gpu::stream`].
+//! Uniform errors surface when the uniforms are built, i.e. before id errors that the
+//! CPU version would report first.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::optim::check_device;
 use super::{driver_err, CudaSource, Gpu};
 use crate::error::{check_len, KernelError};
-use crate::lda::LdaParams;
+use crate::lda::{LdaParams, Tokens};
 
 /// `kernels/cuda/lda.cu`.
 pub const SOURCE: CudaSource = CudaSource {
@@ -29,14 +72,384 @@ pub const SOURCE: CudaSource = CudaSource {
 /// Largest `K` whose topic totals are histogrammed in shared memory by the count kernel
 /// (larger `K` adds to global memory directly).
 const SHARED_TOTALS_MAX_TOPICS: usize = 4096;
+/// Largest `K` sampled one thread per token ([`SampleVariant::ThreadPerToken`]).
+pub const THREAD_PER_TOKEN_MAX_TOPICS: usize = 32;
+/// Largest `K` whose cumulative values stay in registers ([`SampleVariant::WarpRegisters`]:
+/// 8 chunks of 32, `HARP_LDA_GROUP` in `lda.cu`).
+pub const REGISTER_MAX_TOPICS: usize = 256;
+/// Dynamic shared memory a sampling block may use without opting in (48 KiB).
+const SHARED_LIMIT_BYTES: usize = 48 * 1024;
+/// Threads per block of the sampling kernels (8 warps) where shared memory allows.
+const SAMPLE_THREADS: usize = 256;
+const WARP: usize = 32;
 
-/// Token slices on the device (see [`crate::lda::Tokens`]).
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceTokens<'a> {
+/// Which sampling kernel [`sample_parallel`] launches (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleVariant {
+    /// `K <= 32`: a warp per 32-token tile, one lane per token for the scan and search.
+    ThreadPerToken,
+    /// `32 < K <= 256`: a warp per token, cumulative values in registers.
+    WarpRegisters,
+    /// A warp per token, cumulative values in shared memory.
+    WarpShared {
+        /// Warps per block (as many as fit in 48 KiB of shared memory, at most 8).
+        warps_per_block: u32,
+    },
+    /// A warp per token, two passes over the rows (`K` too large for shared memory).
+    WarpRecompute,
+}
+
+/// The sampling kernel used for `topics` topics.
+pub fn sample_variant(topics: usize) -> SampleVariant {
+    if topics <= THREAD_PER_TOKEN_MAX_TOPICS {
+        return SampleVariant::ThreadPerToken;
+    }
+    if topics <= REGISTER_MAX_TOPICS {
+        return SampleVariant::WarpRegisters;
+    }
+    let chunks = topics.div_ceil(WARP);
+    let free = SHARED_LIMIT_BYTES.saturating_sub(inverse_bytes(topics));
+    let warps = (free / (chunks * WARP * 4)).min(SAMPLE_THREADS / WARP);
+    if warps >= 2 {
+        SampleVariant::WarpShared {
+            warps_per_block: warps as u32,
+        }
+    } else {
+        SampleVariant::WarpRecompute
+    }
+}
+
+/// Bytes of the two per-block reciprocal tables (`2K` floats).
+fn inverse_bytes(topics: usize) -> usize {
+    topics.saturating_mul(8)
+}
+
+/// Launch shape of a sampling variant: kernel name, threads and dynamic shared memory per
+/// block, tokens one block handles per pass.
+struct Plan {
+    kernel: &'static str,
+    threads: usize,
+    shared_bytes: usize,
+    tokens_per_block: usize,
+}
+
+fn plan(topics: usize) -> Plan {
+    let warps = SAMPLE_THREADS / WARP;
+    match sample_variant(topics) {
+        SampleVariant::ThreadPerToken => Plan {
+            kernel: "harp_lda_sample_small",
+            threads: SAMPLE_THREADS,
+            // Per warp 32 rows of (K | 1) weights (an odd stride avoids bank conflicts).
+            shared_bytes: inverse_bytes(topics) + warps * WARP * (topics | 1) * 4,
+            tokens_per_block: SAMPLE_THREADS,
+        },
+        SampleVariant::WarpRegisters => Plan {
+            kernel: "harp_lda_sample_warp_reg",
+            threads: SAMPLE_THREADS,
+            shared_bytes: inverse_bytes(topics),
+            tokens_per_block: warps,
+        },
+        SampleVariant::WarpShared { warps_per_block } => {
+            let w = warps_per_block as usize;
+            Plan {
+                kernel: "harp_lda_sample_warp_smem",
+                threads: w * WARP,
+                shared_bytes: inverse_bytes(topics) + w * topics.div_ceil(WARP) * WARP * 4,
+                tokens_per_block: w,
+            }
+        }
+        SampleVariant::WarpRecompute => Plan {
+            kernel: "harp_lda_sample_parallel",
+            threads: SAMPLE_THREADS,
+            shared_bytes: 0,
+            tokens_per_block: warps,
+        },
+    }
+}
+
+/// Tokens on the device whose ids are known: the documents rows and word ids they use
+/// span `0..doc_rows_needed()` and `word_span()`. Immutable once built (see the
+/// [module docs](self) for why that matters).
+#[derive(Debug)]
+pub struct DeviceTokens {
+    docs: CudaSlice<u32>,
+    words: CudaSlice<u32>,
+    /// One past the largest document row (0 without tokens).
+    doc_end: u64,
+    /// Smallest word id and one past the largest (`None` without tokens).
+    word_span: Option<(u64, u64)>,
+}
+
+impl DeviceTokens {
+    /// Uploads `tokens`, recording the largest document row and the word-id span.
+    ///
+    /// # Errors
+    /// [`KernelError::LengthMismatch`] (`"words"`) if the slices differ in length (as
+    /// the CPU kernels report it); [`KernelError::Cuda`] if an allocation or copy fails.
+    pub fn upload(gpu: &Gpu, tokens: Tokens<'_>) -> Result<DeviceTokens, KernelError> {
+        check_len("words", tokens.docs.len(), tokens.words.len())?;
+        let doc_end = tokens.docs.iter().max().map_or(0, |&d| u64::from(d) + 1);
+        let word_span = tokens
+            .words
+            .iter()
+            .fold(None, |span: Option<(u32, u32)>, &w| match span {
+                None => Some((w, w)),
+                Some((lo, hi)) => Some((lo.min(w), hi.max(w))),
+            })
+            .map(|(lo, hi)| (u64::from(lo), u64::from(hi) + 1));
+        Ok(DeviceTokens {
+            docs: gpu.upload(tokens.docs)?,
+            words: gpu.upload(tokens.words)?,
+            doc_end,
+            word_span,
+        })
+    }
+
+    /// Takes token buffers already on the device, finding their id ranges with one
+    /// min/max kernel per buffer and one read-back each (this waits for the stream).
+    ///
+    /// # Errors
+    /// [`KernelError::LengthMismatch`] (`"words"`) if the buffers differ in length;
+    /// [`KernelError::Cuda`] if a buffer is on another device or a launch/copy fails;
+    /// [`KernelError::NvrtcUnavailable`] / [`KernelError::CudaCompile`] on first use.
+    pub fn from_device(
+        gpu: &Gpu,
+        docs: CudaSlice<u32>,
+        words: CudaSlice<u32>,
+    ) -> Result<DeviceTokens, KernelError> {
+        check_len("words", docs.len(), words.len())?;
+        check_device(gpu, "docs", &docs)?;
+        check_device(gpu, "words", &words)?;
+        let doc_end = device_range(gpu, &docs)?.map_or(0, |(_, hi)| u64::from(hi) + 1);
+        let word_span =
+            device_range(gpu, &words)?.map(|(lo, hi)| (u64::from(lo), u64::from(hi) + 1));
+        Ok(DeviceTokens {
+            docs,
+            words,
+            doc_end,
+            word_span,
+        })
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
     /// Local document row of each token.
-    pub docs: &'a CudaSlice<u32>,
+    pub fn docs(&self) -> &CudaSlice<u32> {
+        &self.docs
+    }
+
     /// Global word id of each token.
-    pub words: &'a CudaSlice<u32>,
+    pub fn words(&self) -> &CudaSlice<u32> {
+        &self.words
+    }
+
+    /// Rows `doc_topic` needs: one past the largest document row (0 without tokens).
+    pub fn doc_rows_needed(&self) -> u64 {
+        self.doc_end
+    }
+
+    /// `(smallest word id, largest + 1)`, `None` without tokens.
+    pub fn word_span(&self) -> Option<(u64, u64)> {
+        self.word_span
+    }
+
+    /// Whether every id is valid for `doc_rows` document rows and words `word_lo..word_hi`.
+    fn fits(&self, doc_rows: usize, word_lo: u64, word_hi: u64) -> bool {
+        self.doc_end <= doc_rows as u64
+            && self
+                .word_span
+                .is_none_or(|(lo, hi)| lo >= word_lo && hi <= word_hi)
+    }
+}
+
+/// Topic assignments on the device, with a bound every value is known to be below.
+#[derive(Debug)]
+pub struct DeviceTopics {
+    buf: CudaSlice<u32>,
+    /// Every topic is `< bound`.
+    bound: u64,
+}
+
+impl DeviceTopics {
+    /// Uploads `topics`; the bound is their maximum + 1.
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] if the allocation or copy fails.
+    pub fn upload(gpu: &Gpu, topics: &[u32]) -> Result<DeviceTopics, KernelError> {
+        let bound = topics.iter().max().map_or(0, |&z| u64::from(z) + 1);
+        Ok(DeviceTopics {
+            buf: gpu.upload(topics)?,
+            bound,
+        })
+    }
+
+    /// `n` topics, all 0 (bound 1): e.g. the output buffer of [`sample_parallel`].
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] if the allocation fails.
+    pub fn zeros(gpu: &Gpu, n: usize) -> Result<DeviceTopics, KernelError> {
+        Ok(DeviceTopics {
+            buf: gpu.alloc_zeros(n)?,
+            bound: u64::from(n > 0),
+        })
+    }
+
+    /// Takes a topic buffer already on the device, finding its maximum with one kernel and
+    /// one read-back (this waits for the stream).
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] if the buffer is on another device or a launch/copy fails;
+    /// [`KernelError::NvrtcUnavailable`] / [`KernelError::CudaCompile`] on first use.
+    pub fn from_device(gpu: &Gpu, buf: CudaSlice<u32>) -> Result<DeviceTopics, KernelError> {
+        check_device(gpu, "topics", &buf)?;
+        let bound = device_range(gpu, &buf)?.map_or(0, |(_, hi)| u64::from(hi) + 1);
+        Ok(DeviceTopics { buf, bound })
+    }
+
+    /// Number of topics (tokens).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The topics, read-only.
+    pub fn as_slice(&self) -> &CudaSlice<u32> {
+        &self.buf
+    }
+
+    /// A bound every topic is below.
+    pub fn bound(&self) -> u64 {
+        self.bound
+    }
+
+    /// Copies the topics to the host (waits for the stream).
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] if the copy fails.
+    pub fn download(&self, gpu: &Gpu) -> Result<Vec<u32>, KernelError> {
+        gpu.download(&self.buf)
+    }
+}
+
+/// Uniform random numbers on the device, every one in `[0, 1)`.
+#[derive(Debug)]
+pub struct DeviceUniforms {
+    buf: CudaSlice<f32>,
+}
+
+/// First position of a value outside `[0, 1)`, as the CPU version reports it.
+fn check_uniforms(host: &[f32]) -> Result<(), KernelError> {
+    match host.iter().position(|u| !(0.0..1.0).contains(u)) {
+        Some(position) => Err(KernelError::InvalidValue {
+            what: "uniforms",
+            position,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl DeviceUniforms {
+    /// Checks `host` (every value in `[0, 1)`) and uploads it.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidValue`] (`"uniforms"`, first bad position) before anything
+    /// is allocated; [`KernelError::Cuda`] if the allocation or copy fails.
+    pub fn upload(gpu: &Gpu, host: &[f32]) -> Result<DeviceUniforms, KernelError> {
+        check_uniforms(host)?;
+        Ok(DeviceUniforms {
+            buf: gpu.upload(host)?,
+        })
+    }
+
+    /// Checks `host` and overwrites these uniforms with it (same length).
+    ///
+    /// # Errors
+    /// [`KernelError::LengthMismatch`] (`"uniforms"`), or [`KernelError::InvalidValue`]
+    /// for the first value outside `[0, 1)`: then nothing is copied.
+    /// [`KernelError::Cuda`] if the copy fails.
+    pub fn refill(&mut self, gpu: &Gpu, host: &[f32]) -> Result<(), KernelError> {
+        check_len("uniforms", self.buf.len(), host.len())?;
+        check_uniforms(host)?;
+        gpu.upload_into(host, &mut self.buf)
+    }
+
+    /// `n` uniforms generated on the device: value `i` is [`counter_uniform`]`(seed, i)`.
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] if the allocation or launch fails;
+    /// [`KernelError::NvrtcUnavailable`] / [`KernelError::CudaCompile`] on first use.
+    pub fn generate(gpu: &Gpu, n: usize, seed: u64) -> Result<DeviceUniforms, KernelError> {
+        let mut u = DeviceUniforms {
+            buf: gpu.alloc_zeros(n)?,
+        };
+        u.regenerate(gpu, seed)?;
+        Ok(u)
+    }
+
+    /// Overwrites these uniforms on the device: value `i` becomes
+    /// [`counter_uniform`]`(seed, i)`. Asynchronous.
+    ///
+    /// # Errors
+    /// As [`DeviceUniforms::generate`].
+    pub fn regenerate(&mut self, gpu: &Gpu, seed: u64) -> Result<(), KernelError> {
+        check_device(gpu, "uniforms", &self.buf)?;
+        let n = self.buf.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let f = gpu.function(&SOURCE, "harp_lda_uniforms")?;
+        let n64 = n as u64;
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(&mut self.buf).arg(&n64).arg(&seed);
+        // SAFETY: arguments match (float*, u64, u64); the buffer holds n floats and the
+        // kernel writes indices < n only.
+        unsafe { launch.launch(gpu.grid_stride_config(n)) }
+            .map_err(driver_err("launch harp_lda_uniforms"))?;
+        Ok(())
+    }
+
+    /// Number of uniforms.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The uniforms, read-only.
+    pub fn as_slice(&self) -> &CudaSlice<f32> {
+        &self.buf
+    }
+}
+
+/// SplitMix64's finalizer (as `harp_splitmix64` in `lda.cu`).
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The `i`-th uniform of [`DeviceUniforms::generate`] with `seed`, computed on the host:
+/// the top 24 bits of `splitmix64(seed ^ splitmix64(i))` times `2⁻²⁴` (exact in `f32`,
+/// so host and device agree bit for bit), in `[0, 1)`.
+pub fn counter_uniform(seed: u64, i: u64) -> f32 {
+    let h = splitmix64(seed ^ splitmix64(i));
+    (h >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
 }
 
 /// Read-only count tables on the device (see [`crate::lda::Counts`]).
@@ -65,7 +478,7 @@ pub struct DeviceCountsMut<'a> {
     pub topic_totals: &'a mut CudaSlice<u32>,
 }
 
-/// Shapes of a validated token set.
+/// Shapes of a validated call.
 struct Shape {
     n: usize,
     doc_rows: usize,
@@ -73,12 +486,13 @@ struct Shape {
     word_hi: u64,
 }
 
-/// Host-side checks shared by both wrappers (lengths, params, devices).
+/// Host-side checks shared by both wrappers (lengths, params, devices), in the CPU's
+/// order.
 fn validate_host(
     gpu: &Gpu,
     params: &LdaParams,
-    tokens: DeviceTokens<'_>,
-    topics: &CudaSlice<u32>,
+    tokens: &DeviceTokens,
+    topics: &DeviceTopics,
     counts: DeviceCounts<'_>,
 ) -> Result<Shape, KernelError> {
     let DeviceCounts {
@@ -89,17 +503,16 @@ fn validate_host(
     } = counts;
     params.validate()?;
     let k = params.topics;
-    let n = tokens.docs.len();
-    check_len("words", n, tokens.words.len())?;
+    let n = tokens.len();
     check_len("topics", n, topics.len())?;
     check_len("topic_totals", k, totals.len())?;
     let doc_rows = doc_topic.len() / k;
     check_len("doc_topic", doc_rows * k, doc_topic.len())?;
     let word_rows = word_topic.len() / k;
     check_len("word_topic", word_rows * k, word_topic.len())?;
-    check_device(gpu, "docs", tokens.docs)?;
-    check_device(gpu, "words", tokens.words)?;
-    check_device(gpu, "topics", topics)?;
+    check_device(gpu, "docs", &tokens.docs)?;
+    check_device(gpu, "words", &tokens.words)?;
+    check_device(gpu, "topics", &topics.buf)?;
     check_device(gpu, "doc_topic", doc_topic)?;
     check_device(gpu, "word_topic", word_topic)?;
     check_device(gpu, "topic_totals", totals)?;
@@ -147,15 +560,42 @@ pub(crate) fn value_at(
     Ok(v.first().map_or(u64::MAX, |&x| u64::from(x)))
 }
 
-/// Checks every token's ids on the device; maps the first bad one to the CPU's error.
-fn check_tokens(
+/// `(min, max)` of a device buffer (`None` when empty); waits for the stream.
+fn device_range(gpu: &Gpu, buf: &CudaSlice<u32>) -> Result<Option<(u32, u32)>, KernelError> {
+    let n = buf.len();
+    if n == 0 {
+        return Ok(None);
+    }
+    let f = gpu.function(&SOURCE, "harp_lda_u32_range")?;
+    let mut range = gpu.upload(&[u32::MAX, 0])?;
+    let n64 = n as u64;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(buf).arg(&n64).arg(&mut range);
+    // SAFETY: arguments match (const u32*, u64, u32*); buf holds n elements, range two.
+    unsafe { launch.launch(gpu.grid_stride_config(n)) }
+        .map_err(driver_err("launch harp_lda_u32_range"))?;
+    match gpu.download(&range)?.as_slice() {
+        &[lo, hi] => Ok(Some((lo, hi))),
+        _ => Err(KernelError::Cuda {
+            op: "download id range",
+            message: "expected two values".to_string(),
+        }),
+    }
+}
+
+/// Makes sure every id is valid for this call: `O(1)` from the recorded ranges; when that
+/// fails, the exact device check maps the first bad token to the CPU's error.
+fn check_ids(
     gpu: &Gpu,
     params: &LdaParams,
-    tokens: DeviceTokens<'_>,
-    topics: &CudaSlice<u32>,
+    tokens: &DeviceTokens,
+    topics: &DeviceTopics,
     shape: &Shape,
 ) -> Result<(), KernelError> {
-    if shape.n == 0 {
+    let k = params.topics;
+    if shape.n == 0
+        || (tokens.fits(shape.doc_rows, shape.word_lo, shape.word_hi) && topics.bound <= k as u64)
+    {
         return Ok(());
     }
     let f = gpu.function(&SOURCE, "harp_lda_check_tokens")?;
@@ -166,17 +606,17 @@ fn check_tokens(
             shape.word_lo,
             shape.word_hi,
         );
-        let k = params.topics as u32; // validate: topics <= u32::MAX
+        let k32 = k as u32; // validate: topics <= u32::MAX
         let mut launch = gpu.stream().launch_builder(&f);
         launch
-            .arg(tokens.docs)
-            .arg(tokens.words)
-            .arg(topics)
+            .arg(&tokens.docs)
+            .arg(&tokens.words)
+            .arg(&topics.buf)
             .arg(&n)
             .arg(&rows)
             .arg(&lo)
             .arg(&hi)
-            .arg(&k)
+            .arg(&k32)
             .arg(&mut *flag);
         // SAFETY: arguments match (const u32*, const u32*, const u32*, u64, u64, u64, u64,
         // u32, u64*); the three token buffers hold n elements, flag one; the kernel reads
@@ -185,13 +625,14 @@ fn check_tokens(
             .map_err(driver_err("launch harp_lda_check_tokens"))?;
         Ok(())
     })?;
+    // Nothing found: the ranges were conservative and every id checked valid.
     let Some((kind, position)) = bad else {
         return Ok(());
     };
     let (what, buf) = match kind {
-        0 => ("docs", tokens.docs),
-        1 => ("words", tokens.words),
-        _ => ("topics", topics),
+        0 => ("docs", &tokens.docs),
+        1 => ("words", &tokens.words),
+        _ => ("topics", &topics.buf),
     };
     Err(KernelError::IndexOutOfRange {
         what,
@@ -200,76 +641,95 @@ fn check_tokens(
     })
 }
 
+/// One full wave of `f` (as many blocks as are resident at once, from the occupancy API),
+/// or fewer when `blocks_needed` is smaller.
+fn wave_config(
+    gpu: &Gpu,
+    f: &CudaFunction,
+    threads: usize,
+    shared_bytes: usize,
+    blocks_needed: usize,
+) -> Result<LaunchConfig, KernelError> {
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(threads as u32, shared_bytes, None)
+        .map_err(driver_err("occupancy query"))?
+        .max(1);
+    let wave = (gpu.sm_count() as usize).saturating_mul(per_sm as usize);
+    let blocks = blocks_needed.clamp(1, wave.max(1));
+    Ok(LaunchConfig {
+        grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: shared_bytes as u32,
+    })
+}
+
 /// [`crate::lda::sample_parallel`] on the device: `new_topics[i]` ← token `i`'s topic
 /// sampled from the fixed counts with its own assignment excluded, using `uniforms[i]`.
+/// Bit-for-bit the CPU version's topics; the kernel depends on `K`
+/// ([`sample_variant`]). On success `new_topics` has bound `K`.
 ///
 /// # Errors
-/// As the CPU version (same variants, same first bad position), plus
-/// [`KernelError::Cuda`] if a buffer is on another device or a launch fails and
-/// [`KernelError::NvrtcUnavailable`] / [`KernelError::CudaCompile`] on first use if the
-/// kernels cannot be compiled. On error `new_topics` is untouched.
+/// As the CPU version (same variants, same first bad position; uniforms are checked when
+/// built, see the [module docs](self)), plus [`KernelError::Cuda`] if a buffer is on
+/// another device or a launch fails and [`KernelError::NvrtcUnavailable`] /
+/// [`KernelError::CudaCompile`] on first use if the kernels cannot be compiled. On error
+/// `new_topics` is untouched.
 pub fn sample_parallel(
     gpu: &Gpu,
     params: &LdaParams,
-    tokens: DeviceTokens<'_>,
-    topics: &CudaSlice<u32>,
+    tokens: &DeviceTokens,
+    topics: &DeviceTopics,
     counts: DeviceCounts<'_>,
-    uniforms: &CudaSlice<f32>,
-    new_topics: &mut CudaSlice<u32>,
+    uniforms: &DeviceUniforms,
+    new_topics: &mut DeviceTopics,
 ) -> Result<(), KernelError> {
     let shape = validate_host(gpu, params, tokens, topics, counts)?;
     let n = shape.n;
-    check_device(gpu, "uniforms", uniforms)?;
-    check_device(gpu, "new_topics", new_topics)?;
-    check_tokens(gpu, params, tokens, topics, &shape)?;
+    check_device(gpu, "uniforms", &uniforms.buf)?;
+    check_device(gpu, "new_topics", &new_topics.buf)?;
+    check_ids(gpu, params, tokens, topics, &shape)?;
     check_len("uniforms", n, uniforms.len())?;
     check_len("new_topics", n, new_topics.len())?;
+    let k = params.topics;
     if n == 0 {
+        new_topics.bound = 0;
         return Ok(());
     }
-    let check = gpu.function(&SOURCE, "harp_lda_check_uniforms")?;
-    let bad = first_bad(gpu, |flag| {
-        let n64 = n as u64;
-        let mut launch = gpu.stream().launch_builder(&check);
-        launch.arg(uniforms).arg(&n64).arg(&mut *flag);
-        // SAFETY: arguments match (const float*, u64, u64*); uniforms holds n floats.
-        unsafe { launch.launch(gpu.grid_stride_config(n)) }
-            .map_err(driver_err("launch harp_lda_check_uniforms"))?;
-        Ok(())
-    })?;
-    if let Some((_, position)) = bad {
-        return Err(KernelError::InvalidValue {
-            what: "uniforms",
-            position,
-        });
-    }
-
-    let f = gpu.function(&SOURCE, "harp_lda_sample_parallel")?;
-    let (n64, k, base) = (n as u64, params.topics as u32, counts.word_base);
+    let plan = plan(k);
+    let f = gpu.function(&SOURCE, plan.kernel)?;
+    let cfg = wave_config(
+        gpu,
+        &f,
+        plan.threads,
+        plan.shared_bytes,
+        n.div_ceil(plan.tokens_per_block),
+    )?;
+    let (n64, k32, base) = (n as u64, k as u32, counts.word_base);
     let (alpha, beta, vbeta) = (params.alpha, params.beta, params.vbeta());
     let mut launch = gpu.stream().launch_builder(&f);
     launch
-        .arg(tokens.docs)
-        .arg(tokens.words)
-        .arg(topics)
-        .arg(uniforms)
+        .arg(&tokens.docs)
+        .arg(&tokens.words)
+        .arg(&topics.buf)
+        .arg(&uniforms.buf)
         .arg(counts.doc_topic)
         .arg(counts.word_topic)
         .arg(counts.topic_totals)
-        .arg(&mut *new_topics)
+        .arg(&mut new_topics.buf)
         .arg(&n64)
-        .arg(&k)
+        .arg(&k32)
         .arg(&base)
         .arg(&alpha)
         .arg(&beta)
         .arg(&vbeta);
-    // One warp (32 threads) per token; BLOCK_THREADS is a multiple of 32.
-    let cfg = gpu.grid_stride_config(n.saturating_mul(32));
-    // SAFETY: arguments match the kernel's signature (7 const pointers, u32*, u64, u32,
-    // u32, float, float, float). Every token was checked on the device: doc < doc rows,
-    // word_base <= word < word_base + word rows, topic < K, so every row read is inside
-    // doc_topic / word_topic; totals has K entries; new_topics holds n.
-    unsafe { launch.launch(cfg) }.map_err(driver_err("launch harp_lda_sample_parallel"))?;
+    // SAFETY: every sampling kernel takes (7 const pointers, u32*, u64, u32, u32, float,
+    // float, float). check_ids established doc < doc rows and word_base <= word <
+    // word_base + word rows for every token (topics are only compared), so every row read
+    // is inside doc_topic / word_topic; totals has K entries; the token buffers, uniforms
+    // and new_topics hold n; the dynamic shared memory is what the kernel lays out for K
+    // (plan), at most 48 KiB; block sizes are multiples of 32.
+    unsafe { launch.launch(cfg) }.map_err(driver_err("launch LDA sampling kernel"))?;
+    new_topics.bound = k as u64;
     Ok(())
 }
 
@@ -283,8 +743,8 @@ pub fn sample_parallel(
 pub fn rebuild_counts(
     gpu: &Gpu,
     params: &LdaParams,
-    tokens: DeviceTokens<'_>,
-    topics: &CudaSlice<u32>,
+    tokens: &DeviceTokens,
+    topics: &DeviceTopics,
     counts: DeviceCountsMut<'_>,
 ) -> Result<(), KernelError> {
     let view = DeviceCounts {
@@ -294,7 +754,7 @@ pub fn rebuild_counts(
         topic_totals: counts.topic_totals,
     };
     let shape = validate_host(gpu, params, tokens, topics, view)?;
-    check_tokens(gpu, params, tokens, topics, &shape)?;
+    check_ids(gpu, params, tokens, topics, &shape)?;
     if u32::try_from(shape.n).is_err() {
         return Err(KernelError::ShapeOverflow { what: "tokens" });
     }
@@ -328,9 +788,9 @@ pub fn rebuild_counts(
     let (n64, k32, shared_flag) = (shape.n as u64, k as u32, i32::from(shared));
     let mut launch = stream.launch_builder(&f);
     launch
-        .arg(tokens.docs)
-        .arg(tokens.words)
-        .arg(topics)
+        .arg(&tokens.docs)
+        .arg(&tokens.words)
+        .arg(&topics.buf)
         .arg(&n64)
         .arg(&k32)
         .arg(&word_base)
@@ -338,9 +798,9 @@ pub fn rebuild_counts(
         .arg(&mut *word_topic)
         .arg(&mut *topic_totals)
         .arg(&shared_flag);
-    // SAFETY: arguments match (3 const u32*, u64, u32, u32, 3 u32*, int); every token
-    // was checked on the device, so every counter index is inside its table; the
-    // shared histogram has K entries when enabled (K * 4 <= 16 KiB).
+    // SAFETY: arguments match (3 const u32*, u64, u32, u32, 3 u32*, int); check_ids
+    // established every doc row, word id and topic (< K) valid, so every counter index is
+    // inside its table; the shared histogram has K entries when enabled (K * 4 <= 16 KiB).
     unsafe { launch.launch(cfg) }.map_err(driver_err("launch harp_lda_count_tokens"))?;
     Ok(())
 }

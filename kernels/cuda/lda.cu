@@ -197,22 +197,25 @@ extern "C" __global__ void harp_lda_sample_small(
             z = topics[i];
             u = uniforms[i];
         }
-        // Phase 1: the tile's count * K weights, lane-contiguous cells (t, k), 4 cells per
+        // Phase 1: the tile's count * K weights, lane-contiguous cells (t, k), 8 cells per
         // lane in flight. Trip counts are warp-uniform (the shuffles need every lane).
         const unsigned int cells = count * K;
         unsigned int t = lane_t, k = lane_k;
-        for (unsigned int base = 0; base < cells; base += 128u) {
-            unsigned int nd[4], nw[4], ct[4], ck[4];
+        for (unsigned int base = 0; base < cells; base += 256u) {
+            // Per cell: both counts and a packed code, (shared index of the weight) |
+            // (index of its reciprocal: own * K + k) << 16.
+            unsigned int nd[8], nw[8], code[8];
 #pragma unroll
-            for (unsigned int j = 0; j < 4u; ++j) {
+            for (unsigned int j = 0; j < 8u; ++j) {
                 const bool active = base + 32u * j + lane < cells;
                 const unsigned int src = t & 31u;
                 const unsigned int dt = __shfl_sync(HARP_FULL_MASK, d, src);
                 const unsigned int wt = __shfl_sync(HARP_FULL_MASK, w, src);
+                const unsigned int zt = __shfl_sync(HARP_FULL_MASK, z, src);
                 nd[j] = active ? doc_topic[(size_t)dt * K + k] : 0u;
                 nw[j] = active ? word_topic[(size_t)wt * K + k] : 0u;
-                ct[j] = t;
-                ck[j] = k;
+                const unsigned int own = k == zt ? 1u : 0u;
+                code[j] = active ? (t * stride + k) | ((own * K + k) << 16) : ~0u;
                 t += step_t;
                 k += step_k;
                 if (k >= K) {
@@ -221,13 +224,12 @@ extern "C" __global__ void harp_lda_sample_small(
                 }
             }
 #pragma unroll
-            for (unsigned int j = 0; j < 4u; ++j) {
-                const bool active = base + 32u * j + lane < cells;
-                const unsigned int zt = __shfl_sync(HARP_FULL_MASK, z, ct[j] & 31u);
-                if (active) {
-                    const unsigned int own = ck[j] == zt ? 1u : 0u;
-                    wts[ct[j] * stride + ck[j]] = harp_lda_weight_inv(
-                        nd[j], nw[j], own, inv[own * K + ck[j]], alpha, beta);
+            for (unsigned int j = 0; j < 8u; ++j) {
+                if (code[j] != ~0u) {
+                    const unsigned int r = code[j] >> 16;
+                    const unsigned int own = r >= K ? 1u : 0u;
+                    wts[code[j] & 0xffffu] =
+                        harp_lda_weight_inv(nd[j], nw[j], own, inv[r], alpha, beta);
                 }
             }
         }

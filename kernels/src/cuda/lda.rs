@@ -650,6 +650,10 @@ fn wave_config(
     shared_bytes: usize,
     blocks_needed: usize,
 ) -> Result<LaunchConfig, KernelError> {
+    // The occupancy query acts on the calling thread's current context: make it ours.
+    gpu.context()
+        .bind_to_thread()
+        .map_err(driver_err("bind context"))?;
     let per_sm = f
         .occupancy_max_active_blocks_per_multiprocessor(threads as u32, shared_bytes, None)
         .map_err(driver_err("occupancy query"))?

@@ -175,8 +175,7 @@ fn mlr_app(count: Arc<TaskCount>) -> Result<Arc<MlrApp>> {
         ..MlrConfig::default()
     };
     Ok(Arc::new(
-        MlrApp::new(config, Arc::new(train), Arc::new(test), count)
-            .map_err(|e| anyhow!("{e}"))?,
+        MlrApp::new(config, Arc::new(train), Arc::new(test), count).map_err(|e| anyhow!("{e}"))?,
     ))
 }
 
@@ -230,7 +229,9 @@ fn run_across(args: &Args) -> Result<()> {
                 .await
             })
         };
-        let master = addr_rx.await.map_err(|_| anyhow!("the master did not start"))?;
+        let master = addr_rx
+            .await
+            .map_err(|_| anyhow!("the master did not start"))?;
         let localhost = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
         let nodes: Vec<_> = (0..3)
             .map(|_| {

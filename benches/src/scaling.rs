@@ -10,7 +10,9 @@
 //!   command to the removed process's exit (target ≤ 1 s; Litz reports 2.5 s).
 //! * **scale-out**: a static run on 1 node (the trigger is set at 30% of its time), a
 //!   static run on 2 nodes (its epoch time for the rest), and the elastic run: 1 node, a
-//!   second joins at the trigger. Ideal = time at the trigger + the epochs left at the
+//!   second joins at the trigger. All three have the same executors (`--mlr-executors-per-
+//!   worker` in all: the static 2-node run gives each worker half), as a job that grows
+//!   keeps its executors and moves half of them. Ideal = time at the trigger + the epochs left at the
 //!   trigger × the 2-node epoch time; reported is elastic total / ideal (target ≤ 1.05).
 
 use crate::{emit, median, round_to, rounded, Args};
@@ -38,6 +40,16 @@ struct Job {
 
 impl Job {
     fn new(args: &Args, dir: &Path, epochs: u32) -> Result<Job> {
+        Self::with_executors(args, dir, epochs, args.mlr_executors_per_worker)
+    }
+
+    /// A job whose workers get `executors_per_worker` executors each at the start.
+    fn with_executors(
+        args: &Args,
+        dir: &Path,
+        epochs: u32,
+        executors_per_worker: u32,
+    ) -> Result<Job> {
         let credentials = dir.join("creds");
         harp::JobCredentials::generate("harp-bench-scale")?.save(&credentials)?;
         let mut run_args: Vec<String> = [
@@ -49,7 +61,7 @@ impl Job {
             "--threads",
             &args.threads.to_string(),
             "--executors-per-worker",
-            &args.mlr_executors_per_worker.to_string(),
+            &executors_per_worker.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -237,7 +249,11 @@ pub fn scale_out(args: &Args) -> Result<()> {
     let dir = temp_dir("scale-out")?;
     let epochs = args.scale_out_epochs;
     let job = Job::new(args, &dir, epochs)?;
+    // The job keeps its executors when it grows, so the static runs have the same number:
+    // `--mlr-executors-per-worker` in all, split over the nodes.
     let run_static = |nodes: u32, name: &str| -> Result<Vec<f64>> {
+        let per_worker = (args.mlr_executors_per_worker / nodes).max(1);
+        let job = Job::with_executors(args, &dir, epochs, per_worker)?;
         let metrics = dir.join(format!("{name}.jsonl"));
         let master = job.master(nodes, &metrics)?;
         let children = (0..nodes)

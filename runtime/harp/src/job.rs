@@ -242,6 +242,7 @@ pub async fn run_job_controlled<A: App>(
             servers,
             shards: shard_map,
             routes: vec![crate::master::RouteTarget::Local(store.clone())],
+            server_places: Vec::new(),
         })
         .is_ok();
     let end = if started_ok {

@@ -35,22 +35,25 @@ pub(crate) enum MasterMsg<A: App> {
         shards: ShardMap,
         /// Every node's routing, told when a shard changes owner.
         routes: Vec<RouteTarget>,
+        /// Where each server node listens (jobs across processes), for nodes that join later.
+        server_places: Vec<harp_wire::ServerPlace>,
     },
     /// A worker joined the running job (it hosts nothing until a re-balancing).
     AddWorker(WorkerId, ActorRef<WorkerMsg<A>>),
     /// A server joined the running job (it holds nothing until a re-balancing).
     AddServer(ServerId, ActorRef<ServerMsg>),
     /// A node process joined the running job: send it its (empty) assignment and the
-    /// current placement, tell the other nodes about its server (`servers` lists every
-    /// server node, the new one included), and route shard moves to it from now on. Done
-    /// here, in order with the reroutes, so no node misses one.
+    /// current placement, tell the other nodes about its server (`server`, if it has one),
+    /// and route shard moves to it from now on. Done here, in order with the reroutes and
+    /// with other joins, so no node misses a reroute or a server.
     AddNode {
         link: harp_net::Link,
         assignment: harp_wire::Assignment,
-        servers: Vec<harp_wire::ServerPlace>,
-        new_server: bool,
+        server: Option<harp_wire::ServerPlace>,
         reply: oneshot::Sender<Result<(), HarpError>>,
     },
+    /// A server node left the job: nodes that join later do not dial it.
+    ForgetServer(u32),
     /// Re-balance onto these workers and servers; the others give their load away.
     Rebalance {
         live_workers: Vec<WorkerId>,
@@ -123,6 +126,8 @@ pub(crate) struct MasterState<A: App> {
     routes: Vec<RouteTarget>,
     /// Placements sent to nodes that joined after the start (the first one is 1).
     placement_epoch: u64,
+    /// Where each server node of the job listens (jobs across processes).
+    server_places: BTreeMap<u32, harp_wire::ServerPlace>,
     moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
     scale: Option<moves::ScaleInProgress>,
     next_task: u64,
@@ -207,9 +212,13 @@ impl<A: App> MasterState<A> {
         &mut self,
         link: harp_net::Link,
         assignment: harp_wire::Assignment,
-        servers: Vec<harp_wire::ServerPlace>,
-        new_server: bool,
+        server: Option<harp_wire::ServerPlace>,
     ) -> Result<(), HarpError> {
+        let new_server = server.is_some();
+        if let Some(place) = server {
+            self.server_places.insert(place.server, place);
+        }
+        let servers = self.server_places.values().cloned().collect();
         self.placement_epoch += 1;
         let placement = harp_wire::Placement {
             epoch: self.placement_epoch,
@@ -275,6 +284,7 @@ impl<A: App> Actor for MasterActor<A> {
             shards: ShardMap::default(),
             routes: Vec::new(),
             placement_epoch: 1,
+            server_places: BTreeMap::new(),
             moving: BTreeMap::new(),
             scale: None,
             next_task: 0,
@@ -300,12 +310,14 @@ impl<A: App> Actor for MasterActor<A> {
                 servers,
                 shards,
                 routes,
+                server_places,
             } => {
                 state.workers = workers;
                 state.executors = executors;
                 state.servers = servers;
                 state.shards = shards;
                 state.routes = routes;
+                state.server_places = server_places.into_iter().map(|p| (p.server, p)).collect();
                 state.drive(|d, ctx| d.dispatch_initial_tasks(ctx))
             }
             MasterMsg::AddWorker(id, actor) => {
@@ -319,11 +331,14 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::AddNode {
                 link,
                 assignment,
-                servers,
-                new_server,
+                server,
                 reply,
             } => {
-                let _ = reply.send(state.add_node(link, assignment, servers, new_server));
+                let _ = reply.send(state.add_node(link, assignment, server));
+                Ok(false)
+            }
+            MasterMsg::ForgetServer(server) => {
+                state.server_places.remove(&server);
                 Ok(false)
             }
             MasterMsg::Rebalance {

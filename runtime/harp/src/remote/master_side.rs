@@ -288,7 +288,6 @@ pub async fn run_job_across_controlled<A: App>(
             id: node.id,
             link: node.link.clone(),
             roles: node.roles,
-            listen_addr: node.listen_addr.clone(),
             pending: pending.clone(),
             holdings: holdings_of(node, &executors, &shards),
         });
@@ -326,6 +325,7 @@ pub async fn run_job_across_controlled<A: App>(
         servers,
         shards,
         routes,
+        server_places: placement.servers.clone(),
     });
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));

@@ -213,29 +213,36 @@ impl Actor for ServerProxy {
                 ))));
             }
             ServerMsg::TakeOver { shard, rows, ack } => {
-                // Waits for the new owner's confirmation before this proxy sends anything
-                // else, so requests the old owner forwards arrive after the rows.
+                // The old owner holds the shard's requests until `ack`, so nothing it
+                // forwards can overtake the rows; everything else keeps flowing meanwhile.
                 let (tx, rx) = oneshot::channel();
                 let request_id = state.pending.register(Pending::TookOver(tx));
-                send_sized(
-                    &state.link,
-                    Message::TakeOverShard {
-                        request_id,
-                        shard: shard.0,
-                        rows: rows.to_wire(),
-                    },
-                )
-                .await?;
-                match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
-                    Ok(Ok(())) => {
-                        let _ = ack.send(());
+                let link = state.link.clone();
+                let message = Message::TakeOverShard {
+                    request_id,
+                    shard: shard.0,
+                    rows: rows.to_wire(),
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = send_sized(&link, message).await {
+                        tracing::warn!(%shard, server, error = %e, "could not send a shard's rows");
+                        return;
                     }
-                    _ => {
-                        return Err(
-                            format!("server-{server} did not confirm it took over {shard}").into(),
-                        )
+                    match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
+                        Ok(Ok(())) => {
+                            let _ = ack.send(());
+                        }
+                        // Dropping `ack` tells the old owner the move failed.
+                        _ => {
+                            tracing::warn!(%shard, server, "the new owner did not confirm it took over the rows")
+                        }
                     }
-                }
+                });
+            }
+            ServerMsg::HandedOver { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "a hand-off confirmation reached a proxy".into(),
+                )));
             }
             ServerMsg::Drain { reply } => {
                 let pending = state.pending.clone();
@@ -336,7 +343,7 @@ impl Actor for ServerNodeProxy {
             ServerMsg::Drain { reply } => {
                 let _ = reply.send(());
             }
-            ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } => {
+            ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } | ServerMsg::HandedOver { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
         }
@@ -588,6 +595,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::AddWorker(..)
             | MasterMsg::AddServer(..)
             | MasterMsg::AddNode { .. }
+            | MasterMsg::ForgetServer(..)
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
             | MasterMsg::ShardHandedOff { .. } => {

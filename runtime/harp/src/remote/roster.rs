@@ -30,7 +30,6 @@ pub(crate) struct NodeEntry {
     pub id: u32,
     pub link: Link,
     pub roles: NodeRoles,
-    pub listen_addr: String,
     /// Replies the master waits for from this node.
     pub pending: Arc<PendingReplies>,
     /// What it held when it joined, for the report of its death.
@@ -80,20 +79,6 @@ impl Roster {
             .get(&node)
             .map(|n| n.holdings.clone())
             .unwrap_or_default()
-    }
-
-    /// Every live server node, and `extra` (one that is joining).
-    fn server_places(&self, extra: Option<ServerPlace>) -> Vec<ServerPlace> {
-        self.nodes
-            .values()
-            .filter(|n| n.roles.server)
-            .map(|n| ServerPlace {
-                server: n.id,
-                node_id: n.id,
-                listen_addr: n.listen_addr.clone(),
-            })
-            .chain(extra)
-            .collect()
     }
 
     fn depart(&mut self, node: u32) -> Option<NodeEntry> {
@@ -183,17 +168,17 @@ async fn admit<A: App>(
     listen_addr: String,
 ) {
     let began = Instant::now();
-    let (id, servers) = {
+    let id = {
         let mut roster = lock(&ctx.roster);
         let id = roster.next_id;
         roster.next_id += 1;
-        let extra = roles.server.then(|| ServerPlace {
-            server: id,
-            node_id: id,
-            listen_addr: listen_addr.clone(),
-        });
-        (id, roster.server_places(extra))
+        id
     };
+    let server = roles.server.then(|| ServerPlace {
+        server: id,
+        node_id: id,
+        listen_addr: listen_addr.clone(),
+    });
     let welcome = Message::Welcome(Welcome {
         protocol_version: PROTOCOL_VERSION,
         job_id: ctx.job,
@@ -217,8 +202,7 @@ async fn admit<A: App>(
     let asked = ctx.master.send_message(MasterMsg::AddNode {
         link: link.clone(),
         assignment,
-        servers,
-        new_server: roles.server,
+        server,
         reply: tx,
     });
     let placed = asked.is_ok() && matches!(rx.await, Ok(Ok(())));
@@ -229,12 +213,14 @@ async fn admit<A: App>(
     if let Err(e) = wait_ready(id, &mut incoming, ctx.join_timeout_ms).await {
         tracing::warn!(node = id, error = %e, "a joining node did not get ready; it gets no load");
         lock(&ctx.roster).depart(id);
+        let _ = ctx.master.send_message(MasterMsg::ForgetServer(id));
         link.close("not ready");
         return;
     }
     if let Err(e) = enlist(ctx, id, link, incoming, roles, listen_addr).await {
         tracing::warn!(node = id, error = %e, "could not take a joining node in");
         lock(&ctx.roster).depart(id);
+        let _ = ctx.master.send_message(MasterMsg::ForgetServer(id));
         return;
     }
     let worker = roles.worker.then_some(WorkerId(id));
@@ -288,7 +274,6 @@ async fn enlist<A: App>(
         id,
         link,
         roles,
-        listen_addr,
         pending: pending.clone(),
         holdings,
     });
@@ -382,6 +367,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     }
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
+    let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
     {
         let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
         let _ = view.handle_leave(NodeId(node), now_ms(ctx.started));

@@ -9,7 +9,9 @@
 //! forwards every read and update of that shard to it (chains allowed: the new owner may
 //! hand it on). Writes to a shard are applied by exactly one server at any time: the old
 //! owner stops applying before the rows leave, and the new owner receives them before any
-//! forwarded request (one sender, one ordered mailbox).
+//! forwarded request: until the new owner confirms it holds the rows, requests for the shard
+//! are held here (in arrival order) and sent on only then, while traffic for every other
+//! shard keeps flowing.
 
 mod store;
 
@@ -66,6 +68,13 @@ pub(crate) enum ServerMsg {
     /// leave the job is drained by every node before it goes). A server in this process
     /// answers in order, so at once.
     Drain { reply: oneshot::Sender<()> },
+    /// The new owner of `shard` confirmed it holds the rows (internal): send the requests
+    /// held for it, then answer the hand-off.
+    HandedOver {
+        shard: ShardId,
+        result: Result<ShardMoved, HarpError>,
+        reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
+    },
 }
 
 pub(crate) struct ServerActor;
@@ -75,29 +84,63 @@ pub(crate) struct ServerState {
     store: ShardStore,
     /// Shards given away, and to whom their traffic goes.
     forwarded: HashMap<ShardId, ActorRef<ServerMsg>>,
+    /// Shards given away whose new owner has not confirmed the rows yet: the requests for
+    /// them, in arrival order, sent on once it has.
+    held: HashMap<ShardId, Vec<ServerMsg>>,
     num_shards: u32,
+}
+
+/// Where a part of a request goes: to a server now, or held until a shard's rows are in.
+enum Away {
+    Send(ActorRef<ServerMsg>),
+    Hold(ShardId),
+}
+
+impl Away {
+    fn same(&self, other: &Away) -> bool {
+        match (self, other) {
+            (Away::Send(a), Away::Send(b)) => a.get_id() == b.get_id(),
+            (Away::Hold(a), Away::Hold(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl ServerState {
     /// Where the traffic of `key` goes: `None` for this server.
-    fn forward_of(&self, key: ParamKey) -> Option<&ActorRef<ServerMsg>> {
-        self.forwarded.get(&shard_of(key, self.num_shards))
+    fn forward_of(&self, key: ParamKey) -> Option<Away> {
+        let shard = shard_of(key, self.num_shards);
+        if self.held.contains_key(&shard) {
+            return Some(Away::Hold(shard));
+        }
+        self.forwarded.get(&shard).map(|to| Away::Send(to.clone()))
     }
 
-    /// Groups the positions of `keys` by the server they are forwarded to (`None` = here).
+    /// Groups the positions of `keys` by where they go (`local`: here).
     fn split<'k>(&self, keys: impl Iterator<Item = &'k ParamKey>) -> (Vec<usize>, Forwards) {
         let mut local = Vec::new();
         let mut away: Forwards = Vec::new();
         for (i, key) in keys.enumerate() {
             match self.forward_of(*key) {
                 None => local.push(i),
-                Some(to) => match away.iter_mut().find(|(a, _)| a.get_id() == to.get_id()) {
+                Some(to) => match away.iter_mut().find(|(a, _)| a.same(&to)) {
                     Some((_, idxs)) => idxs.push(i),
-                    None => away.push((to.clone(), vec![i])),
+                    None => away.push((to, vec![i])),
                 },
             }
         }
         (local, away)
+    }
+
+    /// Sends a part of a request on, or holds it until its shard's rows are in.
+    fn send_away(&mut self, to: Away, message: ServerMsg) {
+        match to {
+            // A server that stopped fails the request through its dropped reply.
+            Away::Send(actor) => {
+                let _ = actor.send_message(message);
+            }
+            Away::Hold(shard) => self.held.entry(shard).or_default().push(message),
+        }
     }
 
     fn get(&mut self, keys: Vec<ParamKey>, reply: GetReply) {
@@ -126,10 +169,13 @@ impl ServerState {
         for (to, idxs) in away {
             let (tx, rx) = oneshot::channel();
             let sub = idxs.iter().map(|&i| keys[i]).collect();
-            let _ = to.send_message(ServerMsg::Get {
-                keys: sub,
-                reply: tx,
-            });
+            self.send_away(
+                to,
+                ServerMsg::Get {
+                    keys: sub,
+                    reply: tx,
+                },
+            );
             waits.push((idxs, rx));
         }
         let id = self.id;
@@ -190,10 +236,13 @@ impl ServerState {
         for (to, idxs) in away {
             let (tx, rx) = oneshot::channel();
             let sub = idxs.iter().filter_map(|&i| slots[i].take()).collect();
-            let _ = to.send_message(ServerMsg::Apply {
-                updates: sub,
-                reply: tx,
-            });
+            self.send_away(
+                to,
+                ServerMsg::Apply {
+                    updates: sub,
+                    reply: tx,
+                },
+            );
             waits.push(rx);
         }
         if waits.is_empty() {
@@ -213,8 +262,8 @@ impl ServerState {
     }
 }
 
-/// Positions of a request's keys, grouped by the server they are forwarded to.
-type Forwards = Vec<(ActorRef<ServerMsg>, Vec<usize>)>;
+/// Positions of a request's keys, grouped by where they go.
+type Forwards = Vec<(Away, Vec<usize>)>;
 type GetReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>;
 type ApplyReply = oneshot::Sender<Result<(), HarpError>>;
 
@@ -232,13 +281,14 @@ impl Actor for ServerActor {
             id,
             store: ShardStore::new(tables),
             forwarded: HashMap::new(),
+            held: HashMap::new(),
             num_shards: 1,
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -276,17 +326,46 @@ impl Actor for ServerActor {
                 if to.send_message(take_over).is_err() {
                     return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
                 }
-                // From now on this server forwards the shard's traffic (queued behind the rows).
+                // From now on this server forwards the shard's traffic, held here until the
+                // new owner holds the rows.
                 state.forwarded.insert(shard, to);
+                state.held.insert(shard, Vec::new());
                 let id = state.id;
                 tokio::spawn(async move {
-                    let _ = reply.send(match acked.await {
+                    let result = match acked.await {
                         Ok(()) => Ok(moved),
                         Err(_) => Err(HarpError::InvalidConfig(format!(
                             "{id}: the new owner of {shard} did not confirm it holds the rows"
                         ))),
+                    };
+                    // A server that stopped no longer holds anything.
+                    let _ = myself.send_message(ServerMsg::HandedOver {
+                        shard,
+                        result,
+                        reply,
                     });
                 });
+            }
+            ServerMsg::HandedOver {
+                shard,
+                result,
+                reply,
+            } => {
+                let held = state.held.remove(&shard).unwrap_or_default();
+                match state.forwarded.get(&shard) {
+                    Some(to) => {
+                        for message in held {
+                            let _ = to.send_message(message);
+                        }
+                    }
+                    // Not forwarded any more (it came back): serve what was held here.
+                    None => {
+                        for message in held {
+                            let _ = myself.send_message(message);
+                        }
+                    }
+                }
+                let _ = reply.send(result);
             }
             ServerMsg::TakeOver { shard, rows, ack } => {
                 state.forwarded.remove(&shard);

@@ -6,13 +6,16 @@
 //!   regression (softmax regression), the worker-side hot loop of MLR training;
 //! * [`cnn`] — convolutional-network layers (convolution, ReLU, 2×2 max pooling,
 //!   dense, softmax cross-entropy), forward and backward, NCHW;
+//! * [`lda`] — collapsed Gibbs sampling for LDA (sequential sweep, parallel step from
+//!   fixed counts, count rebuild, log likelihood);
+//! * [`mf`] — matrix factorization (SGD step, ALS half-step, RMSE);
 //! * [`optim`] — the element-wise update rules a parameter server applies to rows
 //!   of `f32` parameters (`+=`, axpy, AdaGrad, Adam).
 //!
 //! Every kernel has a CPU implementation, which is always built. Each fast path
 //! ships with a plain `f64` reference implementation that the tests compare
-//! against. With the `cuda` cargo feature, the `cuda` module adds CUDA versions
-//! (MLR gradient, update rules) that compile their `.cu` sources at run time with
+//! against. With the `cuda` cargo feature, the `cuda` module adds CUDA versions of
+//! all of them that compile their `.cu` sources at run time with
 //! NVRTC and load the CUDA driver dynamically: no CUDA toolkit is needed to build,
 //! and without a GPU they return [`KernelError::GpuUnavailable`]. The CPU versions
 //! stay the default and the fallback; `docs/KERNELS.md` describes both paths.

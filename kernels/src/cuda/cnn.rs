@@ -213,6 +213,32 @@ pub fn conv2d_forward(
     Ok(())
 }
 
+/// The checks every layer's backward runs before it writes: each buffer's length (`lens`:
+/// x, w, dy, and the bias length) and that each lives on `gpu`.
+fn check_backward_buffers(
+    gpu: &Gpu,
+    [x_len, w_len, y_len, bias_len]: [usize; 4],
+    [x, w, dy]: [&CudaSlice<f32>; 3],
+    grads: &GpuLayerGrads<'_>,
+) -> Result<(), KernelError> {
+    check_len("x", x_len, x.len())?;
+    check_len("w", w_len, w.len())?;
+    check_len("dy", y_len, dy.len())?;
+    if let Some(dx) = grads.dx.as_deref() {
+        check_len("dx", x_len, dx.len())?;
+    }
+    check_len("dw", w_len, grads.dw.len())?;
+    check_len("db", bias_len, grads.db.len())?;
+    for (what, buf) in [("x", x), ("w", w), ("dy", dy)] {
+        check_device(gpu, what, buf)?;
+    }
+    if let Some(dx) = grads.dx.as_deref() {
+        check_device(gpu, "dx", dx)?;
+    }
+    check_device(gpu, "dw", grads.dw)?;
+    check_device(gpu, "db", grads.db)
+}
+
 /// Backward convolution on the device, same contract as [`crate::conv2d_backward`]:
 /// overwrites `grads.dw`, `grads.db` and (when present) `grads.dx`.
 ///
@@ -228,24 +254,9 @@ pub fn conv2d_backward(
     grads: GpuLayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_len("x", d.x_len, x.len())?;
-    check_len("w", d.w_len, w.len())?;
-    check_len("dy", d.y_len, dy.len())?;
-    let GpuLayerGrads { dx, dw, db } = grads;
-    if let Some(dx) = dx.as_deref() {
-        check_len("dx", d.x_len, dx.len())?;
-    }
-    check_len("dw", d.w_len, dw.len())?;
-    check_len("db", d.o, db.len())?;
+    check_backward_buffers(gpu, [d.x_len, d.w_len, d.y_len, d.o], [x, w, dy], &grads)?;
     let g = conv_geom(layer, batch)?;
-    for (what, buf) in [("x", x), ("w", w), ("dy", dy)] {
-        check_device(gpu, what, buf)?;
-    }
-    if let Some(dx) = dx.as_deref() {
-        check_device(gpu, "dx", dx)?;
-    }
-    check_device(gpu, "dw", dw)?;
-    check_device(gpu, "db", db)?;
+    let GpuLayerGrads { dx, dw, db } = grads;
 
     let stream = gpu.stream();
     stream.memset_zeros(dw).map_err(driver_err("memset dw"))?;
@@ -437,24 +448,9 @@ pub fn dense_backward(
     grads: GpuLayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_len("x", d.x_len, x.len())?;
-    check_len("w", d.w_len, w.len())?;
-    check_len("dy", d.y_len, dy.len())?;
-    let GpuLayerGrads { dx, dw, db } = grads;
-    if let Some(dx) = dx.as_deref() {
-        check_len("dx", d.x_len, dx.len())?;
-    }
-    check_len("dw", d.w_len, dw.len())?;
-    check_len("db", d.o, db.len())?;
+    check_backward_buffers(gpu, [d.x_len, d.w_len, d.y_len, d.o], [x, w, dy], &grads)?;
     dense_limits(layer, batch)?;
-    for (what, buf) in [("x", x), ("w", w), ("dy", dy)] {
-        check_device(gpu, what, buf)?;
-    }
-    if let Some(dx) = dx.as_deref() {
-        check_device(gpu, "dx", dx)?;
-    }
-    check_device(gpu, "dw", dw)?;
-    check_device(gpu, "db", db)?;
+    let GpuLayerGrads { dx, dw, db } = grads;
     let stream = gpu.stream();
     if batch == 0 {
         stream.memset_zeros(dw).map_err(driver_err("memset dw"))?;

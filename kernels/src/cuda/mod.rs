@@ -10,8 +10,9 @@
 //!   the device's own architecture (`sm_XY`), and loads the cubin;
 //! * [`compile_check`] — NVRTC only, no device: does a source compile?
 //!
-//! The kernels themselves live in [`mlr`] (minibatch gradient) and [`optim`]
-//! (element-wise update rules); they take cudarc device buffers
+//! The kernels themselves live in [`mlr`] (minibatch gradient), [`optim`]
+//! (element-wise update rules), [`lda`] (parallel sampling step, count rebuild), [`mf`]
+//! (SGD, ALS) and [`cnn`] (layers forward and backward); they take cudarc device buffers
 //! ([`CudaSlice`](cudarc::driver::CudaSlice)), validate lengths and hyperparameters
 //! like their CPU versions, and write nothing on error.
 //!

@@ -1,6 +1,6 @@
 //! The "parallel sampling step": every token sampled from the same FIXED counts, with
 //! only its own assignment excluded, from a uniform supplied per token. This is the
-//! contract of the CUDA kernel (`kernels/cuda/lda.cu`, one warp per token); the CPU
+//! contract of the CUDA kernel (`kernels/cuda/lda.cu`, whose variant is chosen by K); the CPU
 //! version here performs the same single-precision operations in the same order so
 //! the two agree bit for bit wherever the hardware rounds alike. Counts are rebuilt
 //! from the new topics afterwards by [`rebuild_counts`].

@@ -87,12 +87,6 @@ pub(crate) enum ControlRequest {
         server: Option<ServerId>,
         reply: Reply<ScaleReport>,
     },
-    /// A node process wants to leave: move its load away.
-    NodeLeaving {
-        worker: Option<WorkerId>,
-        server: Option<ServerId>,
-        reply: Reply<ScaleReport>,
-    },
     /// A node process left: its worker and server are no longer the job's.
     Forget {
         worker: Option<WorkerId>,
@@ -209,9 +203,10 @@ impl JobControl {
         worker: Option<WorkerId>,
         server: Option<ServerId>,
     ) -> Result<ScaleReport, HarpError> {
-        self.when_idle(|reply| ControlRequest::NodeLeaving {
-            worker,
-            server,
+        // A scale-in of its worker and server (the node is forgotten once it is gone).
+        self.when_idle(|reply| ControlRequest::ScaleIn {
+            workers: worker.into_iter().collect(),
+            servers: server.into_iter().collect(),
             reply,
         })
         .await
@@ -274,8 +269,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
             ControlRequest::Members { reply } => {
                 let _ = reply.send(Ok(lock(&live).clone()));
             }
-            ControlRequest::NodeJoined { reply, .. }
-            | ControlRequest::NodeLeaving { reply, .. } => {
+            ControlRequest::NodeJoined { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
                     "a job in one process has no node processes".into(),
                 )));
@@ -409,15 +403,6 @@ pub(crate) async fn serve_across<A: App>(
                 onto_w.extend(worker.filter(|w| !onto_w.contains(w)));
                 onto_s.extend(server.filter(|s| !onto_s.contains(s)));
                 rebalance(&master, &live, onto_w, onto_s, reply);
-            }
-            ControlRequest::NodeLeaving {
-                worker,
-                server,
-                reply,
-            } => {
-                let target =
-                    Target::Without(worker.into_iter().collect(), server.into_iter().collect());
-                retarget(&master, &live, known, target, reply);
             }
             ControlRequest::Forget { worker, server } => {
                 if let Some(w) = worker {

@@ -298,10 +298,13 @@ pub async fn run_job_across_controlled<A: App>(
         let ctx = ctx.clone();
         tokio::spawn(async move {
             while let Some((node, seen)) = failures.recv().await {
-                if roster::lock(&ctx.roster).has_left(node) {
-                    continue; // it left the job: its membership record goes with it
-                }
-                let held = roster::lock(&ctx.roster).holdings(node);
+                let held = {
+                    let roster = roster::lock(&ctx.roster);
+                    if roster.has_left(node) {
+                        continue; // it left the job: its membership record goes with it
+                    }
+                    roster.holdings(node)
+                };
                 let detail = format!("{seen}; it held {held}");
                 let _ = ctx
                     .master
@@ -507,10 +510,13 @@ pub(crate) async fn read_node<A: App>(
         }
     };
     pending.fail_all();
-    if roster::lock(&ctx.roster).has_left(node) {
-        return;
-    }
-    let held = roster::lock(&ctx.roster).holdings(node);
+    let held = {
+        let roster = roster::lock(&ctx.roster);
+        if roster.has_left(node) {
+            return;
+        }
+        roster.holdings(node)
+    };
     let _ = master.send_message(MasterMsg::Failed(HarpError::NodeDied {
         node,
         detail: format!("{cause}; it held {held}"),

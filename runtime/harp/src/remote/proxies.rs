@@ -122,6 +122,11 @@ impl PendingReplies {
         }
     }
 
+    /// Stops waiting for the reply to `request_id` (it will never come).
+    pub(crate) fn forget(&self, request_id: u64) {
+        self.waiting.remove(&request_id);
+    }
+
     /// How many replies are still awaited.
     pub(crate) fn outstanding(&self) -> usize {
         self.waiting.len()
@@ -217,24 +222,27 @@ impl Actor for ServerProxy {
                 // forwards can overtake the rows; everything else keeps flowing meanwhile.
                 let (tx, rx) = oneshot::channel();
                 let request_id = state.pending.register(Pending::TookOver(tx));
-                let link = state.link.clone();
+                let (link, pending) = (state.link.clone(), state.pending.clone());
                 let message = Message::TakeOverShard {
                     request_id,
                     shard: shard.0,
                     rows: rows.to_wire(),
                 };
+                // On failure `ack` is dropped, which tells the old owner the move failed, and
+                // the reply is no longer awaited (a drain must not wait for it).
                 tokio::spawn(async move {
                     if let Err(e) = send_sized(&link, message).await {
                         tracing::warn!(%shard, server, error = %e, "could not send a shard's rows");
+                        pending.forget(request_id);
                         return;
                     }
                     match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
                         Ok(Ok(())) => {
                             let _ = ack.send(());
                         }
-                        // Dropping `ack` tells the old owner the move failed.
                         _ => {
-                            tracing::warn!(%shard, server, "the new owner did not confirm it took over the rows")
+                            tracing::warn!(%shard, server, "the new owner did not confirm it took over the rows");
+                            pending.forget(request_id);
                         }
                     }
                 });

@@ -96,24 +96,38 @@ enum Away {
     Hold(ShardId),
 }
 
-impl Away {
-    fn same(&self, other: &Away) -> bool {
+/// [`Away`], borrowed from the server's tables while a request's keys are grouped.
+#[derive(Clone, Copy)]
+enum AwayRef<'a> {
+    Send(&'a ActorRef<ServerMsg>),
+    Hold(ShardId),
+}
+
+impl AwayRef<'_> {
+    fn is(&self, other: &Away) -> bool {
         match (self, other) {
-            (Away::Send(a), Away::Send(b)) => a.get_id() == b.get_id(),
-            (Away::Hold(a), Away::Hold(b)) => a == b,
+            (AwayRef::Send(a), Away::Send(b)) => a.get_id() == b.get_id(),
+            (AwayRef::Hold(a), Away::Hold(b)) => a == b,
             _ => false,
+        }
+    }
+
+    fn to_owned(self) -> Away {
+        match self {
+            AwayRef::Send(actor) => Away::Send(actor.clone()),
+            AwayRef::Hold(shard) => Away::Hold(shard),
         }
     }
 }
 
 impl ServerState {
     /// Where the traffic of `key` goes: `None` for this server.
-    fn forward_of(&self, key: ParamKey) -> Option<Away> {
+    fn forward_of(&self, key: ParamKey) -> Option<AwayRef<'_>> {
         let shard = shard_of(key, self.num_shards);
         if self.held.contains_key(&shard) {
-            return Some(Away::Hold(shard));
+            return Some(AwayRef::Hold(shard));
         }
-        self.forwarded.get(&shard).map(|to| Away::Send(to.clone()))
+        self.forwarded.get(&shard).map(AwayRef::Send)
     }
 
     /// Groups the positions of `keys` by where they go (`local`: here).
@@ -123,9 +137,9 @@ impl ServerState {
         for (i, key) in keys.enumerate() {
             match self.forward_of(*key) {
                 None => local.push(i),
-                Some(to) => match away.iter_mut().find(|(a, _)| a.same(&to)) {
+                Some(to) => match away.iter_mut().find(|(a, _)| to.is(a)) {
                     Some((_, idxs)) => idxs.push(i),
-                    None => away.push((to, vec![i])),
+                    None => away.push((to.to_owned(), vec![i])),
                 },
             }
         }
@@ -380,5 +394,130 @@ impl Actor for ServerActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{Init, UpdateRule};
+    use std::sync::Mutex;
+
+    /// Stands for a shard's new owner: records what reaches it, keeps the take-over's `ack`
+    /// for the test to release, answers reads with one zero row per key.
+    struct NewOwner;
+
+    #[derive(Default)]
+    struct Seen {
+        kinds: Vec<&'static str>,
+        ack: Option<oneshot::Sender<()>>,
+    }
+
+    impl Actor for NewOwner {
+        type Msg = ServerMsg;
+        type State = Arc<Mutex<Seen>>;
+        type Arguments = Arc<Mutex<Seen>>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            seen: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(seen)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<ServerMsg>,
+            msg: ServerMsg,
+            seen: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            let mut seen = seen.lock().unwrap();
+            match msg {
+                ServerMsg::TakeOver { ack, .. } => {
+                    seen.kinds.push("take_over");
+                    seen.ack = Some(ack);
+                }
+                ServerMsg::Get { keys, reply } => {
+                    seen.kinds.push("get");
+                    let rows = keys.iter().map(|_| Arc::new(RowData::F32(vec![0.0; 2])));
+                    let _ = reply.send(Ok(rows.collect()));
+                }
+                ServerMsg::Drain { reply } => {
+                    let _ = reply.send(());
+                }
+                _ => seen.kinds.push("other"),
+            }
+            Ok(())
+        }
+    }
+
+    /// A key of `tables`' first table whose shard (of 2) is `shard`.
+    fn key_in(table: &crate::table::Table<f32>, shard: u32) -> ParamKey {
+        (0..)
+            .map(|row| ParamKey::new(table.id(), row))
+            .find(|k| shard_of(*k, 2) == ShardId(shard))
+            .unwrap()
+    }
+
+    async fn read(server: &ActorRef<ServerMsg>, key: ParamKey) -> oneshot::Receiver<GetResult> {
+        let (tx, rx) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Get {
+                keys: vec![key],
+                reply: tx,
+            })
+            .unwrap();
+        rx
+    }
+
+    type GetResult = Result<Vec<Arc<RowData>>, HarpError>;
+
+    #[tokio::test]
+    async fn a_moving_shards_requests_wait_for_the_rows_while_other_shards_flow() {
+        let mut tables = TableSet::new();
+        let table = tables
+            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let (moving, staying) = (key_in(&table, 0), key_in(&table, 1));
+        let (old, _) = Actor::spawn(None, ServerActor, (ServerId(0), Arc::new(tables)))
+            .await
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
+
+        let (handed_tx, handed) = oneshot::channel();
+        old.send_message(ServerMsg::HandOff {
+            shard: ShardId(0),
+            num_shards: 2,
+            to_id: ServerId(1),
+            to: new.clone(),
+            reply: handed_tx,
+        })
+        .unwrap();
+        let held = read(&old, moving).await;
+        // A read of the shard that stays is answered here while the other one waits.
+        let here = read(&old, staying).await.await.unwrap().unwrap();
+        assert_eq!(here.len(), 1);
+        let drained = |new: ActorRef<ServerMsg>| async move {
+            let (tx, rx) = oneshot::channel();
+            new.send_message(ServerMsg::Drain { reply: tx }).unwrap();
+            rx.await.unwrap();
+        };
+        drained(new.clone()).await;
+        assert_eq!(
+            seen.lock().unwrap().kinds,
+            ["take_over"],
+            "nothing may overtake the rows"
+        );
+
+        // The new owner confirms: the held read goes on, then the hand-off is answered.
+        let ack = seen.lock().unwrap().ack.take().unwrap();
+        ack.send(()).unwrap();
+        let moved = handed.await.unwrap().unwrap();
+        assert_eq!(moved.rows, 0);
+        assert_eq!(held.await.unwrap().unwrap().len(), 1);
+        drained(new).await;
+        assert_eq!(seen.lock().unwrap().kinds, ["take_over", "get"]);
     }
 }

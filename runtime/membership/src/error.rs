@@ -48,6 +48,15 @@ pub enum MembershipBackendError {
     /// have been missed, so the watcher must not go on as if it saw them all.
     #[error("membership watch lost: {0}")]
     WatchLost(String),
+    /// The desired node count under a job's `desired_nodes` key is not a usable count
+    /// (not a decimal number, zero, or more than the cap); the value is ignored.
+    #[error("invalid desired node count {value:?} under {key}: {reason}")]
+    InvalidDesiredNodes {
+        key: String,
+        /// The value as written (lossily decoded, cut to a readable length).
+        value: String,
+        reason: String,
+    },
     /// The embedded membership service has stopped.
     #[error("membership service stopped")]
     Stopped,

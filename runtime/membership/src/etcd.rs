@@ -191,8 +191,18 @@ impl EtcdMembership {
         Duration::from_millis(self.options.request_timeout_ms)
     }
 
+    /// The job this backend's keys belong to (`/harp/jobs/<job>/...`).
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// A handle on the etcd client, for the job's other keys (e.g. `desired_nodes`).
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Runs one etcd call under the request deadline, mapping its errors.
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         operation: &'static str,
         call: impl Future<Output = Result<T, etcd_client::Error>>,

@@ -16,7 +16,12 @@
 //! (the lease lapses: `Died`, as after a crash).
 //!
 //! Every call has a deadline: nothing here waits forever on a peer or on etcd.
+//!
+//! Beside the members, a job's etcd prefix holds its desired size
+//! (`/harp/jobs/<job>/desired_nodes`, [`desired_nodes_key`]): a node count an outside
+//! scheduler writes and the master follows ([`EtcdMembership::watch_desired_nodes`]).
 
+mod desired;
 mod embedded;
 mod error;
 mod etcd;
@@ -25,6 +30,7 @@ mod watch;
 
 pub mod test_server;
 
+pub use desired::{desired_nodes_key, parse_desired_nodes, DesiredNodesWatch, DESIRED_NODES_MAX};
 pub use embedded::EmbeddedMembership;
 pub use error::MembershipBackendError;
 pub use etcd::{EtcdMembership, EtcdOptions};

@@ -7,6 +7,7 @@
 //! optimizer state beside the parameter.
 
 use crate::error::HarpError;
+use harp_core::scar::Norm;
 use harp_core::{RowData, RowKind, TableId};
 use harp_kernels::optim::{AdaGrad, Adam};
 use std::marker::PhantomData;
@@ -80,6 +81,9 @@ pub struct TableSpec {
     pub width: usize,
     pub rule: UpdateRule,
     pub init: Init,
+    /// How SCAR's running checkpoint measures how far a row moved from its saved value
+    /// (SCAR §5.4.2); [`Norm::L2`] unless set with [`TableSet::set_norm`].
+    pub norm: Norm,
 }
 
 /// A typed handle to a declared table.
@@ -174,6 +178,7 @@ impl TableSet {
             width,
             rule,
             init,
+            norm: Norm::default(),
         });
         Ok(Table {
             id,
@@ -181,6 +186,17 @@ impl TableSet {
             name,
             _element: PhantomData,
         })
+    }
+
+    /// Sets the norm SCAR's checkpoint distances use for `table`'s rows (e.g.
+    /// [`Norm::ScaledTotalVariation`] for LDA's document-topic counts, SCAR §5.5.1).
+    pub fn set_norm(&mut self, table: TableId, norm: Norm) -> Result<(), HarpError> {
+        let spec = self
+            .specs
+            .get_mut(table.0 as usize)
+            .ok_or(HarpError::UnknownTable(table))?;
+        spec.norm = norm;
+        Ok(())
     }
 
     pub fn get(&self, id: TableId) -> Result<&TableSpec, HarpError> {
@@ -242,6 +258,20 @@ mod tests {
         assert_eq!(c.id(), TableId(1));
         assert!(set.dense_f32("w", 4, UpdateRule::Add, Init::Zeros).is_err());
         assert!(set.counters_i64("z", 0).is_err());
+    }
+
+    #[test]
+    fn tables_measure_checkpoint_distances_in_l2_unless_told_otherwise() {
+        let mut set = TableSet::new();
+        let w = set.dense_f32("w", 4, UpdateRule::Add, Init::Zeros).unwrap();
+        let c = set.counters_i64("c", 2).unwrap();
+        set.set_norm(c.id(), Norm::ScaledTotalVariation).unwrap();
+        assert_eq!(set.get(w.id()).unwrap().norm, Norm::L2);
+        assert_eq!(set.get(c.id()).unwrap().norm, Norm::ScaledTotalVariation);
+        assert!(matches!(
+            set.set_norm(TableId(9), Norm::L1),
+            Err(HarpError::UnknownTable(TableId(9)))
+        ));
     }
 
     #[test]

@@ -300,13 +300,15 @@ pub enum HandOffResult {
     Refused(String),
 }
 
-/// A parameter row on its way to a new server, with its optimizer state.
+/// A parameter row on its way to a new server, with its optimizer state and its saved value
+/// in SCAR's running checkpoint (`None`: never saved, so its initial value).
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct ShardRowWire {
     pub key: ParamKeyWire,
     pub value: RowWire,
     pub opt: OptStateWire,
+    pub saved: Option<RowWire>,
 }
 
 /// Optimizer state kept beside a row on its server.

@@ -259,6 +259,7 @@ impl Actor for ServerProxy {
                     let _ = reply.send(());
                 });
             }
+            ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
         }
         Ok(())
     }
@@ -354,6 +355,7 @@ impl Actor for ServerNodeProxy {
             ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } | ServerMsg::HandedOver { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
+            ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
         }
         Ok(())
     }

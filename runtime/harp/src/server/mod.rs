@@ -12,13 +12,25 @@
 //! forwarded request: until the new owner confirms it holds the rows, requests for the shard
 //! are held here (in arrival order) and sent on only then, while traffic for every other
 //! shard keeps flowing.
+//!
+//! A server keeps its part of SCAR's running checkpoint (SCAR §5.4.3): the saved value of
+//! every row it holds ([`saved`]), which moves with a shard's rows. It answers the
+//! checkpoint coordinator ([`checkpoint_round`]) through [`ServerMsg::Checkpoint`]: the
+//! distance of each row it owns from its saved value, and saving selected rows. A save
+//! names keys; one of a shard this server has given away (or is giving away) is not
+//! forwarded but answered as [`SaveAnswer::not_owned`] and left unsaved: each server's
+//! answer then says exactly what it saved, and the row, still far from its saved value at
+//! its new owner, is picked again by a later round.
 
+pub(crate) mod checkpoint_round;
+mod saved;
 mod store;
 
 use crate::error::HarpError;
 use crate::table::TableSet;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+pub(crate) use saved::SavedRows;
 use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use store::ShardRows;
@@ -75,6 +87,59 @@ pub(crate) enum ServerMsg {
         result: Result<ShardMoved, HarpError>,
         reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
     },
+    /// A request of SCAR's checkpoint coordinator.
+    Checkpoint(CheckpointRequest),
+}
+
+/// What the checkpoint coordinator asks a server (SCAR §5.4.3, "Actions During a
+/// Checkpoint", steps 1 and 4).
+pub(crate) enum CheckpointRequest {
+    /// The distance of every row of the shards this server owns from its saved value,
+    /// ascending by key, at distance 0 too (rows never created are not listed: they are at
+    /// their saved initial value). Rows of shards given away, or on their way away, are not
+    /// listed.
+    Distances { reply: DistancesReply },
+    /// Make the current values of `keys` their saved values and return them. Nothing is
+    /// saved if a key names an unknown table.
+    Save {
+        keys: Vec<ParamKey>,
+        reply: SaveReply,
+    },
+}
+
+pub(crate) type DistancesReply = oneshot::Sender<Result<Vec<(ParamKey, f64)>, HarpError>>;
+pub(crate) type SaveReply = oneshot::Sender<Result<SaveAnswer, HarpError>>;
+
+impl CheckpointRequest {
+    /// Answers with `error` (a handle that does not carry checkpoint requests).
+    pub(crate) fn refuse(self, error: HarpError) {
+        // A requester that went away no longer needs the answer.
+        match self {
+            CheckpointRequest::Distances { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            CheckpointRequest::Save { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
+
+    /// Refuses: checkpoint requests do not travel between node processes yet.
+    pub(crate) fn refuse_across_processes(self) {
+        self.refuse(HarpError::InvalidConfig(
+            "SCAR checkpoint requests are not carried between node processes yet".into(),
+        ));
+    }
+}
+
+/// What a server answers to [`CheckpointRequest::Save`].
+#[derive(Debug, Default)]
+pub(crate) struct SaveAnswer {
+    /// `(key, value now saved)`, ascending by key: to be written to storage.
+    pub saved: SavedRows,
+    /// Keys of shards this server has given away or is giving away, ascending: not saved
+    /// here (not forwarded either).
+    pub not_owned: Vec<ParamKey>,
 }
 
 pub(crate) struct ServerActor;
@@ -144,6 +209,35 @@ impl ServerState {
             }
         }
         (local, away)
+    }
+
+    /// Whether `key`'s shard is held here (not given away, nor on its way away).
+    fn owns(&self, key: ParamKey) -> bool {
+        self.forwarded.is_empty() || self.forward_of(key).is_none()
+    }
+
+    fn checkpoint(&mut self, request: CheckpointRequest) {
+        match request {
+            CheckpointRequest::Distances { reply } => {
+                let distances = self.store.checkpoint_distances().map(|mut all| {
+                    // Given-away shards' rows left with them; this keeps it so regardless.
+                    all.retain(|(key, _)| self.owns(*key));
+                    all
+                });
+                let _ = reply.send(distances);
+            }
+            CheckpointRequest::Save { keys, reply } => {
+                let (here, mut not_owned): (Vec<ParamKey>, Vec<ParamKey>) =
+                    keys.into_iter().partition(|key| self.owns(*key));
+                not_owned.sort_unstable();
+                not_owned.dedup();
+                let answer = self
+                    .store
+                    .checkpoint_save(&here)
+                    .map(|saved| SaveAnswer { saved, not_owned });
+                let _ = reply.send(answer);
+            }
+        }
     }
 
     /// Sends a part of a request on, or holds it until its shard's rows are in.
@@ -392,6 +486,7 @@ impl Actor for ServerActor {
             ServerMsg::Drain { reply } => {
                 let _ = reply.send(());
             }
+            ServerMsg::Checkpoint(request) => state.checkpoint(request),
         }
         Ok(())
     }
@@ -519,5 +614,130 @@ mod tests {
         assert_eq!(held.await.unwrap().unwrap().len(), 1);
         drained(new).await;
         assert_eq!(seen.lock().unwrap().kinds, ["take_over", "get"]);
+    }
+
+    use checkpoint_round::tests::{apply, distances, dump, save, spawn_servers};
+
+    fn in_shard(distances: &[(ParamKey, f64)], shard: u32) -> Vec<(ParamKey, f64)> {
+        distances
+            .iter()
+            .copied()
+            .filter(|(key, _)| shard_of(*key, 2) == ShardId(shard))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_shards_saved_values_move_with_it_and_its_old_owner_saves_none_of_it() {
+        let mut tables = TableSet::new();
+        let init = Init::Uniform {
+            scale: 1.0,
+            seed: 11,
+        };
+        let table = tables.dense_f32("w", 3, UpdateRule::Add, init).unwrap();
+        let tables = Arc::new(tables);
+        let servers = spawn_servers(2, &tables).await;
+        let (old, new) = (&servers[0].1, &servers[1].1);
+        let keys: Vec<ParamKey> = (0..24).map(|r| ParamKey::new(table.id(), r)).collect();
+        let step = |key: ParamKey| {
+            let r = key.row as f32;
+            (key, RowData::F32(vec![r, -r, 0.5]))
+        };
+        apply(old, keys.iter().map(|&k| step(k)).collect()).await;
+        let even: Vec<ParamKey> = keys.iter().copied().filter(|k| k.row % 2 == 0).collect();
+        save(old, even.clone()).await;
+        apply(old, keys.iter().map(|&k| step(k)).collect()).await;
+        let before = distances(old).await;
+        assert_eq!(before.len(), keys.len());
+
+        let (reply, moved) = oneshot::channel();
+        old.send_message(ServerMsg::HandOff {
+            shard: ShardId(0),
+            num_shards: 2,
+            to_id: ServerId(1),
+            to: new.clone(),
+            reply,
+        })
+        .unwrap();
+        let moved = moved.await.unwrap().unwrap();
+        let moving = in_shard(&before, 0);
+        assert_eq!(moved.rows, moving.len());
+        assert!(!moving.is_empty() && moving.len() < keys.len());
+
+        // The new owner measures the moved rows exactly as the old one did, and the old one
+        // reports only the shard it kept.
+        assert_eq!(distances(new).await, moving);
+        assert_eq!(distances(old).await, in_shard(&before, 1));
+        // Against the initial values (a saved copy left behind) the distances would differ.
+        let current: std::collections::BTreeMap<_, _> = dump(new).await.into_iter().collect();
+        let saved_and_moved = *even
+            .iter()
+            .find(|k| shard_of(**k, 2) == ShardId(0))
+            .unwrap();
+        let spec = tables.get(table.id()).unwrap();
+        let from_initial = harp_core::scar::distance(
+            spec.norm,
+            &current[&saved_and_moved],
+            &crate::table::initial_row(spec, saved_and_moved.row),
+        )
+        .unwrap();
+        let at_new_owner = moving.iter().find(|(k, _)| *k == saved_and_moved).unwrap();
+        assert_ne!(at_new_owner.1, from_initial);
+
+        // A save of a moved key at the old owner saves nothing there and is not forwarded.
+        let moved_keys: Vec<ParamKey> = moving.iter().map(|(k, _)| *k).collect();
+        let kept = in_shard(&before, 1)[0].0;
+        let answer = save(old, vec![moved_keys[0], kept, moved_keys[0]]).await;
+        assert_eq!(answer.not_owned, vec![moved_keys[0]]);
+        assert_eq!(answer.saved.len(), 1);
+        assert_eq!(answer.saved[0].0, kept);
+        assert_eq!(distances(new).await, moving);
+        // The new owner saves them.
+        let answer = save(new, moved_keys.clone()).await;
+        assert!(answer.not_owned.is_empty());
+        assert_eq!(answer.saved.len(), moved_keys.len());
+        assert!(distances(new).await.iter().all(|(_, d)| *d == 0.0));
+    }
+
+    #[tokio::test]
+    async fn a_shard_on_its_way_away_is_neither_measured_nor_saved_nor_held() {
+        let mut tables = TableSet::new();
+        let table = tables
+            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let (moving, staying) = (key_in(&table, 0), key_in(&table, 1));
+        let (old, _) = Actor::spawn(None, ServerActor, (ServerId(0), Arc::new(tables)))
+            .await
+            .unwrap();
+        let one = RowData::F32(vec![1.0, 0.0]);
+        apply(&old, vec![(moving, one.clone()), (staying, one)]).await;
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
+        let (reply, handed) = oneshot::channel();
+        old.send_message(ServerMsg::HandOff {
+            shard: ShardId(0),
+            num_shards: 2,
+            to_id: ServerId(1),
+            to: new.clone(),
+            reply,
+        })
+        .unwrap();
+
+        // The new owner has not confirmed the rows: the old owner answers at once.
+        assert_eq!(distances(&old).await, vec![(staying, 1.0)]);
+        let answer = save(&old, vec![moving, staying]).await;
+        assert_eq!(answer.not_owned, vec![moving]);
+        assert_eq!(answer.saved.len(), 1);
+        assert_eq!(answer.saved[0].0, staying);
+        assert_eq!(distances(&old).await, vec![(staying, 0.0)]);
+        assert_eq!(seen.lock().unwrap().kinds, ["take_over"]);
+
+        let ack = seen.lock().unwrap().ack.take().unwrap();
+        ack.send(()).unwrap();
+        assert_eq!(handed.await.unwrap().unwrap().rows, 1);
+        assert_eq!(
+            seen.lock().unwrap().kinds,
+            ["take_over"],
+            "nothing was held"
+        );
     }
 }

@@ -3,7 +3,13 @@
 //!
 //! Rows are created with their table's initial value the first time they are read or
 //! updated. A delta of the wrong kind or width is refused and counted; the row is unchanged.
+//!
+//! The store also keeps the server's copy of SCAR's running checkpoint ([`SavedCopy`]) and
+//! moves a shard's saved rows with its rows ([`ShardStore::take_shard`],
+//! [`ShardStore::insert_shard`]), so a shard's saved values are always where its rows are.
 
+use super::saved::{SavedCopy, SavedRows};
+use crate::error::HarpError;
 use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
 use harp_core::{shard_of, CoreError, ParamKey, RowData, ShardId};
 use harp_kernels::optim;
@@ -24,21 +30,31 @@ struct StoredRow {
     opt: OptState,
 }
 
-/// The rows of one shard, with their optimizer state, on their way to another server.
+/// The rows of one shard, with their optimizer state and their saved values (SCAR's running
+/// checkpoint), on their way to another server.
 #[derive(Debug, Default)]
 pub(crate) struct ShardRows {
     rows: Vec<(ParamKey, StoredRow)>,
+    /// Saved values of the rows that have one (every key is one of `rows`).
+    saved: SavedRows,
 }
 
 impl ShardRows {
-    /// The rows as the wire carries them (to a server in another process).
+    /// The rows as the wire carries them (to a server in another process), each with its
+    /// saved value if it has one.
     pub(crate) fn to_wire(&self) -> Vec<harp_wire::ShardRowWire> {
         use harp_wire::OptStateWire;
+        let saved: HashMap<ParamKey, &Arc<RowData>> = self
+            .saved
+            .iter()
+            .map(|(key, value)| (*key, value))
+            .collect();
         self.rows
             .iter()
             .map(|(key, row)| harp_wire::ShardRowWire {
                 key: (*key).into(),
                 value: (&*row.value).into(),
+                saved: saved.get(key).map(|value| (&***value).into()),
                 opt: match &row.opt {
                     OptState::None => OptStateWire::None,
                     OptState::AdaGrad { accum } => OptStateWire::AdaGrad {
@@ -57,9 +73,14 @@ impl ShardRows {
     /// Rows that came over the wire.
     pub(crate) fn from_wire(rows: Vec<harp_wire::ShardRowWire>) -> Self {
         use harp_wire::OptStateWire;
+        let mut saved = SavedRows::new();
         let rows = rows
             .into_iter()
             .map(|r| {
+                let key = ParamKey::from(r.key);
+                if let Some(value) = r.saved {
+                    saved.push((key, Arc::new(RowData::from(value))));
+                }
                 let opt = match r.opt {
                     OptStateWire::None => OptState::None,
                     OptStateWire::AdaGrad { accum } => OptState::AdaGrad { accum },
@@ -69,17 +90,23 @@ impl ShardRows {
                     value: Arc::new(RowData::from(r.value)),
                     opt,
                 };
-                (ParamKey::from(r.key), row)
+                (key, row)
             })
             .collect();
-        Self { rows }
+        Self { rows, saved }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.rows.len()
     }
 
-    /// Bytes of values and optimizer state.
+    /// Rows that carry a saved value.
+    #[cfg(test)]
+    pub(crate) fn saved_len(&self) -> usize {
+        self.saved.len()
+    }
+
+    /// Bytes of values, optimizer state and saved values.
     pub(crate) fn bytes(&self) -> u64 {
         let values = |r: &StoredRow| match &*r.value {
             RowData::F32(v) => v.len() * 4,
@@ -90,10 +117,12 @@ impl ShardRows {
             OptState::AdaGrad { accum } => accum.len() * 4,
             OptState::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
         };
+        let saved: usize = self.saved.iter().map(|(_, value)| value.bytes()).sum();
         self.rows
             .iter()
             .map(|(_, r)| (values(r) + opt(r)) as u64)
-            .sum()
+            .sum::<u64>()
+            + saved as u64
     }
 }
 
@@ -102,6 +131,8 @@ impl ShardRows {
 pub(crate) struct ShardStore {
     tables: Arc<TableSet>,
     rows: HashMap<ParamKey, StoredRow>,
+    /// The saved values of SCAR's running checkpoint (keys: a subset of `rows`').
+    saved: SavedCopy,
     rejected_updates: u64,
 }
 
@@ -110,6 +141,7 @@ impl ShardStore {
         Self {
             tables,
             rows: HashMap::new(),
+            saved: SavedCopy::new(),
             rejected_updates: 0,
         }
     }
@@ -198,7 +230,29 @@ impl ShardStore {
         self.rejected_updates
     }
 
-    /// Removes and returns every row of `shard` (of `num_shards`), optimizer state included.
+    /// The distance of every row held here from its saved value, ascending by key (see
+    /// [`SavedCopy::distances`]).
+    pub(crate) fn checkpoint_distances(&self) -> Result<Vec<(ParamKey, f64)>, HarpError> {
+        let current = self.rows.iter().map(|(key, row)| (*key, &row.value));
+        self.saved.distances(current, &self.tables)
+    }
+
+    /// Saves the current values of `keys` as their saved values and returns them (see
+    /// [`SavedCopy::save`]). Creates no row.
+    pub(crate) fn checkpoint_save(&mut self, keys: &[ParamKey]) -> Result<SavedRows, HarpError> {
+        let rows = &self.rows;
+        let current = |key: ParamKey| rows.get(&key).map(|row| row.value.clone());
+        self.saved.save(keys, current, &self.tables)
+    }
+
+    /// The server's copy of the running checkpoint.
+    #[cfg(test)]
+    pub(crate) fn saved(&self) -> &SavedCopy {
+        &self.saved
+    }
+
+    /// Removes and returns every row of `shard` (of `num_shards`), optimizer state and saved
+    /// values included.
     pub(crate) fn take_shard(&mut self, shard: ShardId, num_shards: u32) -> ShardRows {
         let keys: Vec<ParamKey> = self
             .rows
@@ -211,12 +265,14 @@ impl ShardStore {
             .filter_map(|k| self.rows.remove(&k).map(|r| (k, r)))
             .collect();
         rows.sort_unstable_by_key(|(k, _)| *k);
-        ShardRows { rows }
+        let saved = self.saved.take_shard(shard, num_shards);
+        ShardRows { rows, saved }
     }
 
-    /// Takes over the rows of a shard handed here.
+    /// Takes over the rows of a shard handed here, with their saved values.
     pub(crate) fn insert_shard(&mut self, shard: ShardRows) {
         self.rows.extend(shard.rows);
+        self.saved.insert(shard.saved);
     }
 
     /// Every row's current value, sorted by key.
@@ -278,6 +334,47 @@ mod tests {
             .unwrap();
         b.apply(w, &RowData::F32(vec![0.3, 0.3, 0.3])).unwrap();
         assert_eq!(b.get(w).unwrap(), reference.get(w).unwrap());
+    }
+
+    #[test]
+    fn a_shards_saved_values_move_with_it_in_process_and_over_the_wire() {
+        let (mut a, w, c) = store();
+        let num_shards = 4;
+        let shard = shard_of(w, num_shards);
+        a.apply(w, &RowData::F32(vec![1.0, -1.0, 0.5])).unwrap();
+        a.apply(c, &RowData::I64(vec![5, 6])).unwrap();
+        let saved_rows = a.checkpoint_save(&[w, c]).unwrap();
+        let saved_w = a.get(w).unwrap();
+        assert_eq!(saved_rows[0], (w, saved_w.clone()));
+        a.apply(w, &RowData::F32(vec![0.3, 0.3, 0.3])).unwrap();
+        let before: Vec<(ParamKey, f64)> = a
+            .checkpoint_distances()
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| shard_of(*k, num_shards) == shard)
+            .collect();
+        assert!(before.iter().any(|(k, d)| *k == w && *d > 0.0));
+
+        let moved = a.take_shard(shard, num_shards);
+        assert_eq!(
+            moved.saved_len(),
+            moved.len(),
+            "every moved row had been saved"
+        );
+        assert!(a.saved().rows_of_shard(shard, num_shards).is_empty());
+        assert!(a
+            .checkpoint_distances()
+            .unwrap()
+            .iter()
+            .all(|(k, _)| shard_of(*k, num_shards) != shard));
+        let with_saved = moved.bytes();
+        // Over the wire and back: the same rows, optimizer state and saved values.
+        let moved = ShardRows::from_wire(moved.to_wire());
+        assert_eq!(moved.bytes(), with_saved);
+        let (mut b, _, _) = store();
+        b.insert_shard(moved);
+        assert_eq!(b.checkpoint_distances().unwrap(), before);
+        assert_eq!(b.saved().get(w), Some(&saved_w));
     }
 
     #[test]

@@ -287,8 +287,18 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u32>(),
             vec(
-                (arb_key(), arb_row(), arb_opt_state())
-                    .prop_map(|(key, value, opt)| ShardRowWire { key, value, opt }),
+                (
+                    arb_key(),
+                    arb_row(),
+                    arb_opt_state(),
+                    proptest::option::of(arb_row()),
+                )
+                    .prop_map(|(key, value, opt, saved)| ShardRowWire {
+                        key,
+                        value,
+                        opt,
+                        saved,
+                    }),
                 0..4,
             ),
         )

@@ -12,6 +12,7 @@
 //! | `elastic` | MLR micro-task throughput while shards or executors move, against the same job just before (one process) |
 //! | `scale-in` | from `harp scale --remove` to the removed `harp node` process's exit, MLR (target ≤ 1 s) |
 //! | `scale-out` | MLR started on 1 node process with a second joining at 30%: total time against the ideal from static 1- and 2-node runs |
+//! | `state-transfer` | moving a 1 GiB executor state between two `harp node` processes against raw quinn on one stream |
 //!
 //! `all` runs the first three; `transport` runs the last three. The transport benchmarks
 //! start their second process by running this executable again (`transport-peer`, hidden).
@@ -27,6 +28,7 @@ mod plain;
 mod processes;
 mod rtt;
 mod scaling;
+mod state_transfer;
 mod via_harp;
 mod via_quinn;
 mod via_tcp;
@@ -59,6 +61,8 @@ enum Bench {
     ScaleIn,
     /// MLR on 1 node process, a second joining at 30%, against the ideal (runs `harp`).
     ScaleOut,
+    /// A large executor state moved between node processes against raw quinn (runs `harp`).
+    StateTransfer,
     /// The second process of the transport benchmarks (started by them).
     #[value(hide = true)]
     TransportPeer,
@@ -137,6 +141,9 @@ pub(crate) struct Args {
     /// node share each fetch and each flush).
     #[arg(long, default_value_t = 32, help_heading = "MLR across processes")]
     mlr_executors_per_worker: u32,
+    /// state-transfer: bytes of state each executor carries (default 1 GiB).
+    #[arg(long, default_value_t = 1 << 30, help_heading = "MLR across processes")]
+    state_bytes: u64,
     /// scale-out: epochs of each run (size it so the 1-node run takes at least 30 s).
     #[arg(long, default_value_t = 40, help_heading = "MLR across processes")]
     scale_out_epochs: u32,
@@ -326,6 +333,9 @@ fn main() -> Result<()> {
     }
     if args.bench == Bench::ScaleOut {
         scaling::scale_out(&args)?;
+    }
+    if args.bench == Bench::StateTransfer {
+        state_transfer::run(&args)?;
     }
     let in_process = [
         Bench::Overhead,

@@ -24,21 +24,33 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A running `harp run mlr` master.
-struct Master {
-    child: Child,
+/// A running `harp run` master.
+pub(crate) struct Master {
+    pub child: Child,
     addr: String,
     lines: mpsc::Receiver<String>,
     started: Instant,
 }
 
-struct Job {
+/// The `harp run` command line of a job whose processes a benchmark starts itself.
+pub(crate) struct Job {
     harp: PathBuf,
     credentials: PathBuf,
     run_args: Vec<String>,
 }
 
 impl Job {
+    /// A job of `harp run ARGS` (the app and its options), with fresh credentials in `dir`.
+    pub(crate) fn from_run_args(dir: &Path, run_args: Vec<String>) -> Result<Job> {
+        let credentials = dir.join("creds");
+        harp::JobCredentials::generate("harp-bench")?.save(&credentials)?;
+        Ok(Job {
+            harp: crate::processes::harp_exe()?,
+            credentials,
+            run_args,
+        })
+    }
+
     fn new(args: &Args, dir: &Path, epochs: u32) -> Result<Job> {
         Self::with_executors(args, dir, epochs, args.mlr_executors_per_worker)
     }
@@ -77,7 +89,7 @@ impl Job {
     }
 
     /// Starts the master for `nodes` nodes and waits until it listens.
-    fn master(&self, nodes: u32, metrics: &Path) -> Result<Master> {
+    pub(crate) fn master(&self, nodes: u32, metrics: &Path) -> Result<Master> {
         let mut child = Command::new(&self.harp)
             .args(&self.run_args)
             .arg("--nodes")
@@ -122,7 +134,7 @@ impl Job {
         }
     }
 
-    fn node(&self, master: &Master) -> Result<Child> {
+    pub(crate) fn node(&self, master: &Master) -> Result<Child> {
         Command::new(&self.harp)
             .args(["node", "--join", &master.addr, "--credentials"])
             .arg(&self.credentials)
@@ -135,7 +147,7 @@ impl Job {
             .context("cannot start a node")
     }
 
-    fn scale(&self, master: &Master, args: &[&str]) -> Result<String> {
+    pub(crate) fn scale(&self, master: &Master, args: &[&str]) -> Result<String> {
         let out = Command::new(&self.harp)
             .args(["scale", "--job", &master.addr, "--credentials"])
             .arg(&self.credentials)
@@ -154,7 +166,7 @@ impl Job {
     }
 
     /// Waits until `harp scale` lists `count` nodes, none leaving.
-    fn wait_nodes(&self, master: &Master, count: usize) -> Result<()> {
+    pub(crate) fn wait_nodes(&self, master: &Master, count: usize) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Ok(listed) = self.scale(master, &[]) {
@@ -199,7 +211,7 @@ fn epoch_ends(metrics: &Path) -> Result<Vec<f64>> {
     Ok(ends)
 }
 
-fn temp_dir(name: &str) -> Result<PathBuf> {
+pub(crate) fn temp_dir(name: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("harp-bench-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)

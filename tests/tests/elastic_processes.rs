@@ -419,3 +419,67 @@ fn a_job_on_three_node_processes_gives_one_back_and_takes_it_back() {
         "disturbed {disturbed:?} vs undisturbed {steady:?}"
     );
 }
+
+/// Executor state too large for one frame (64 MiB) moves straight between node processes: a
+/// node given back hands its executors' 70 MB states to the node that stays, a node that
+/// joins fetches states from it; every state arrives intact (the counter checks its pattern
+/// when it restores an executor) and every counter stays exact.
+#[test]
+fn executor_states_larger_than_a_frame_move_between_node_processes() {
+    const STATE_BYTES: u64 = 70_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let state_bytes = STATE_BYTES.to_string();
+    let master = Master::start(&[
+        "run",
+        "counter",
+        "--processes",
+        "3",
+        "--tasks",
+        "40000",
+        "--task-sleep-us",
+        "1000",
+        "--executors-per-worker",
+        "2",
+        "--state-bytes",
+        &state_bytes,
+        "--threads",
+        "2",
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    master.wait_for_nodes(&BTreeSet::from([0, 1]));
+    let out = master.scale(&["--remove", "1"]);
+    assert!(out.status.success(), "{}", out.describe());
+    master.wait_for_nodes(&BTreeSet::from([0]));
+    let out = master.scale(&["--add", "1"]);
+    assert!(out.status.success(), "{}", out.describe());
+    master.wait_for_nodes(&BTreeSet::from([0, 2]));
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let records = read_json_lines(&metrics);
+    assert_eq!(records.last().unwrap()["exact"], true);
+    let events: Vec<_> = records.iter().filter(|r| r["event"] == "scale").collect();
+    let summary: Vec<String> = events
+        .iter()
+        .map(|e| format!("{}:{}:{}", e["cause"].as_str().unwrap(), e["node"], e["ok"]))
+        .collect();
+    assert_eq!(summary, ["leave:1:true", "join:2:true"]);
+    // Each event moved two executors, each with its whole state (16 bytes of header).
+    for e in events {
+        let moves: Vec<_> = e["report"]["moves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["kind"] == "executor")
+            .collect();
+        assert_eq!(moves.len(), 2, "{e}");
+        for m in moves {
+            assert_eq!(m["bytes"].as_u64(), Some(STATE_BYTES + 16), "{m}");
+        }
+        assert_eq!(
+            e["report"]["executor_bytes_moved"].as_u64(),
+            Some(2 * (STATE_BYTES + 16))
+        );
+    }
+}

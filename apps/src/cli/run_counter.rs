@@ -33,6 +33,10 @@ pub struct CounterCliArgs {
     /// tests that need a job to last).
     #[arg(long, default_value_t = 0)]
     pub task_sleep_us: u64,
+    /// Bytes of state each executor carries (a pattern checked whenever the executor is
+    /// restored after a move); for elasticity tests and the state-transfer benchmark.
+    #[arg(long, default_value_t = 0)]
+    pub state_bytes: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -55,6 +59,7 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
         window: args.window,
         seed: args.seed,
         task_sleep_us: args.task_sleep_us,
+        state_bytes: args.state_bytes,
     };
     Ok(Arc::new(
         CounterApp::new(config).map_err(|e| anyhow!("{e}"))?,
@@ -63,16 +68,30 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
 
 pub fn run(args: CounterCliArgs) -> Result<()> {
     let app = build_app(&args)?;
-    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Scale events are written as they happen (a scheduler or a benchmark may follow them),
+    // the report at the end.
+    let writer = args
+        .cluster
+        .metrics_out
+        .as_deref()
+        .map(MetricsWriter::create)
+        .transpose()?
+        .map(Arc::new);
+    let write_error = Arc::new(std::sync::Mutex::new(None));
     let outcome = {
-        let events = events.clone();
+        let (writer, write_error) = (writer.clone(), write_error.clone());
         super::processes::execute(app.clone(), &args.cluster, true, move |e| {
-            events
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(e.clone())
+            if let Some(Err(err)) = writer.as_ref().map(|w| w.write(e)) {
+                write_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(err);
+            }
         })?
     };
+    if let Some(err) = write_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(err.context("cannot write the metrics file"));
+    }
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
@@ -85,11 +104,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
     };
-    if let Some(path) = &args.cluster.metrics_out {
-        let writer = MetricsWriter::create(path)?;
-        for event in events.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            writer.write(event)?;
-        }
+    if let Some(writer) = &writer {
         writer.write(&report)?;
     }
     match checked {

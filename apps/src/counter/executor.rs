@@ -1,6 +1,7 @@
 //! The counter executor: checks its probe row against the driver's floor, then adds the
 //! task's known increments.
 
+use super::ballast::Ballast;
 use super::plan::{task_updates, CounterConfig};
 use super::{CounterArgs, CounterOutput};
 use harp::{AppError, Executor, ParamClient, Table};
@@ -8,11 +9,17 @@ use harp::{AppError, Executor, ParamClient, Table};
 pub struct CounterExecutor {
     config: CounterConfig,
     counters: Table<i64>,
+    /// The state it carries when it moves (`--state-bytes`; empty by default).
+    ballast: Ballast,
 }
 
 impl CounterExecutor {
-    pub fn new(config: CounterConfig, counters: Table<i64>) -> Self {
-        Self { config, counters }
+    pub fn new(config: CounterConfig, counters: Table<i64>, ballast: Ballast) -> Self {
+        Self {
+            config,
+            counters,
+            ballast,
+        }
     }
 }
 
@@ -40,6 +47,7 @@ impl Executor<super::CounterApp> for CounterExecutor {
         for (row, incs) in task_updates(&self.config, args.seq) {
             ps.update(&self.counters, row, &incs)?;
         }
+        self.ballast.tasks_run += 1;
         Ok(CounterOutput {
             seq: args.seq,
             probe_seen: seen.to_vec(),
@@ -47,10 +55,11 @@ impl Executor<super::CounterApp> for CounterExecutor {
     }
 
     fn save_state(&self) -> Result<Vec<u8>, AppError> {
-        Ok(Vec::new()) // stateless: everything a task needs is in its args
+        Ok(self.ballast.save())
     }
 
-    fn restore_state(&mut self, _state: &[u8]) -> Result<(), AppError> {
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
+        self.ballast = Ballast::restore(self.ballast.executor(), self.config.state_bytes, state)?;
         Ok(())
     }
 }

@@ -8,6 +8,7 @@
 //! consistency rule), and the task fails loudly. At the end every row is compared with its
 //! expected sum; any difference fails the job.
 
+mod ballast;
 mod driver;
 mod executor;
 mod plan;
@@ -109,14 +110,26 @@ impl App for CounterApp {
         Ok(CounterDriver::new(self.config.clone(), job.num_executors))
     }
 
-    fn create_executor(
-        &self,
-        _id: ExecutorId,
-        _job: &JobInfo,
-    ) -> Result<CounterExecutor, AppError> {
+    fn create_executor(&self, id: ExecutorId, _job: &JobInfo) -> Result<CounterExecutor, AppError> {
+        let ballast = ballast::Ballast::new(id, self.config.state_bytes)?;
         Ok(CounterExecutor::new(
             self.config.clone(),
             self.counters.clone(),
+            ballast,
+        ))
+    }
+
+    fn restore_executor(
+        &self,
+        id: ExecutorId,
+        _job: &JobInfo,
+        state: &[u8],
+    ) -> Result<CounterExecutor, AppError> {
+        let ballast = ballast::Ballast::restore(id, self.config.state_bytes, state)?;
+        Ok(CounterExecutor::new(
+            self.config.clone(),
+            self.counters.clone(),
+            ballast,
         ))
     }
 }

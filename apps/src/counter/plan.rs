@@ -20,6 +20,9 @@ pub struct CounterConfig {
     /// Microseconds each micro-task waits (without holding a thread) before its work: stands
     /// for compute, so a job lasts long enough for scale events (elasticity tests).
     pub task_sleep_us: u64,
+    /// Bytes of state each executor carries and moves with it (a checkable pattern; stands
+    /// for an app's per-executor state in elasticity tests and the state-transfer bench).
+    pub state_bytes: u64,
 }
 
 impl Default for CounterConfig {
@@ -32,6 +35,7 @@ impl Default for CounterConfig {
             window: 2,
             seed: 1,
             task_sleep_us: 0,
+            state_bytes: 0,
         }
     }
 }

@@ -10,7 +10,9 @@
 //! Executors move between workers (Litz §4.4): [`WorkerMsg::Release`] lets the executor's
 //! running micro-task finish, takes its pending ones back out of its queue and hands the
 //! executor and those tasks to the master, which gives them to the new worker with
-//! [`WorkerMsg::Adopt`]. Other executors' tasks keep running meanwhile.
+//! [`WorkerMsg::Adopt`]. Other executors' tasks keep running meanwhile. An executor whose
+//! state is still on its way from another node ([`WorkerMsg::Expect`]) has the micro-tasks
+//! dispatched to it meanwhile kept here until it arrives.
 
 use crate::app::{App, Completion, Executor};
 use crate::error::HarpError;
@@ -43,10 +45,17 @@ pub(crate) enum WorkerMsg<A: App> {
         executor: ExecutorId,
         reply: oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>,
     },
-    /// Host an executor that moved here, with the micro-tasks it had not started.
+    /// Host an executor that moved here, with the micro-tasks it had not started; answer
+    /// on `adopted` once it runs here (or why it cannot).
     Adopt {
         executor: ExecutorId,
         released: ReleasedExecutor<A>,
+        adopted: oneshot::Sender<Result<(), HarpError>>,
+    },
+    /// `executor` is on its way here (its state is being fetched from its old node): keep
+    /// the micro-tasks dispatched to it until [`WorkerMsg::Adopt`] brings it.
+    Expect {
+        executor: ExecutorId,
     },
 }
 
@@ -56,11 +65,24 @@ pub(crate) struct ReleasedExecutor<A: App> {
     pub pending: Vec<TaskEnvelope<A::Args>>,
 }
 
-/// An executor in motion: the object itself (within a process) or its saved state (between
-/// processes; the receiving node restores it with `App::restore_executor`).
+/// An executor in motion: the object itself (within a process), its saved state (between
+/// processes; the receiving node restores it with `App::restore_executor`), or where that
+/// state waits to be fetched (a state too large to relay through the master).
 pub(crate) enum ExecutorBody<A: App> {
     Live(A::Executor),
     Saved(Vec<u8>),
+    Parked(harp_wire::StateFetch),
+}
+
+impl<A: App> ExecutorBody<A> {
+    /// Bytes of saved state this body carries or names (0 for a live object).
+    pub(crate) fn state_bytes(&self) -> u64 {
+        match self {
+            ExecutorBody::Live(_) => 0,
+            ExecutorBody::Saved(state) => state.len() as u64,
+            ExecutorBody::Parked(fetch) => fetch.bytes,
+        }
+    }
 }
 
 /// One executor's queue, shared by the worker (which fills it) and the executor's loop.
@@ -179,11 +201,46 @@ pub(crate) struct WorkerArgs<A: App> {
 pub(crate) struct WorkerState<A: App> {
     id: WorkerId,
     loops: HashMap<ExecutorId, Arc<Inbox<A>>>,
+    /// Executors on their way here, with the micro-tasks dispatched to them meanwhile (not
+    /// counted as running until the executor arrives).
+    arriving: HashMap<ExecutorId, Vec<TaskEnvelope<A::Args>>>,
     running: Arc<AtomicUsize>,
     node: Arc<NodeShared<A>>,
 }
 
 impl<A: App> WorkerState<A> {
+    /// Starts `executor` here with its pending micro-tasks, then those dispatched to it while
+    /// it was on its way.
+    fn adopt(
+        &mut self,
+        executor: ExecutorId,
+        released: ReleasedExecutor<A>,
+    ) -> Result<(), HarpError> {
+        if self.loops.contains_key(&executor) {
+            return Err(HarpError::InvalidConfig(format!(
+                "{} already hosts {executor}",
+                self.id
+            )));
+        }
+        let ReleasedExecutor {
+            executor: body,
+            mut pending,
+        } = released;
+        let ExecutorBody::Live(e) = body else {
+            return Err(HarpError::InvalidConfig(format!(
+                "{} got {executor} as saved state; the node restores it first",
+                self.id
+            )));
+        };
+        pending.extend(self.arriving.remove(&executor).unwrap_or_default());
+        self.running.fetch_add(pending.len(), Ordering::AcqRel);
+        let inbox = self.start_loop(executor, e);
+        for task in pending {
+            inbox.push(task);
+        }
+        Ok(())
+    }
+
     fn start_loop(&mut self, id: ExecutorId, executor: A::Executor) -> Arc<Inbox<A>> {
         let inbox = Inbox::new();
         tokio::spawn(executor_loop::<A>(
@@ -227,6 +284,7 @@ impl<A: App> Actor for WorkerActor<A> {
         let mut state = WorkerState {
             id: args.id,
             loops: HashMap::new(),
+            arriving: HashMap::new(),
             running: Arc::new(AtomicUsize::new(0)),
             node: args.node,
         };
@@ -245,8 +303,18 @@ impl<A: App> Actor for WorkerActor<A> {
         match msg {
             WorkerMsg::Run(tasks) => {
                 // Count them all before any can finish, so the count cannot touch zero mid-batch.
-                state.running.fetch_add(tasks.len(), Ordering::AcqRel);
+                let arriving = tasks
+                    .iter()
+                    .filter(|t| state.arriving.contains_key(&t.executor))
+                    .count();
+                state
+                    .running
+                    .fetch_add(tasks.len() - arriving, Ordering::AcqRel);
                 for task in tasks {
+                    if let Some(kept) = state.arriving.get_mut(&task.executor) {
+                        kept.push(task);
+                        continue;
+                    }
                     let Some(inbox) = state.loops.get(&task.executor) else {
                         // A routing bug, not a reason to kill the node: the job ends with it.
                         state.node.fail(HarpError::InvalidConfig(format!(
@@ -260,6 +328,12 @@ impl<A: App> Actor for WorkerActor<A> {
             }
             WorkerMsg::Release { executor, reply } => match state.loops.remove(&executor) {
                 Some(inbox) => inbox.ask_release(reply),
+                None if state.arriving.contains_key(&executor) => {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{executor} is still on its way to {}",
+                        state.id
+                    ))));
+                }
                 None => {
                     let _ = reply.send(Err(HarpError::InvalidConfig(format!(
                         "{} does not host {executor}",
@@ -267,26 +341,17 @@ impl<A: App> Actor for WorkerActor<A> {
                     ))));
                 }
             },
-            WorkerMsg::Adopt { executor, released } => {
-                if state.loops.contains_key(&executor) {
-                    return Err(format!("{} already hosts {executor}", state.id).into());
+            WorkerMsg::Expect { executor } => {
+                if !state.loops.contains_key(&executor) {
+                    state.arriving.entry(executor).or_default();
                 }
-                let ReleasedExecutor {
-                    executor: e,
-                    pending,
-                } = released;
-                let ExecutorBody::Live(e) = e else {
-                    return Err(format!(
-                        "{} got {executor} as saved state; the node restores it first",
-                        state.id
-                    )
-                    .into());
-                };
-                state.running.fetch_add(pending.len(), Ordering::AcqRel);
-                let inbox = state.start_loop(executor, e);
-                for task in pending {
-                    inbox.push(task);
-                }
+            }
+            WorkerMsg::Adopt {
+                executor,
+                released,
+                adopted,
+            } => {
+                let _ = adopted.send(state.adopt(executor, released));
             }
         }
         Ok(())

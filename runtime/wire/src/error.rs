@@ -47,7 +47,7 @@ pub enum WireError {
 
 /// Frames decoded and rejections, by kind. Shared (`Arc`) by every decoder of a node; all
 /// updates are relaxed atomic adds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WireCounters {
     frames_decoded: AtomicU64,
     payload_bytes_decoded: AtomicU64,
@@ -68,8 +68,8 @@ pub struct WireCounters {
 pub struct WireCountersSnapshot {
     pub frames_decoded: u64,
     pub payload_bytes_decoded: u64,
-    /// Decoded frames per kind, indexed by [`MessageKind::index`].
-    pub frames_by_kind: [u64; MessageKind::COUNT],
+    /// Decoded frames per kind, indexed by [`MessageKind::index`] (one entry per kind).
+    pub frames_by_kind: Vec<u64>,
     pub frame_too_large: u64,
     pub truncated: u64,
     pub unknown_kind: u64,
@@ -97,7 +97,27 @@ impl WireCountersSnapshot {
 
     /// Decoded frames of one kind.
     pub fn frames_of(&self, kind: MessageKind) -> u64 {
-        self.frames_by_kind[kind.index()]
+        self.frames_by_kind.get(kind.index()).copied().unwrap_or(0)
+    }
+}
+
+impl Default for WireCounters {
+    fn default() -> Self {
+        let zero = || AtomicU64::new(0);
+        Self {
+            frames_decoded: zero(),
+            payload_bytes_decoded: zero(),
+            frames_by_kind: std::array::from_fn(|_| zero()),
+            frame_too_large: zero(),
+            truncated: zero(),
+            unknown_kind: zero(),
+            kind_mismatch: zero(),
+            invalid: zero(),
+            protocol_version: zero(),
+            wrong_job: zero(),
+            empty_frame: zero(),
+            encode: zero(),
+        }
     }
 }
 
@@ -135,7 +155,7 @@ impl WireCounters {
         WireCountersSnapshot {
             frames_decoded: get(&self.frames_decoded),
             payload_bytes_decoded: get(&self.payload_bytes_decoded),
-            frames_by_kind: std::array::from_fn(|i| get(&self.frames_by_kind[i])),
+            frames_by_kind: self.frames_by_kind.iter().map(get).collect(),
             frame_too_large: get(&self.frame_too_large),
             truncated: get(&self.truncated),
             unknown_kind: get(&self.unknown_kind),

@@ -31,5 +31,6 @@ pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
     ArchivedMessage, Assignment, CompletionWire, HandOffResult, Hello, JobId, JobInfoWire, Message,
     MessageKind, NodeRole, OptStateWire, ParamKeyWire, Placement, ReleaseResult, RowWire,
-    RowsResult, ServerPlace, ShardPlace, ShardRowWire, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
+    RowsResult, ServerPlace, ShardPlace, ShardRowWire, StateFetch, TaskEnvelope, Welcome,
+    NODE_ID_UNASSIGNED,
 };

@@ -288,8 +288,26 @@ pub enum ReleaseResult {
         state: Vec<u8>,
         pending: Vec<TaskEnvelope>,
     },
+    /// State too large to relay through the master: the node keeps it (as `transfer`, of
+    /// `bytes` bytes) until the adopting node fetches it directly
+    /// ([`Message::FetchState`]); the pending micro-tasks travel as usual.
+    Parked {
+        transfer: u64,
+        bytes: u64,
+        pending: Vec<TaskEnvelope>,
+    },
     /// It was not given up (e.g. the node does not host it, or its state cannot be saved).
     Refused(String),
+}
+
+/// Where an adopting node fetches a parked executor state: the releasing node's listening
+/// address and the transfer number it parked the state under.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct StateFetch {
+    pub from_addr: String,
+    pub transfer: u64,
+    pub bytes: u64,
 }
 
 /// What a server node answers to [`Message::HandOffShard`].
@@ -399,12 +417,33 @@ pub enum Message {
         executor: u32,
         result: ReleaseResult,
     },
-    /// master → worker node: host `executor` from its saved state, then run `pending` (the
-    /// micro-tasks it had not started, in order).
+    /// master → worker node: host `executor` from its saved state (`state`, or fetched
+    /// from its old node when `fetch` is set), then run `pending` (the micro-tasks it had
+    /// not started, in order). Answered with [`Message::ExecutorAdopted`].
     AdoptExecutor {
+        request_id: u64,
         executor: u32,
         state: Vec<u8>,
+        fetch: Option<StateFetch>,
         pending: Vec<TaskEnvelope>,
+    },
+    /// worker node → master: the answer to [`Message::AdoptExecutor`]; `error` is `None`
+    /// once the executor runs there.
+    ExecutorAdopted {
+        request_id: u64,
+        error: Option<String>,
+    },
+    /// adopting node → releasing node (on a link of its own): send the state parked as
+    /// `transfer`, in [`Message::StateChunk`]s; an unknown transfer is answered with
+    /// [`Message::Refused`].
+    FetchState { request_id: u64, transfer: u64 },
+    /// releasing node → adopting node: `data` is the part of a parked state (of `total`
+    /// bytes) that starts at `offset`. Chunks may arrive in any order.
+    StateChunk {
+        request_id: u64,
+        total: u64,
+        offset: u64,
+        data: Vec<u8>,
     },
     /// master → server node: hand `shard` (of `num_shards`) to `to_server`, then forward
     /// its traffic there.
@@ -477,6 +516,11 @@ impl Message {
                 result: ReleaseResult::Released { state, pending },
                 ..
             } => state.len() + pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
+            Message::ExecutorReleased {
+                result: ReleaseResult::Parked { pending, .. },
+                ..
+            } => pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
+            Message::StateChunk { data, .. } => data.len(),
             Message::TakeOverShard { rows, .. } => rows
                 .iter()
                 .map(|r| {
@@ -485,7 +529,8 @@ impl Message {
                         OptStateWire::AdaGrad { accum } => accum.len() * 4,
                         OptStateWire::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
                     };
-                    r.value.value_bytes() + opt + 3 * PER_ROW
+                    let saved = r.saved.as_ref().map_or(0, |v| v.value_bytes() + PER_ROW);
+                    r.value.value_bytes() + opt + saved + 3 * PER_ROW
                 })
                 .sum(),
             _ => 0,
@@ -528,6 +573,9 @@ impl Message {
             Message::ServerDrained { .. } => MessageKind::ServerDrained,
             Message::ScaleCommand { .. } => MessageKind::ScaleCommand,
             Message::ScaleDone { .. } => MessageKind::ScaleDone,
+            Message::ExecutorAdopted { .. } => MessageKind::ExecutorAdopted,
+            Message::FetchState { .. } => MessageKind::FetchState,
+            Message::StateChunk { .. } => MessageKind::StateChunk,
         }
     }
 
@@ -578,6 +626,9 @@ impl ArchivedMessage {
             ArchivedMessage::ServerDrained { .. } => MessageKind::ServerDrained,
             ArchivedMessage::ScaleCommand { .. } => MessageKind::ScaleCommand,
             ArchivedMessage::ScaleDone { .. } => MessageKind::ScaleDone,
+            ArchivedMessage::ExecutorAdopted { .. } => MessageKind::ExecutorAdopted,
+            ArchivedMessage::FetchState { .. } => MessageKind::FetchState,
+            ArchivedMessage::StateChunk { .. } => MessageKind::StateChunk,
         }
     }
 }
@@ -630,11 +681,14 @@ pub enum MessageKind {
     ServerDrained = 30,
     ScaleCommand = 31,
     ScaleDone = 32,
+    ExecutorAdopted = 33,
+    FetchState = 34,
+    StateChunk = 35,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 32;
+    pub const COUNT: usize = 35;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -670,6 +724,9 @@ impl MessageKind {
         MessageKind::ServerDrained,
         MessageKind::ScaleCommand,
         MessageKind::ScaleDone,
+        MessageKind::ExecutorAdopted,
+        MessageKind::FetchState,
+        MessageKind::StateChunk,
     ];
 
     /// The kind a header byte names, if any.
@@ -722,6 +779,9 @@ impl MessageKind {
             MessageKind::ServerDrained => "server_drained",
             MessageKind::ScaleCommand => "scale_command",
             MessageKind::ScaleDone => "scale_done",
+            MessageKind::ExecutorAdopted => "executor_adopted",
+            MessageKind::FetchState => "fetch_state",
+            MessageKind::StateChunk => "state_chunk",
         }
     }
 }

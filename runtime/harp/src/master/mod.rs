@@ -66,6 +66,15 @@ pub(crate) enum MasterMsg<A: App> {
         from: WorkerId,
         result: Result<ReleasedExecutor<A>, HarpError>,
     },
+    /// The new worker of a moving executor runs it, or could not take it (internal).
+    ExecutorAdopted {
+        executor: ExecutorId,
+        from: WorkerId,
+        to: WorkerId,
+        /// Micro-tasks and state bytes that moved with it.
+        moved: (usize, u64),
+        result: Result<(), HarpError>,
+    },
     /// A server handed a shard over (internal).
     ShardHandedOff {
         shard: ShardId,
@@ -354,7 +363,16 @@ impl<A: App> Actor for MasterActor<A> {
                 from,
                 result,
             } => state
-                .on_executor_released(executor, from, result)
+                .on_executor_released(&myself, executor, from, result)
+                .map(|_| false),
+            MasterMsg::ExecutorAdopted {
+                executor,
+                from,
+                to,
+                moved,
+                result,
+            } => state
+                .on_executor_adopted(executor, (from, to), moved, result)
                 .map(|_| false),
             MasterMsg::ShardHandedOff { shard, to, result } => {
                 state.on_shard_handed_off(shard, to, result).map(|_| false)

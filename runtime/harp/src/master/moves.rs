@@ -4,7 +4,8 @@
 //!
 //! An executor in motion has its newly dispatched micro-tasks buffered here; its old worker
 //! finishes the running one and hands back the executor with the ones it had not started;
-//! the new worker gets all of them, in order. A shard's old server hands its rows to the new
+//! the new worker gets all of them, in order; the move ends when the new worker runs it. A
+//! shard's old server hands its rows to the new
 //! one and forwards its traffic from then on; once the hand-off is done every node is told
 //! the new owner. One scale event runs at a time.
 
@@ -28,6 +29,9 @@ pub struct ScaleReport {
     pub tasks_moved: usize,
     /// Bytes of parameter rows and optimizer state the shard moves carried.
     pub shard_bytes_moved: u64,
+    /// Bytes of saved executor state the executor moves carried (0 within one process,
+    /// where executors move as objects).
+    pub executor_bytes_moved: u64,
     pub duration_s: f64,
     /// Every move, in the order it ended.
     pub moves: Vec<MoveRecord>,
@@ -44,7 +48,8 @@ pub struct MoveRecord {
     pub from: u32,
     /// The worker or server it went to.
     pub to: u32,
-    /// Bytes of rows and optimizer state (shards; 0 for executors).
+    /// Bytes of rows and optimizer state (shards) or of saved state (executors moved
+    /// between processes; 0 within one).
     pub bytes: u64,
     /// Micro-tasks that travelled with it (executors; 0 for shards).
     pub tasks: usize,
@@ -232,6 +237,7 @@ impl<A: App> MasterState<A> {
     /// The old worker gave `executor` up (or could not): hand it and its tasks to the new one.
     pub(crate) fn on_executor_released(
         &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
         from: WorkerId,
         result: Result<ReleasedExecutor<A>, HarpError>,
@@ -239,21 +245,8 @@ impl<A: App> MasterState<A> {
         let Some(motion) = self.moving.remove(&executor) else {
             return Ok(());
         };
-        let outcome = match result {
-            Ok(mut released) => {
-                let moved = released.pending.len();
-                released.pending.extend(motion.buffered);
-                let target = self
-                    .workers
-                    .get(&motion.to)
-                    .ok_or(HarpError::WorkerUnreachable(motion.to))?;
-                target
-                    .send_message(WorkerMsg::Adopt { executor, released })
-                    .map_err(|_| HarpError::WorkerUnreachable(motion.to))?;
-                self.executors.assign(executor, motion.to)?;
-                tracing::info!(%executor, %from, to = %motion.to, tasks = moved, "executor moved");
-                Ok(moved)
-            }
+        let mut released = match result {
+            Ok(released) => released,
             Err(e) => {
                 // It never left: the tasks held here go to where it still is.
                 let source = self
@@ -265,28 +258,73 @@ impl<A: App> MasterState<A> {
                         .send_message(WorkerMsg::Run(motion.buffered))
                         .map_err(|_| HarpError::WorkerUnreachable(from))?;
                 }
-                Err(e)
+                self.move_done(Err::<fn(&mut ScaleReport, f64), _>(e));
+                return Ok(());
             }
         };
-        let to = self
-            .executors
-            .worker_of(executor)
-            .map(|w| w.0)
-            .unwrap_or(from.0);
-        self.move_done(outcome.map(|tasks| {
-            move |report: &mut ScaleReport, done_at_s| {
-                report.executors_moved += 1;
-                report.tasks_moved += tasks;
-                report.moves.push(MoveRecord {
-                    kind: "executor",
-                    item: executor.0,
-                    from: from.0,
-                    to,
-                    bytes: 0,
-                    tasks,
-                    done_at_s,
-                });
-            }
+        let tasks = released.pending.len();
+        let bytes = released.executor.state_bytes();
+        released.pending.extend(motion.buffered);
+        let to = motion.to;
+        let target = self
+            .workers
+            .get(&to)
+            .ok_or(HarpError::WorkerUnreachable(to))?;
+        let (tx, rx) = oneshot::channel();
+        target
+            .send_message(WorkerMsg::Adopt {
+                executor,
+                released,
+                adopted: tx,
+            })
+            .map_err(|_| HarpError::WorkerUnreachable(to))?;
+        // Tasks dispatched from now on go to the new worker, after the adopted ones.
+        self.executors.assign(executor, to)?;
+        reply_to_master(
+            myself,
+            rx,
+            HarpError::WorkerUnreachable(to),
+            move |result| MasterMsg::ExecutorAdopted {
+                executor,
+                from,
+                to,
+                moved: (tasks, bytes),
+                result,
+            },
+        );
+        Ok(())
+    }
+
+    /// The new worker runs `executor` (the move is done), or could not take it: then the
+    /// executor has no host and the job cannot go on.
+    pub(crate) fn on_executor_adopted(
+        &mut self,
+        executor: ExecutorId,
+        (from, to): (WorkerId, WorkerId),
+        (tasks, bytes): (usize, u64),
+        result: Result<(), HarpError>,
+    ) -> Result<(), HarpError> {
+        if let Err(e) = result {
+            let lost = format!("{executor} was lost moving from {from} to {to}: {e}");
+            self.move_done(Err::<fn(&mut ScaleReport, f64), _>(HarpError::Remote(
+                lost.clone(),
+            )));
+            return Err(HarpError::Remote(lost));
+        }
+        tracing::info!(%executor, %from, %to, tasks, bytes, "executor moved");
+        self.move_done(Ok(move |report: &mut ScaleReport, done_at_s| {
+            report.executors_moved += 1;
+            report.tasks_moved += tasks;
+            report.executor_bytes_moved += bytes;
+            report.moves.push(MoveRecord {
+                kind: "executor",
+                item: executor.0,
+                from: from.0,
+                to: to.0,
+                bytes,
+                tasks,
+                done_at_s,
+            });
         }));
         Ok(())
     }

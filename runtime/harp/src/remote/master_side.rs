@@ -3,7 +3,7 @@
 
 use super::job_id;
 use super::proxies::{
-    completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerProxy,
+    completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
 };
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
 use crate::app::{App, JobInfo};
@@ -272,7 +272,11 @@ pub async fn run_job_across_controlled<A: App>(
         if node.roles.worker {
             let proxy = spawn(
                 WorkerProxy::<A>::new(),
-                (node.link.clone(), pending.clone()),
+                WorkerLink {
+                    link: node.link.clone(),
+                    pending: pending.clone(),
+                    listen_addr: node.listen_addr.clone(),
+                },
             )
             .await?;
             workers.insert(WorkerId(node.id), proxy);

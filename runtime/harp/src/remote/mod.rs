@@ -25,6 +25,7 @@ mod node_side;
 mod proxies;
 mod roster;
 mod scale_client;
+mod state_transfer;
 
 pub use master_side::{
     run_job_across, run_job_across_controlled, run_job_across_watched, ClusterOptions, NodeFailure,

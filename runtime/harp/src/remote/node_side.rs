@@ -1,10 +1,13 @@
 //! A node process: joins the master, hosts the worker and the server it is assigned, talks to
-//! the other nodes' servers through proxies, and serves its own server to them.
+//! the other nodes' servers through proxies, and serves its own server to them. Every node
+//! also serves the executor states it parked for a move to the nodes that fetch them
+//! ([`super::state_transfer`]).
 
 use super::job_id;
 use super::proxies::{
-    send_sized, serve_server_requests, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
+    send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
 };
+use super::state_transfer::{fetch_state, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
@@ -17,7 +20,7 @@ use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, W
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     check_welcome, Assignment, FrameLimits, HandOffResult, Hello, Message, NodeRole, Placement,
-    ReleaseResult, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+    ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -161,16 +164,20 @@ pub async fn run_node_leaving<A: App>(
             )))
         }
     };
+    let outbox = Arc::new(StateOutbox::default());
+    let dialer = Dialer {
+        endpoint: endpoint.clone(),
+        hello: hello(me),
+        counters: counters.clone(),
+    };
     let started = start_node(
         app.clone(),
-        &endpoint,
         &assignment,
         &placement,
-        me,
+        (me, job),
         master_link.clone(),
-        &hello,
-        job,
-        &counters,
+        &dialer,
+        outbox.clone(),
     )
     .await;
     let (worker, servers, store) = match started {
@@ -210,21 +217,23 @@ pub async fn run_node_leaving<A: App>(
     };
     let local_server = servers.get(&ServerId(me)).cloned();
     let mut servers = servers;
-    let dialer = Dialer {
-        endpoint: &endpoint,
-        hello: hello(me),
-        counters: &counters,
-    };
     let result = serve_master::<A>(
         &mut from_master,
         &worker,
         local_server.as_ref(),
         (&master_link, me, leave),
         (&app, &info),
-        (&store, &mut servers, &dialer),
+        (&store, &mut servers, &dialer, &outbox),
     )
     .await;
     heartbeat.abort();
+    if outbox.waiting() > 0 && !outbox.wait_empty(PARKED_WAIT).await {
+        tracing::warn!(
+            node = me,
+            states = outbox.waiting(),
+            "exiting with executor states nobody fetched"
+        );
+    }
     let wire = counters.snapshot();
     tracing::info!(
         node = me,
@@ -247,17 +256,17 @@ type Started<A> = (
     Arc<ParamStore>,
 );
 
-#[allow(clippy::too_many_arguments)]
+/// How long a node that is done waits for the executor states it parked to be fetched.
+const PARKED_WAIT: Duration = Duration::from_secs(30);
+
 async fn start_node<A: App>(
     app: Arc<A>,
-    endpoint: &NetEndpoint,
     assignment: &Assignment,
     placement: &Placement,
-    me: u32,
+    (me, job): (u32, harp_wire::JobId),
     master_link: Link,
-    hello: &impl Fn(u32) -> Message,
-    job: harp_wire::JobId,
-    counters: &Arc<WireCounters>,
+    dialer: &Dialer,
+    outbox: Arc<StateOutbox>,
 ) -> Result<Started<A>, HarpError> {
     let tables = Arc::new(app.tables().clone());
     let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
@@ -268,21 +277,21 @@ async fn start_node<A: App>(
         local_servers.insert(id, actor.clone());
         servers.insert(id, actor);
     }
-    // Serve the local server to the other nodes.
-    if let Some(local) = local_servers.values().next().cloned() {
-        accept_peers(endpoint, local, counters.clone(), job);
-    }
+    // Serve the local server, and parked executor states, to the other nodes.
+    let local = local_servers.values().next().cloned();
+    accept_peers(
+        &dialer.endpoint,
+        local,
+        outbox,
+        dialer.counters.clone(),
+        job,
+    );
     // Reach every other server through a proxy.
     for place in &placement.servers {
         let id = ServerId(place.server);
         if servers.contains_key(&id) {
             continue;
         }
-        let dialer = Dialer {
-            endpoint,
-            hello: hello(me),
-            counters,
-        };
         servers.insert(id, dialer.connect(id, &place.listen_addr).await?);
     }
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
@@ -321,15 +330,16 @@ async fn start_node<A: App>(
     Ok((worker, servers, store))
 }
 
-/// Opens links to other nodes' servers.
-struct Dialer<'a> {
-    endpoint: &'a NetEndpoint,
+/// Opens links to other nodes (their servers, or the executor states they parked).
+#[derive(Clone)]
+struct Dialer {
+    endpoint: NetEndpoint,
     /// This node's hello, the first message on every link it opens.
     hello: Message,
-    counters: &'a Arc<WireCounters>,
+    counters: Arc<WireCounters>,
 }
 
-impl Dialer<'_> {
+impl Dialer {
     /// A proxy for server `id`, listening at `addr`.
     async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
         let parsed: SocketAddr = addr
@@ -353,7 +363,7 @@ async fn reach_new_servers(
     placement: &Placement,
     store: &ParamStore,
     servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    dialer: &Dialer<'_>,
+    dialer: &Dialer,
 ) -> Result<(), HarpError> {
     for place in &placement.servers {
         let id = ServerId(place.server);
@@ -388,10 +398,12 @@ fn drain_server(
     });
 }
 
-/// Accepts links from other nodes and serves the local server on each.
+/// Accepts links from other nodes: serves the local server (if any) and the executor states
+/// parked in `outbox` on each.
 fn accept_peers(
     endpoint: &NetEndpoint,
-    local: ActorRef<ServerMsg>,
+    local: Option<ActorRef<ServerMsg>>,
+    outbox: Arc<StateOutbox>,
     counters: Arc<WireCounters>,
     job: harp_wire::JobId,
 ) {
@@ -399,7 +411,7 @@ fn accept_peers(
     tokio::spawn(async move {
         while let Some(conn) = endpoint.accept().await {
             let Ok(conn) = conn else { continue };
-            let (local, counters) = (local.clone(), counters.clone());
+            let (local, outbox, counters) = (local.clone(), outbox.clone(), counters.clone());
             tokio::spawn(async move {
                 let Ok((link, mut incoming)) =
                     Link::accept(conn, FrameLimits::default(), counters).await
@@ -410,7 +422,7 @@ fn accept_peers(
                     Some(Ok(Message::Hello(hello)))
                         if harp_wire::check_hello(&hello, job).is_ok() =>
                     {
-                        serve_server_requests(link, incoming, local).await
+                        serve_peer(link, incoming, local, outbox).await
                     }
                     _ => link.close("expected a hello of this job"),
                 }
@@ -419,11 +431,46 @@ fn accept_peers(
     });
 }
 
+/// Serves one peer's link until it closes.
+async fn serve_peer(
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    local: Option<ActorRef<ServerMsg>>,
+    outbox: Arc<StateOutbox>,
+) {
+    while let Some(Ok(message)) = incoming.recv().await {
+        match (message, &local) {
+            (
+                Message::FetchState {
+                    request_id,
+                    transfer,
+                },
+                _,
+            ) => {
+                let (link, outbox) = (link.clone(), outbox.clone());
+                tokio::spawn(async move { outbox.serve_fetch(&link, request_id, transfer).await });
+            }
+            (message, Some(server)) => {
+                if !serve_server_request(&link, message, server) {
+                    return;
+                }
+            }
+            (message, None) => {
+                tracing::debug!(kind = ?message.kind(), "a server request to a node without a server");
+                link.close("this node has no server");
+                return;
+            }
+        }
+    }
+}
+
 /// Gives `executor` up for a move: once the worker released it, its saved state and the
-/// micro-tasks it had not started go back to the master.
+/// micro-tasks it had not started go back to the master (a large state is parked in
+/// `outbox` instead, and only its size and transfer number go).
 fn release_executor<A: App>(
     worker: &ActorRef<WorkerMsg<A>>,
     master_link: &Link,
+    outbox: &Arc<StateOutbox>,
     request_id: u64,
     executor: ExecutorId,
 ) -> Result<(), HarpError> {
@@ -435,9 +482,20 @@ fn release_executor<A: App>(
         })
         .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
     let link = master_link.clone();
+    let outbox = outbox.clone();
     tokio::spawn(async move {
         let result = match rx.await {
-            Ok(Ok(released)) => saved(released),
+            Ok(Ok(released)) => match saved(released) {
+                ReleaseResult::Released { state, pending } if state.len() >= PARK_BYTES_MIN => {
+                    let bytes = state.len() as u64;
+                    ReleaseResult::Parked {
+                        transfer: outbox.park(state),
+                        bytes,
+                        pending,
+                    }
+                }
+                other => other,
+            },
             Ok(Err(e)) => ReleaseResult::Refused(e.to_string()),
             Err(_) => ReleaseResult::Refused("the worker stopped".into()),
         };
@@ -447,7 +505,10 @@ fn release_executor<A: App>(
             result,
         };
         if let Err(e) = send_sized(&link, message).await {
+            // The executor left the worker: without this answer it would have no host.
+            let message = format!("could not hand {executor} back for its move: {e}");
             tracing::warn!(%executor, error = %e, "could not hand a released executor back");
+            let _ = link.send(&Message::Failed { message });
         }
     });
     Ok(())
@@ -504,6 +565,9 @@ fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
     let state = match released.executor {
         ExecutorBody::Live(e) => e.save_state(),
         ExecutorBody::Saved(state) => Ok(state),
+        ExecutorBody::Parked(_) => {
+            return ReleaseResult::Refused("the executor's state is not on this node".into())
+        }
     };
     match (state, tasks_to_wire::<A>(released.pending)) {
         (Ok(state), Ok(pending)) => ReleaseResult::Released { state, pending },
@@ -512,6 +576,96 @@ fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
     }
 }
 
+/// An `AdoptExecutor` being carried out: the answer goes back under `request_id`.
+struct Adoption<A: App> {
+    request_id: u64,
+    executor: ExecutorId,
+    pending: Vec<crate::worker::TaskEnvelope<A::Args>>,
+}
+
+impl<A: App> Adoption<A> {
+    /// Hands the restored executor to the worker and answers the master once it runs there
+    /// (or with why it cannot).
+    fn finish(
+        self,
+        worker: &ActorRef<WorkerMsg<A>>,
+        master_link: &Link,
+        restored: Result<A::Executor, HarpError>,
+    ) {
+        let (request_id, link) = (self.request_id, master_link.clone());
+        let answer = move |result: Result<(), HarpError>| {
+            let _ = link.send(&Message::ExecutorAdopted {
+                request_id,
+                error: result.err().map(|e| e.to_string()),
+            });
+        };
+        let executor = match restored {
+            Ok(executor) => executor,
+            Err(e) => return answer(Err(e)),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = worker.send_message(WorkerMsg::Adopt {
+            executor: self.executor,
+            released: ReleasedExecutor {
+                executor: ExecutorBody::Live(executor),
+                pending: self.pending,
+            },
+            adopted: tx,
+        });
+        if sent.is_err() {
+            return answer(Err(HarpError::Remote("the worker stopped".into())));
+        }
+        tokio::spawn(async move {
+            answer(
+                rx.await
+                    .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into()))),
+            )
+        });
+    }
+}
+
+/// The executor `id` made again from its saved state.
+fn restore<A: App>(
+    app: &A,
+    info: &JobInfo,
+    id: ExecutorId,
+    state: &[u8],
+) -> Result<A::Executor, HarpError> {
+    app.restore_executor(id, info, state)
+        .map_err(|source| HarpError::ExecutorCreation {
+            executor: id,
+            source,
+        })
+}
+
+/// Fetches a parked state from the node that released it, then restores the executor.
+async fn fetch_and_restore<A: App>(
+    dialer: &Dialer,
+    fetch: &StateFetch,
+    app: &A,
+    info: &JobInfo,
+    id: ExecutorId,
+) -> Result<A::Executor, HarpError> {
+    let state = fetch_state(&dialer.endpoint, &dialer.hello, &dialer.counters, fetch)
+        .await
+        .map_err(|e| {
+            HarpError::Remote(format!(
+                "could not fetch the state of {id} from {}: {e}",
+                fetch.from_addr
+            ))
+        })?;
+    restore(app, info, id, &state)
+}
+
+/// What a node uses to carry out the master's orders: its parameter store, its links to the
+/// servers, its dialer, and the executor states it parked.
+type Plumbing<'a> = (
+    &'a Arc<ParamStore>,
+    &'a mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    &'a Dialer,
+    &'a Arc<StateOutbox>,
+);
+
 /// Runs the master's orders until the job ends.
 async fn serve_master<A: App>(
     from_master: &mut mpsc::UnboundedReceiver<Incoming>,
@@ -519,11 +673,7 @@ async fn serve_master<A: App>(
     local_server: Option<&ActorRef<ServerMsg>>,
     (master_link, me, leave): (&Link, u32, impl std::future::Future<Output = ()>),
     (app, info): (&Arc<A>, &JobInfo),
-    (store, servers, dialer): (
-        &Arc<ParamStore>,
-        &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
-        &Dialer<'_>,
-    ),
+    (store, servers, dialer, outbox): Plumbing<'_>,
 ) -> Result<(), HarpError> {
     let mut leave = std::pin::pin!(leave);
     let mut leaving = false;
@@ -552,29 +702,52 @@ async fn serve_master<A: App>(
             Message::ReleaseExecutor {
                 request_id,
                 executor,
-            } => release_executor(worker, master_link, request_id, ExecutorId(executor))?,
+            } => release_executor(
+                worker,
+                master_link,
+                outbox,
+                request_id,
+                ExecutorId(executor),
+            )?,
             Message::AdoptExecutor {
+                request_id,
                 executor,
                 state,
+                fetch,
                 pending,
             } => {
-                let id = ExecutorId(executor);
-                let restored = app.restore_executor(id, info, &state).map_err(|source| {
-                    HarpError::ExecutorCreation {
-                        executor: id,
-                        source,
-                    }
-                })?;
-                let released = ReleasedExecutor {
-                    executor: ExecutorBody::Live(restored),
+                let adoption = Adoption {
+                    request_id,
+                    executor: ExecutorId(executor),
                     pending: tasks_from_wire::<A>(pending)?,
                 };
-                worker
-                    .send_message(WorkerMsg::Adopt {
-                        executor: id,
-                        released,
-                    })
-                    .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+                match fetch {
+                    None => {
+                        let restored = restore(&**app, info, adoption.executor, &state);
+                        adoption.finish(worker, master_link, restored);
+                    }
+                    Some(fetch) => {
+                        // Tasks dispatched to it from now on wait on the worker until it is here.
+                        worker
+                            .send_message(WorkerMsg::Expect {
+                                executor: adoption.executor,
+                            })
+                            .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+                        let (worker, link, app, info) = (
+                            worker.clone(),
+                            master_link.clone(),
+                            app.clone(),
+                            info.clone(),
+                        );
+                        let dialer = dialer.clone();
+                        tokio::spawn(async move {
+                            let restored =
+                                fetch_and_restore(&dialer, &fetch, &*app, &info, adoption.executor)
+                                    .await;
+                            adoption.finish(&worker, &link, restored);
+                        });
+                    }
+                }
             }
             Message::HandOffShard {
                 request_id,

@@ -42,6 +42,8 @@ pub(crate) enum Pending {
     Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
     /// A worker node's answer to `ReleaseExecutor`.
     Released(oneshot::Sender<ReleaseResult>),
+    /// A worker node's answer to `AdoptExecutor`.
+    Adopted(oneshot::Sender<Result<(), HarpError>>),
     /// A server node's answer to `HandOffShard`.
     HandedOff(oneshot::Sender<HandOffResult>),
     /// A server node took over the rows of a shard.
@@ -107,6 +109,12 @@ impl PendingReplies {
             Message::ServerDrained { request_id } => {
                 if let Some((_, Pending::Drained(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(());
+                }
+                None
+            }
+            Message::ExecutorAdopted { request_id, error } => {
+                if let Some((_, Pending::Adopted(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
                 }
                 None
             }
@@ -361,104 +369,112 @@ impl Actor for ServerNodeProxy {
     }
 }
 
-/// Serves requests arriving on `link` with the local server `server`.
-pub(crate) async fn serve_server_requests(
-    link: Link,
-    mut incoming: mpsc::UnboundedReceiver<Incoming>,
-    server: ActorRef<ServerMsg>,
-) {
-    while let Some(Ok(message)) = incoming.recv().await {
-        let (link, server) = (link.clone(), server.clone());
-        match message {
-            Message::Get {
-                request_id, keys, ..
-            } => {
-                let (tx, rx) = oneshot::channel();
-                let keys = keys.into_iter().map(Into::into).collect();
-                if server
-                    .send_message(ServerMsg::Get { keys, reply: tx })
-                    .is_err()
-                {
-                    return;
-                }
-                tokio::spawn(async move {
-                    let rows = match rx.await {
-                        Ok(Ok(rows)) => {
-                            RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect())
-                        }
-                        Ok(Err(e)) => RowsResult::Err(e.to_string()),
-                        Err(_) => RowsResult::Err("server stopped".into()),
-                    };
-                    let _ = send_sized(&link, Message::Rows { request_id, rows }).await;
-                });
+/// Serves one request that arrived on `link` with the local server `server`; `false` once
+/// that server stopped.
+pub(crate) fn serve_server_request(
+    link: &Link,
+    message: Message,
+    server: &ActorRef<ServerMsg>,
+) -> bool {
+    let link = link.clone();
+    match message {
+        Message::Get {
+            request_id, keys, ..
+        } => {
+            let (tx, rx) = oneshot::channel();
+            let keys = keys.into_iter().map(Into::into).collect();
+            if server
+                .send_message(ServerMsg::Get { keys, reply: tx })
+                .is_err()
+            {
+                return false;
             }
-            Message::Apply {
-                request_id,
-                updates,
-                ..
-            } => {
-                let (tx, rx) = oneshot::channel();
-                let updates = rows_from_wire(updates);
-                if server
-                    .send_message(ServerMsg::Apply { updates, reply: tx })
-                    .is_err()
-                {
-                    return;
-                }
-                tokio::spawn(async move {
-                    let error = match rx.await {
-                        Ok(Ok(())) => None,
-                        Ok(Err(e)) => Some(e.to_string()),
-                        Err(_) => Some("server stopped".into()),
-                    };
-                    let _ = link.send(&Message::Applied { request_id, error });
-                });
-            }
-            Message::Dump { request_id, .. } => {
-                let (tx, rx) = oneshot::channel();
-                if server.send_message(ServerMsg::Dump { reply: tx }).is_err() {
-                    return;
-                }
-                tokio::spawn(async move {
-                    if let Ok(rows) = rx.await {
-                        let _ = link
-                            .send_bulk(&Message::DumpRows {
-                                request_id,
-                                rows: rows_to_wire(rows),
-                            })
-                            .await;
+            tokio::spawn(async move {
+                let rows = match rx.await {
+                    Ok(Ok(rows)) => {
+                        RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect())
                     }
-                });
-            }
-            Message::TakeOverShard {
-                request_id,
-                shard,
-                rows,
-            } => {
-                let (ack, acked) = oneshot::channel();
-                let take_over = ServerMsg::TakeOver {
-                    shard: harp_core::ShardId(shard),
-                    rows: ShardRows::from_wire(rows),
-                    ack,
+                    Ok(Err(e)) => RowsResult::Err(e.to_string()),
+                    Err(_) => RowsResult::Err("server stopped".into()),
                 };
-                if server.send_message(take_over).is_err() {
-                    return;
-                }
-                tokio::spawn(async move {
-                    if acked.await.is_ok() {
-                        let _ = link.send(&Message::TookOver { request_id });
-                    }
-                });
-            }
-            other => tracing::debug!(kind = ?other.kind(), "ignored on a server link"),
+                let _ = send_sized(&link, Message::Rows { request_id, rows }).await;
+            });
         }
+        Message::Apply {
+            request_id,
+            updates,
+            ..
+        } => {
+            let (tx, rx) = oneshot::channel();
+            let updates = rows_from_wire(updates);
+            if server
+                .send_message(ServerMsg::Apply { updates, reply: tx })
+                .is_err()
+            {
+                return false;
+            }
+            tokio::spawn(async move {
+                let error = match rx.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some("server stopped".into()),
+                };
+                let _ = link.send(&Message::Applied { request_id, error });
+            });
+        }
+        Message::Dump { request_id, .. } => {
+            let (tx, rx) = oneshot::channel();
+            if server.send_message(ServerMsg::Dump { reply: tx }).is_err() {
+                return false;
+            }
+            tokio::spawn(async move {
+                if let Ok(rows) = rx.await {
+                    let _ = link
+                        .send_bulk(&Message::DumpRows {
+                            request_id,
+                            rows: rows_to_wire(rows),
+                        })
+                        .await;
+                }
+            });
+        }
+        Message::TakeOverShard {
+            request_id,
+            shard,
+            rows,
+        } => {
+            let (ack, acked) = oneshot::channel();
+            let take_over = ServerMsg::TakeOver {
+                shard: harp_core::ShardId(shard),
+                rows: ShardRows::from_wire(rows),
+                ack,
+            };
+            if server.send_message(take_over).is_err() {
+                return false;
+            }
+            tokio::spawn(async move {
+                if acked.await.is_ok() {
+                    let _ = link.send(&Message::TookOver { request_id });
+                }
+            });
+        }
+        other => tracing::debug!(kind = ?other.kind(), "ignored on a server link"),
     }
+    true
 }
 
 // ---------------------------------------------------------------- worker proxy
 
 /// Stands (on the master) for a worker in a node process.
 pub(crate) struct WorkerProxy<A>(PhantomData<fn() -> A>);
+
+/// What a [`WorkerProxy`] holds: the link to its node, the replies awaited on it, and the
+/// address the node listens at (where a state it parks is fetched from).
+pub(crate) struct WorkerLink {
+    pub link: Link,
+    pub pending: Arc<PendingReplies>,
+    pub listen_addr: String,
+}
 
 impl<A> WorkerProxy<A> {
     pub(crate) fn new() -> Self {
@@ -468,8 +484,8 @@ impl<A> WorkerProxy<A> {
 
 impl<A: App> Actor for WorkerProxy<A> {
     type Msg = WorkerMsg<A>;
-    type State = (Link, Arc<PendingReplies>);
-    type Arguments = (Link, Arc<PendingReplies>);
+    type State = WorkerLink;
+    type Arguments = WorkerLink;
 
     async fn pre_start(
         &self,
@@ -483,8 +499,13 @@ impl<A: App> Actor for WorkerProxy<A> {
         &self,
         _myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
-        (link, pending): &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let WorkerLink {
+            link,
+            pending,
+            listen_addr,
+        } = state;
         match msg {
             WorkerMsg::Run(tasks) => {
                 link.send(&Message::RunTasks {
@@ -498,6 +519,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     request_id,
                     executor: executor.0,
                 })?;
+                let from_addr = listen_addr.clone();
                 tokio::spawn(async move {
                     let released = match rx.await {
                         Ok(ReleaseResult::Released { state, pending }) => {
@@ -506,6 +528,18 @@ impl<A: App> Actor for WorkerProxy<A> {
                                 pending,
                             })
                         }
+                        Ok(ReleaseResult::Parked {
+                            transfer,
+                            bytes,
+                            pending,
+                        }) => tasks_from_wire::<A>(pending).map(|pending| ReleasedExecutor {
+                            executor: ExecutorBody::Parked(harp_wire::StateFetch {
+                                from_addr,
+                                transfer,
+                                bytes,
+                            }),
+                            pending,
+                        }),
                         Ok(ReleaseResult::Refused(why)) => Err(HarpError::InvalidConfig(why)),
                         Err(_) => Err(HarpError::Remote(format!(
                             "the node hosting {executor} went away during its move"
@@ -514,21 +548,55 @@ impl<A: App> Actor for WorkerProxy<A> {
                     let _ = reply.send(released);
                 });
             }
-            WorkerMsg::Adopt { executor, released } => {
-                let state = match released.executor {
-                    ExecutorBody::Saved(state) => state,
-                    ExecutorBody::Live(e) => e.save_state().map_err(|source| {
-                        HarpError::InvalidConfig(format!(
-                            "cannot save the state of {executor} to move it: {source}"
-                        ))
-                    })?,
+            WorkerMsg::Adopt {
+                executor,
+                released,
+                adopted,
+            } => {
+                let (state, fetch) = match released.executor {
+                    ExecutorBody::Saved(state) => (state, None),
+                    ExecutorBody::Parked(fetch) => (Vec::new(), Some(fetch)),
+                    ExecutorBody::Live(e) => match e.save_state() {
+                        Ok(state) => (state, None),
+                        Err(source) => {
+                            let _ = adopted.send(Err(HarpError::InvalidConfig(format!(
+                                "cannot save the state of {executor} to move it: {source}"
+                            ))));
+                            return Ok(());
+                        }
+                    },
                 };
+                let pending_tasks = match tasks_to_wire::<A>(released.pending) {
+                    Ok(tasks) => tasks,
+                    Err(e) => {
+                        let _ = adopted.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::Adopted(tx));
                 let message = Message::AdoptExecutor {
+                    request_id,
                     executor: executor.0,
                     state,
-                    pending: tasks_to_wire::<A>(released.pending)?,
+                    fetch,
+                    pending: pending_tasks,
                 };
-                send_sized(link, message).await?;
+                if let Err(e) = send_sized(link, message).await {
+                    pending.forget(request_id);
+                    let _ = adopted.send(Err(e));
+                    return Ok(());
+                }
+                tokio::spawn(async move {
+                    let _ = adopted.send(rx.await.unwrap_or_else(|_| {
+                        Err(HarpError::Remote(format!(
+                            "the node adopting {executor} went away"
+                        )))
+                    }));
+                });
+            }
+            WorkerMsg::Expect { .. } => {
+                tracing::debug!("the master's worker proxy does not carry an expect");
             }
         }
         Ok(())
@@ -608,6 +676,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::ForgetServer(..)
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
+            | MasterMsg::ExecutorAdopted { .. }
             | MasterMsg::ShardHandedOff { .. } => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }

@@ -7,7 +7,7 @@
 //! A node that left is remembered as departed, so its closed link and its silent lease are
 //! not reported as a death.
 
-use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerProxy};
+use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy};
 use crate::app::App;
 use crate::control::{JobControl, ScaleEvent};
 use crate::error::HarpError;
@@ -246,7 +246,12 @@ async fn enlist<A: App>(
     }
     let pending = Arc::new(PendingReplies::default());
     if roles.worker {
-        let proxy = spawn(WorkerProxy::<A>::new(), (link.clone(), pending.clone())).await?;
+        let worker_link = WorkerLink {
+            link: link.clone(),
+            pending: pending.clone(),
+            listen_addr: listen_addr.clone(),
+        };
+        let proxy = spawn(WorkerProxy::<A>::new(), worker_link).await?;
         let _ = ctx
             .master
             .send_message(MasterMsg::AddWorker(WorkerId(id), proxy));

@@ -247,6 +247,13 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             prop_oneof![
                 (vec(any::<u8>(), 0..64), vec(arb_task(), 0..4))
                     .prop_map(|(state, pending)| ReleaseResult::Released { state, pending }),
+                (any::<u64>(), any::<u64>(), vec(arb_task(), 0..4)).prop_map(
+                    |(transfer, bytes, pending)| ReleaseResult::Parked {
+                        transfer,
+                        bytes,
+                        pending
+                    }
+                ),
                 arb_string().prop_map(ReleaseResult::Refused),
             ],
         )
@@ -256,11 +263,46 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 result,
             })
             .boxed(),
-        (any::<u32>(), vec(any::<u8>(), 0..64), vec(arb_task(), 0..4))
-            .prop_map(|(executor, state, pending)| Message::AdoptExecutor {
-                executor,
-                state,
-                pending,
+        (
+            (any::<u64>(), any::<u32>()),
+            vec(any::<u8>(), 0..64),
+            proptest::option::of((arb_string(), any::<u64>(), any::<u64>()).prop_map(
+                |(from_addr, transfer, bytes)| StateFetch {
+                    from_addr,
+                    transfer,
+                    bytes,
+                },
+            )),
+            vec(arb_task(), 0..4),
+        )
+            .prop_map(
+                |((request_id, executor), state, fetch, pending)| Message::AdoptExecutor {
+                    request_id,
+                    executor,
+                    state,
+                    fetch,
+                    pending,
+                },
+            )
+            .boxed(),
+        (any::<u64>(), proptest::option::of(arb_string()))
+            .prop_map(|(request_id, error)| Message::ExecutorAdopted { request_id, error })
+            .boxed(),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(request_id, transfer)| Message::FetchState {
+                request_id,
+                transfer,
+            })
+            .boxed(),
+        (
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+            vec(any::<u8>(), 0..64),
+        )
+            .prop_map(|((request_id, total, offset), data)| Message::StateChunk {
+                request_id,
+                total,
+                offset,
+                data,
             })
             .boxed(),
         (any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>())

@@ -1,0 +1,311 @@
+//! Executor state that moves straight from node to node.
+//!
+//! A small saved state travels inside the master's messages (`ExecutorReleased`, then
+//! `AdoptExecutor`). A state of [`PARK_BYTES_MIN`] or more does not: relaying it through the
+//! master would cross the network twice, and a frame holds at most 64 MiB. The releasing
+//! node *parks* it here, in its [`StateOutbox`], and tells the master only its size and a
+//! transfer number (`ReleaseResult::Parked`). The master's `AdoptExecutor` names the parked
+//! state (`StateFetch`: the releasing node's address and the transfer), and the adopting
+//! node fetches it on a link of its own ([`fetch_state`]): `FetchState`, answered by
+//! [`StateChunk`](harp_wire::Message::StateChunk)s of [`CHUNK_BYTES`], each on a stream of
+//! its own, written into place by offset.
+//!
+//! The releasing node keeps a parked state until a fetch has handed every chunk to QUIC, and
+//! a node that was asked to leave waits (a bounded time) for its parked states to be fetched
+//! before it exits. A fetch that fails (the releasing node died, a chunk does not fit the
+//! announced size) is an error the adopting node reports; the master then ends the job with
+//! it, because the executor has no host.
+
+use crate::error::HarpError;
+use bytes::Bytes;
+use dashmap::DashMap;
+use harp_net::{Incoming, Link, NetEndpoint};
+use harp_wire::{FrameLimits, Message, StateFetch, WireCounters};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+
+/// Saved states this large or larger are parked and fetched node to node.
+pub(crate) const PARK_BYTES_MIN: usize = 1 << 20;
+
+/// The size of one [`Message::StateChunk`]'s data.
+pub(crate) const CHUNK_BYTES: usize = 8 << 20;
+
+/// How long a fetch waits for the next chunk before it gives up.
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Saved executor states parked on this node until the adopting node fetches them.
+#[derive(Default)]
+pub(crate) struct StateOutbox {
+    next: AtomicU64,
+    parked: DashMap<u64, Bytes>,
+    emptied: Notify,
+}
+
+impl StateOutbox {
+    /// Parks `state`; returns its transfer number.
+    pub(crate) fn park(&self, state: Vec<u8>) -> u64 {
+        let transfer = self.next.fetch_add(1, Ordering::Relaxed);
+        self.parked.insert(transfer, Bytes::from(state));
+        transfer
+    }
+
+    /// How many parked states wait to be fetched.
+    pub(crate) fn waiting(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Waits until no state is parked here, or `limit` passed; says whether it is empty.
+    pub(crate) async fn wait_empty(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let emptied = self.emptied.notified();
+            if self.parked.is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, emptied).await.is_err() {
+                return self.parked.is_empty();
+            }
+        }
+    }
+
+    /// Sends the state parked as `transfer` on `link` in chunks, and forgets it once every
+    /// chunk is handed to QUIC. An unknown transfer is refused.
+    pub(crate) async fn serve_fetch(&self, link: &Link, request_id: u64, transfer: u64) {
+        let Some(state) = self.parked.get(&transfer).map(|s| s.clone()) else {
+            let _ = link.send(&Message::Refused {
+                reason: format!("no executor state is parked here as transfer {transfer}"),
+            });
+            return;
+        };
+        let total = state.len() as u64;
+        let mut offset = 0;
+        loop {
+            let end = (offset + CHUNK_BYTES).min(state.len());
+            let chunk = Message::StateChunk {
+                request_id,
+                total,
+                offset: offset as u64,
+                data: state[offset..end].to_vec(),
+            };
+            if let Err(e) = link.send_bulk(&chunk).await {
+                tracing::warn!(transfer, error = %e, "a parked executor state could not be sent");
+                return;
+            }
+            offset = end;
+            if offset >= state.len() {
+                break;
+            }
+        }
+        self.parked.remove(&transfer);
+        if self.parked.is_empty() {
+            self.emptied.notify_waiters();
+        }
+    }
+}
+
+/// The parts of a fetched state that have arrived, written in place by offset. The sender
+/// cuts the state into chunks of `chunk` bytes (the last one shorter); each must arrive
+/// exactly once, whole, at its own offset.
+struct Assembly {
+    buffer: Vec<u8>,
+    chunk: usize,
+    arrived: Vec<bool>,
+    missing: usize,
+}
+
+impl Assembly {
+    fn new(bytes: u64, chunk: usize) -> Result<Self, HarpError> {
+        let len = usize::try_from(bytes).map_err(|_| {
+            HarpError::Remote(format!(
+                "an executor state of {bytes} bytes does not fit here"
+            ))
+        })?;
+        let chunks = len.div_ceil(chunk.max(1));
+        Ok(Self {
+            buffer: vec![0; len],
+            chunk: chunk.max(1),
+            arrived: vec![false; chunks],
+            missing: chunks,
+        })
+    }
+
+    /// Writes one chunk; an inconsistent or repeated chunk is an error, and nothing is
+    /// written.
+    fn put(&mut self, total: u64, offset: u64, data: &[u8]) -> Result<(), HarpError> {
+        let len = self.buffer.len();
+        if total != len as u64 {
+            return Err(HarpError::Remote(format!(
+                "the state was announced as {len} bytes but a chunk says {total}"
+            )));
+        }
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|o| o % self.chunk == 0 && *o < len);
+        let Some(start) = start else {
+            return Err(HarpError::Remote(format!(
+                "a chunk at offset {offset} does not start a chunk of a state of {len} bytes"
+            )));
+        };
+        let end = (start + self.chunk).min(len);
+        if data.len() != end - start {
+            return Err(HarpError::Remote(format!(
+                "the chunk at offset {offset} has {} bytes, not {}",
+                data.len(),
+                end - start
+            )));
+        }
+        let index = start / self.chunk;
+        if self.arrived[index] {
+            return Err(HarpError::Remote(format!(
+                "the chunk at offset {offset} arrived twice"
+            )));
+        }
+        self.buffer[start..end].copy_from_slice(data);
+        self.arrived[index] = true;
+        self.missing -= 1;
+        Ok(())
+    }
+
+    fn complete(&self) -> bool {
+        self.missing == 0
+    }
+}
+
+/// Fetches the state named by `fetch` from the node that parked it: a link of its own,
+/// opened with `hello`, closed when the state is in.
+pub(crate) async fn fetch_state(
+    endpoint: &NetEndpoint,
+    hello: &Message,
+    counters: &Arc<WireCounters>,
+    fetch: &StateFetch,
+) -> Result<Vec<u8>, HarpError> {
+    let addr: SocketAddr = fetch.from_addr.parse().map_err(|_| {
+        HarpError::Remote(format!(
+            "bad address for a parked executor state: {}",
+            fetch.from_addr
+        ))
+    })?;
+    let mut assembly = Assembly::new(fetch.bytes, CHUNK_BYTES)?;
+    if fetch.bytes == 0 {
+        return Ok(assembly.buffer);
+    }
+    let conn = endpoint.connect(addr).await?;
+    let (link, mut incoming) =
+        Link::open(conn, hello, FrameLimits::default(), counters.clone()).await?;
+    link.send(&Message::FetchState {
+        request_id: 0,
+        transfer: fetch.transfer,
+    })?;
+    let result = receive_chunks(&mut incoming, &mut assembly, addr).await;
+    link.close("state fetched");
+    result.map(|()| assembly.buffer)
+}
+
+async fn receive_chunks(
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    assembly: &mut Assembly,
+    addr: SocketAddr,
+) -> Result<(), HarpError> {
+    while !assembly.complete() {
+        let next = tokio::time::timeout(CHUNK_TIMEOUT, incoming.recv())
+            .await
+            .map_err(|_| {
+                HarpError::Remote(format!(
+                    "{addr} sent no part of an executor state for {} s",
+                    CHUNK_TIMEOUT.as_secs()
+                ))
+            })?;
+        match next {
+            Some(Ok(Message::StateChunk {
+                total,
+                offset,
+                data,
+                ..
+            })) => assembly.put(total, offset, &data)?,
+            Some(Ok(Message::Refused { reason })) => {
+                return Err(HarpError::Remote(format!(
+                    "{addr} refused to send an executor state: {reason}"
+                )))
+            }
+            Some(Ok(other)) => {
+                tracing::debug!(kind = ?other.kind(), "ignored while fetching a state")
+            }
+            Some(Err(e)) => {
+                return Err(HarpError::Remote(format!(
+                    "lost {addr} while fetching an executor state: {e}"
+                )))
+            }
+            None => {
+                return Err(HarpError::Remote(format!(
+                    "lost {addr} while fetching an executor state"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_in_any_order_rebuild_the_state() {
+        let state: Vec<u8> = (0..100u32).map(|i| (i * 7) as u8).collect();
+        let mut assembly = Assembly::new(100, 30).unwrap();
+        for start in [60usize, 0, 90, 30] {
+            let end = (start + 30).min(100);
+            assert!(!assembly.complete());
+            assembly.put(100, start as u64, &state[start..end]).unwrap();
+        }
+        assert!(assembly.complete());
+        assert_eq!(assembly.buffer, state);
+    }
+
+    #[test]
+    fn chunks_that_do_not_fit_are_refused_and_write_nothing() {
+        let mut assembly = Assembly::new(10, 4).unwrap();
+        for (total, offset, data, why) in [
+            (10, 8, &[1u8, 2, 3][..], "has 3 bytes, not 2"),
+            (11, 0, &[1, 2, 3, 4][..], "announced as 10"),
+            (10, 2, &[1, 2, 3, 4][..], "does not start a chunk"),
+            (10, 12, &[1, 2][..], "does not start a chunk"),
+            (10, u64::MAX, &[1][..], "does not start a chunk"),
+            (10, 0, &[][..], "has 0 bytes"),
+        ] {
+            let e = assembly.put(total, offset, data).unwrap_err();
+            assert!(e.to_string().contains(why), "{e} (wanted: {why})");
+        }
+        assert_eq!(assembly.missing, 3);
+        assert_eq!(assembly.buffer, vec![0; 10]);
+    }
+
+    #[test]
+    fn a_repeated_chunk_cannot_pass_for_a_missing_one() {
+        let mut assembly = Assembly::new(8, 4).unwrap();
+        assembly.put(8, 0, &[1, 2, 3, 4]).unwrap();
+        let e = assembly.put(8, 0, &[9, 9, 9, 9]).unwrap_err();
+        assert!(e.to_string().contains("arrived twice"), "{e}");
+        assert!(!assembly.complete());
+        assert_eq!(assembly.buffer, vec![1, 2, 3, 4, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_empty_state_is_complete_at_once() {
+        assert!(Assembly::new(0, 4).unwrap().complete());
+    }
+
+    #[tokio::test]
+    async fn the_outbox_is_empty_once_nothing_is_parked() {
+        let outbox = StateOutbox::default();
+        assert!(outbox.wait_empty(Duration::from_millis(1)).await);
+        let t = outbox.park(vec![1, 2, 3]);
+        assert_eq!(outbox.waiting(), 1);
+        assert!(!outbox.wait_empty(Duration::from_millis(5)).await);
+        outbox.parked.remove(&t);
+        assert!(outbox.wait_empty(Duration::from_millis(5)).await);
+    }
+}

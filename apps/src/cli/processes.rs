@@ -40,6 +40,8 @@ pub fn execute<A: App>(
     let spawn_children = cluster.processes.is_some();
     let children = Arc::new(Mutex::new(Children::default()));
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    // With --etcd, the job's desired_nodes key feeds this (see `watch_etcd`).
+    let (desired_tx, desired_rx) = tokio::sync::watch::channel(None);
     let options = ClusterOptions {
         nodes,
         listen,
@@ -49,6 +51,7 @@ pub fn execute<A: App>(
         lease_timeout_ms: cluster.lease_timeout_ms,
         launcher: spawn_children.then(|| launcher(children.clone(), creds_dir.clone())),
         events: Some(events_tx),
+        desired_nodes: cluster.etcd.is_some().then_some(desired_rx),
         ..ClusterOptions::default()
     };
     let reporting = runtime.spawn(async move {
@@ -56,7 +59,7 @@ pub fn execute<A: App>(
             on_scale(&event);
         }
     });
-    let failures = watch_etcd(&runtime, cluster, &creds)?;
+    let failures = watch_etcd(&runtime, cluster, &creds, desired_tx)?;
     let listening = |addr: SocketAddr| {
         let mut children = lock(&children);
         children.master = Some(addr);
@@ -147,21 +150,46 @@ fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
         .context("cannot start a node process")
 }
 
-/// Waits a little for the nodes to exit after the job, then stops the stragglers.
-fn reap(mut children: Vec<Child>) {
+/// Waits a little for the nodes to exit after the job, then stops the stragglers, and says
+/// how the node processes ended (those that left the job earlier included).
+fn reap(children: Vec<Child>) {
+    if children.is_empty() {
+        return;
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
-    for child in &mut children {
-        while Instant::now() < deadline {
+    let total = children.len();
+    let mut failed = Vec::new();
+    for mut child in children {
+        let pid = child.id();
+        let ended = loop {
             match child.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(Some(status)) => break Ok(status),
+                Err(e) => break Err(e.to_string()),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break Err("still running 5 s after the job; killed".into());
+                }
             }
-        }
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = child.kill();
-            let _ = child.wait();
+        };
+        match ended {
+            Ok(status) if status.success() => {}
+            Ok(status) => failed.push(format!("pid {pid}: {status}")),
+            Err(why) => failed.push(format!("pid {pid}: {why}")),
         }
     }
+    let detail = if failed.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", failed.join("; "))
+    };
+    eprintln!(
+        "node processes: {} of {total} exited 0{detail}",
+        total - failed.len()
+    );
 }
 
 fn unique_temp_dir() -> Result<PathBuf> {
@@ -183,12 +211,14 @@ fn etcd_job(creds: &JobCredentials) -> String {
         .collect()
 }
 
-/// With `--etcd`, watches the job's members in etcd and forwards each death to the master.
+/// With `--etcd`, watches the job's members in etcd and forwards each death to the master,
+/// and follows the job's desired node count (each valid value goes to `desired`).
 #[cfg(feature = "etcd")]
 fn watch_etcd(
     runtime: &tokio::runtime::Runtime,
     cluster: &ClusterArgs,
     creds: &JobCredentials,
+    desired: tokio::sync::watch::Sender<Option<u32>>,
 ) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
     use harp_membership::{
         EtcdMembership, EtcdOptions, MembershipBackend, MembershipConfig, MembershipEvent,
@@ -209,6 +239,7 @@ fn watch_etcd(
     let mut watch = runtime
         .block_on(backend.watch())
         .map_err(|e| anyhow!("{e}"))?;
+    follow_desired_nodes(runtime, &backend, desired)?;
     runtime.spawn(async move {
         let _backend = backend;
         loop {
@@ -227,11 +258,47 @@ fn watch_etcd(
     Ok(rx)
 }
 
+/// Watches `/harp/jobs/<job>/desired_nodes` (and says where it is): each valid count goes to
+/// `desired`, which the master follows; malformed values are logged and skipped by the watch.
+#[cfg(feature = "etcd")]
+fn follow_desired_nodes(
+    runtime: &tokio::runtime::Runtime,
+    backend: &harp_membership::EtcdMembership,
+    desired: tokio::sync::watch::Sender<Option<u32>>,
+) -> Result<()> {
+    let mut watch = runtime
+        .block_on(backend.watch_desired_nodes())
+        .map_err(|e| anyhow!("{e}"))?;
+    eprintln!(
+        "desired size key: {} (put a node count there to grow or shrink the job)",
+        watch.key()
+    );
+    let backend = backend.clone();
+    runtime.spawn(async move {
+        let _backend = backend;
+        loop {
+            match watch.next().await {
+                Ok(count) => {
+                    if desired.send(Some(count)).is_err() {
+                        return; // the job is over
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the etcd watch of the desired node count ended; the job keeps its size");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 #[cfg(not(feature = "etcd"))]
 fn watch_etcd(
     _runtime: &tokio::runtime::Runtime,
     cluster: &ClusterArgs,
     _creds: &JobCredentials,
+    _desired: tokio::sync::watch::Sender<Option<u32>>,
 ) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd` (needs protoc; see scripts/install-test-deps.sh)");

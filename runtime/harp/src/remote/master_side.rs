@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// The shape and rules of a job across processes.
 #[derive(Clone, Debug)]
@@ -48,6 +48,11 @@ pub struct ClusterOptions {
     /// Where every scale event (a node joining or leaving) is reported, e.g. to be written
     /// to the metrics file.
     pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
+    /// The node count an outside scheduler wants (with `harp run --etcd`: the job's
+    /// `/harp/jobs/<job>/desired_nodes` key). Each value sent grows the job through
+    /// `launcher` or lets the most recently joined nodes leave; one value is applied at a
+    /// time and the latest one wins; `None` asks for nothing.
+    pub desired_nodes: Option<watch::Receiver<Option<u32>>>,
 }
 
 impl Default for ClusterOptions {
@@ -62,6 +67,7 @@ impl Default for ClusterOptions {
             join_timeout_ms: 30_000,
             launcher: None,
             events: None,
+            desired_nodes: None,
         }
     }
 }
@@ -242,6 +248,14 @@ pub async fn run_job_across_controlled<A: App>(
         view.handle_join(NodeId(node.id), info, now_ms(started))
             .map_err(|e| HarpError::InvalidConfig(e.to_string()))?;
     }
+    // With a desired node count to follow, the roster's events also count the joins.
+    let (events, joins) = match &options.desired_nodes {
+        Some(_) => {
+            let (events, joins) = roster::count_joins(options.events.clone());
+            (Some(events), Some(joins))
+        }
+        None => (options.events.clone(), None),
+    };
     let (leaving_tx, leaving_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(RosterContext {
         roster: Arc::new(Mutex::new(Roster::new(nodes.len() as u32))),
@@ -260,7 +274,7 @@ pub async fn run_job_across_controlled<A: App>(
         join_timeout_ms: options.join_timeout_ms,
         counters: counters.clone(),
         launcher: options.launcher.clone(),
-        events: options.events.clone(),
+        events,
         leaving: leaving_tx,
     });
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
@@ -334,11 +348,19 @@ pub async fn run_job_across_controlled<A: App>(
         routes,
         server_places: placement.servers.clone(),
     });
+    let following = options
+        .desired_nodes
+        .clone()
+        .zip(joins)
+        .map(|(desired, joins)| tokio::spawn(roster::follow_desired(ctx.clone(), desired, joins)));
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
     control.abort();
     accepting.abort();
     leaves.abort();
+    if let Some(following) = following {
+        following.abort();
+    }
     let live: Vec<(u32, Link, NodeRoles, Arc<PendingReplies>)> = roster::lock(&ctx.roster)
         .live()
         .map(|n| (n.id, n.link.clone(), n.roles, n.pending.clone()))

@@ -5,7 +5,12 @@
 //! commands arrive on the master's endpoint like nodes do.
 //!
 //! A node that left is remembered as departed, so its closed link and its silent lease are
-//! not reported as a death.
+//! not reported as a death. An outside scheduler's desired node count ([`desired`]) grows and
+//! shrinks the job through the same paths.
+
+mod desired;
+
+pub(crate) use desired::{count_joins, follow_desired};
 
 use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy};
 use crate::app::App;

@@ -7,6 +7,10 @@
 //! | `counter_acceptance.rs` | `harp run counter` and a grid of cluster shapes account for every update exactly |
 //! | `runtime_errors.rs` | typed runtime errors from tiny apps: failing or panicking tasks, bad dispatches, bad updates, server-side Adam / AdaGrad |
 //! | `consistency_runtime.rs` | the Litz consistency rule and exact accounting under many shapes and seeds |
+//! | `elastic_processes.rs` | node processes joining and leaving a running job (`harp scale`, SIGTERM), large executor states moving node to node, Litz's priority scenario |
+//! | `elastic_etcd.rs` | the job's desired size in etcd grows and shrinks it |
+//!
+//! Process-level elasticity tests drive a master process through [`MasterProcess`].
 //!
 //! # How the tests reach the `harp` command
 //!
@@ -44,6 +48,9 @@ use std::sync::Arc;
 use clap::Parser;
 use harp::JobConfig;
 use harp_apps::counter::{CounterApp, CounterConfig};
+
+mod master_process;
+pub use master_process::{MasterProcess, PATIENCE};
 
 /// The `harp` executable the process-level tests run: `$HARP_BIN` when set, else the
 /// `harp-cli` binary Cargo built for this crate's tests.

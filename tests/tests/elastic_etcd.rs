@@ -10,129 +10,17 @@
 
 use harp_membership::test_server::EtcdServer;
 use harp_membership::{EtcdMembership, EtcdOptions, MembershipConfig};
-use harp_tests::{harp_binary, read_json_lines, run_process};
+use harp_tests::{harp_binary, read_json_lines, MasterProcess};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
-/// How long a wait for the job to reach a state may take before the test gives up.
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A `harp run counter --etcd` master whose stderr the test reads.
-struct Master {
-    child: Child,
-    addr: String,
-    credentials: PathBuf,
-    desired_key: String,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Master {
-    /// Starts the master; returns once it said where it listens and which key it follows.
-    #[allow(clippy::zombie_processes)] // `finish` waits for it
-    fn start(args: &[&str]) -> Master {
-        let mut child = Command::new(harp_binary!())
-            .args(args)
-            .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let (mut listening, mut desired_key) = (None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while listening.is_none() || desired_key.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines.recv_timeout(left).expect("the master starts");
-            if let Some(rest) = line.split("desired size key: ").nth(1) {
-                desired_key = rest.split_whitespace().next().map(str::to_string);
-            }
-            if let Some(rest) = line.split("master listening on ").nth(1) {
-                let addr = rest.split(';').next().unwrap().trim().to_string();
-                let creds = rest.split("--credentials ").nth(1).unwrap();
-                listening = Some((addr, creds.split(' ').next().unwrap().into()));
-            }
-        }
-        let (addr, credentials) = listening.unwrap();
-        Master {
-            child,
-            addr,
-            credentials,
-            desired_key: desired_key.unwrap(),
-            lines,
-        }
-    }
-
-    /// The job's nodes that are not leaving, as `harp scale` lists them (`None` before the
-    /// job starts).
-    fn nodes(&self) -> Option<BTreeSet<u32>> {
-        let cred = self.credentials.to_str().unwrap();
-        let out = run_process(
-            &harp_binary!(),
-            ["scale", "--job", &self.addr, "--credentials", cred],
-        );
-        if out.stderr.contains("has not started yet") {
-            return None;
-        }
-        assert!(out.status.success(), "{}", out.describe());
-        let listed = out.stdout.trim().trim_start_matches("nodes:").to_string();
-        let staying = listed.split("), ").filter(|n| !n.contains("leaving"));
-        Some(
-            staying
-                .filter_map(|n| n.split_whitespace().next()?.parse().ok())
-                .collect(),
-        )
-    }
-
-    fn wait_for_nodes(&self, expected: &[u32]) {
-        let expected: BTreeSet<u32> = expected.iter().copied().collect();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let now = self.nodes();
-            if now.as_ref() == Some(&expected) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the job's nodes are {now:?}, expected {expected:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Reads the master's stderr until a line has every one of `parts`; returns it.
-    fn wait_for_line(&self, parts: &[&str]) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the master never logged a line with {parts:?}"));
-            if parts.iter().all(|p| line.contains(p)) {
-                return line;
-            }
-        }
-    }
-
-    /// Waits for the master to exit; its status and the rest of its stderr.
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.wait().unwrap();
-        let rest: Vec<String> = self.lines.try_iter().collect();
-        (status, rest.join("\n"))
-    }
+/// The key the master printed that it follows (`desired size key: KEY`).
+fn desired_key(master: &MasterProcess) -> String {
+    let line = master.wait_for_line(&["desired size key: "]);
+    let key = line.split("desired size key: ").nth(1).unwrap();
+    key.split_whitespace().next().unwrap().to_string()
 }
 
 /// The scheduler's side: an etcd client for the job whose key the master printed.
@@ -182,32 +70,36 @@ fn the_desired_node_count_in_etcd_grows_and_shrinks_the_job() {
     let metrics = dir.path().join("metrics.jsonl");
     // 4 executors with 2 tasks in flight that each wait 5 ms: the job lasts at least 10 s
     // (about 30 s here), whatever its number of nodes; the steps below take about 1 s.
-    let master = Master::start(&[
-        "run",
-        "counter",
-        "--processes",
-        "2",
-        "--tasks",
-        "16000",
-        "--executors-per-worker",
-        "4",
-        "--window",
-        "2",
-        "--task-sleep-us",
-        "5000",
-        "--threads",
-        "2",
-        "--etcd",
-        etcd.endpoint.as_str(),
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
-    let scheduler = scheduler(&runtime, &etcd, &master.desired_key);
-    master.wait_for_nodes(&[0]);
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "counter",
+            "--processes",
+            "2",
+            "--tasks",
+            "16000",
+            "--executors-per-worker",
+            "4",
+            "--window",
+            "2",
+            "--task-sleep-us",
+            "5000",
+            "--threads",
+            "2",
+            "--etcd",
+            etcd.endpoint.as_str(),
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
+    let key = desired_key(&master);
+    let scheduler = scheduler(&runtime, &etcd, &key);
+    master.wait_for_nodes(&BTreeSet::from([0]));
 
     let began = Instant::now();
     runtime.block_on(scheduler.set_desired_nodes(3)).unwrap();
-    master.wait_for_nodes(&[0, 1, 2]);
+    master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
     println!("1 -> 3 nodes in {:.1} s", began.elapsed().as_secs_f64());
 
     for bad in ["abc", "0"] {
@@ -216,13 +108,13 @@ fn the_desired_node_count_in_etcd_grows_and_shrinks_the_job() {
             .unwrap();
         let quoted = format!("\"{bad}\"");
         let line = master.wait_for_line(&["ignored a desired node count", &quoted]);
-        assert!(line.contains(&master.desired_key), "{line}");
+        assert!(line.contains(&key), "{line}");
     }
     assert_eq!(master.nodes(), Some(BTreeSet::from([0, 1, 2])));
 
     let began = Instant::now();
     runtime.block_on(scheduler.set_desired_nodes(2)).unwrap();
-    master.wait_for_nodes(&[0, 1]);
+    master.wait_for_nodes(&BTreeSet::from([0, 1]));
     println!("3 -> 2 nodes in {:.1} s", began.elapsed().as_secs_f64());
 
     let (status, stderr) = master.finish();
@@ -270,7 +162,7 @@ fn growth_the_master_cannot_start_is_a_failed_scale_event() {
     ];
     let mut master_args = run_args.to_vec();
     master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
-    let master = Master::start(&master_args);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
     let mut node = Command::new(harp_binary!())
         .args(["node", "--join", &master.addr, "--credentials"])
         .arg(&master.credentials)
@@ -281,8 +173,8 @@ fn growth_the_master_cannot_start_is_a_failed_scale_event() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let scheduler = scheduler(&runtime, &etcd, &master.desired_key);
-    master.wait_for_nodes(&[0]);
+    let scheduler = scheduler(&runtime, &etcd, &desired_key(&master));
+    master.wait_for_nodes(&BTreeSet::from([0]));
 
     runtime.block_on(scheduler.set_desired_nodes(2)).unwrap();
     master.wait_for_line(&["cannot grow the job", "started with --nodes"]);

@@ -4,118 +4,13 @@
 //! scale event lands in the metrics file; and through all of it every counter stays exact.
 
 use harp::JobCredentials;
-use harp_tests::{harp_binary, read_json_lines, run_process, SplitMix};
+use harp_tests::{harp_binary, read_json_lines, MasterProcess, SplitMix};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A `harp run counter` master whose stderr the test reads.
-struct Master {
-    child: Child,
-    addr: String,
-    credentials: PathBuf,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Master {
-    /// Starts the master and waits until it says where it listens.
-    #[allow(clippy::zombie_processes)] // `finish` waits for it
-    fn start(args: &[&str]) -> Master {
-        let mut child = Command::new(harp_binary!())
-            .args(args)
-            .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines
-                .recv_timeout(left)
-                .expect("the master says where it listens");
-            if let Some(rest) = line.split("master listening on ").nth(1) {
-                let addr = rest.split(';').next().unwrap().trim().to_string();
-                let credentials = rest
-                    .split("--credentials ")
-                    .nth(1)
-                    .unwrap()
-                    .split(' ')
-                    .next()
-                    .unwrap()
-                    .into();
-                return Master {
-                    child,
-                    addr,
-                    credentials,
-                    lines,
-                };
-            }
-        }
-    }
-
-    fn scale(&self, args: &[&str]) -> harp_tests::ProcessOutcome {
-        let cred = self.credentials.to_str().unwrap();
-        let mut all = vec!["scale", "--job", &self.addr, "--credentials", cred];
-        all.extend_from_slice(args);
-        run_process(&harp_binary!(), all)
-    }
-
-    /// The ids of the job's nodes that are not leaving, as `harp scale` lists them; `None`
-    /// while the job has not started.
-    fn nodes(&self) -> Option<BTreeSet<u32>> {
-        let out = self.scale(&[]);
-        if out.stderr.contains("has not started yet") {
-            return None;
-        }
-        assert!(out.status.success(), "{}", out.describe());
-        let listed = out.stdout.trim().trim_start_matches("nodes:").to_string();
-        listed
-            .split("), ")
-            .filter(|n| !n.contains("leaving"))
-            .filter_map(|n| n.split_whitespace().next()?.parse().ok())
-            .collect::<BTreeSet<u32>>()
-            .into()
-    }
-
-    /// Waits until the node list is `expected`.
-    fn wait_for_nodes(&self, expected: &BTreeSet<u32>) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let now = self.nodes();
-            if now.as_ref() == Some(expected) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the job's nodes are {now:?}, expected {expected:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the master to exit; its status and the rest of its stderr.
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
-        let status = self.child.wait().unwrap();
-        let rest: Vec<String> = self.lines.try_iter().collect();
-        (status, rest.join("\n"))
-    }
-}
-
-fn node_process(master: &Master, run_args: &[&str]) -> Child {
+fn node_process(master: &MasterProcess, run_args: &[&str]) -> Child {
     Command::new(harp_binary!())
         .args(["node", "--join", &master.addr, "--credentials"])
         .arg(&master.credentials)
@@ -192,7 +87,7 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
         "--metrics-out",
         metrics.to_str().unwrap(),
     ]);
-    let master = Master::start(&master_args);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
     // node id → its process (the test started every node). Nodes start one at a time, so
     // each gets the next id.
     let mut nodes: Vec<(u32, Child)> = vec![(0, node_process(&master, &run_args))];
@@ -265,22 +160,25 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
 fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
-    let master = Master::start(&[
-        "run",
-        "counter",
-        "--processes",
-        "2",
-        "--tasks",
-        "20000",
-        "--task-sleep-us",
-        "1000",
-        "--executors-per-worker",
-        "2",
-        "--threads",
-        "2",
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "counter",
+            "--processes",
+            "2",
+            "--tasks",
+            "20000",
+            "--task-sleep-us",
+            "1000",
+            "--executors-per-worker",
+            "2",
+            "--threads",
+            "2",
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
     master.wait_for_nodes(&BTreeSet::from([0]));
     let out = master.scale(&["--remove", "0"]);
     assert!(!out.status.success());
@@ -350,19 +248,22 @@ fn mlr_on_three_nodes(disturb: bool) -> (Vec<f64>, Vec<serde_json::Value>) {
     const EPOCHS: usize = 12;
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("mlr.jsonl");
-    let master = Master::start(&[
-        "run",
-        "mlr",
-        "--quiet",
-        "--epochs",
-        &EPOCHS.to_string(),
-        "--processes",
-        "4",
-        "--threads",
-        "2",
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "mlr",
+            "--quiet",
+            "--epochs",
+            &EPOCHS.to_string(),
+            "--processes",
+            "4",
+            "--threads",
+            "2",
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
     if disturb {
         wait_for_epochs(&metrics, 2);
         let out = master.scale(&["--remove", "2"]);
@@ -430,24 +331,27 @@ fn executor_states_larger_than_a_frame_move_between_node_processes() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
     let state_bytes = STATE_BYTES.to_string();
-    let master = Master::start(&[
-        "run",
-        "counter",
-        "--processes",
-        "3",
-        "--tasks",
-        "40000",
-        "--task-sleep-us",
-        "1000",
-        "--executors-per-worker",
-        "2",
-        "--state-bytes",
-        &state_bytes,
-        "--threads",
-        "2",
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "40000",
+            "--task-sleep-us",
+            "1000",
+            "--executors-per-worker",
+            "2",
+            "--state-bytes",
+            &state_bytes,
+            "--threads",
+            "2",
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
     master.wait_for_nodes(&BTreeSet::from([0, 1]));
     let out = master.scale(&["--remove", "1"]);
     assert!(out.status.success(), "{}", out.describe());

@@ -89,16 +89,17 @@ impl Ballast {
                 body.len()
             )));
         }
-        let mut ballast = Self::new(executor, 0)?;
         for (i, chunk) in body.chunks(8).enumerate() {
             let want = word(executor, i as u64).to_le_bytes();
             if chunk != &want[..chunk.len()] {
                 return Err(bad(format!("bytes {}.. differ from the pattern", i * 8)));
             }
         }
-        ballast.tasks_run = field(8..16);
-        ballast.pattern = body.to_vec();
-        Ok(ballast)
+        Ok(Self {
+            executor,
+            tasks_run: field(8..16),
+            pattern: body.to_vec(),
+        })
     }
 }
 

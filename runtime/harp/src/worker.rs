@@ -303,10 +303,14 @@ impl<A: App> Actor for WorkerActor<A> {
         match msg {
             WorkerMsg::Run(tasks) => {
                 // Count them all before any can finish, so the count cannot touch zero mid-batch.
-                let arriving = tasks
-                    .iter()
-                    .filter(|t| state.arriving.contains_key(&t.executor))
-                    .count();
+                let arriving = if state.arriving.is_empty() {
+                    0
+                } else {
+                    tasks
+                        .iter()
+                        .filter(|t| state.arriving.contains_key(&t.executor))
+                        .count()
+                };
                 state
                     .running
                     .fetch_add(tasks.len() - arriving, Ordering::AcqRel);

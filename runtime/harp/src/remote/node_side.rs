@@ -340,19 +340,28 @@ struct Dialer {
 }
 
 impl Dialer {
-    /// A proxy for server `id`, listening at `addr`.
-    async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
+    /// A link to the node listening at `addr` (`what` it is, for errors).
+    async fn open(
+        &self,
+        addr: &str,
+        what: &str,
+    ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), HarpError> {
         let parsed: SocketAddr = addr
             .parse()
-            .map_err(|_| HarpError::Remote(format!("bad address for {id}: {addr}")))?;
+            .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
         let conn = self.endpoint.connect(parsed).await?;
-        let (link, incoming) = Link::open(
+        Ok(Link::open(
             conn,
             &self.hello,
             FrameLimits::default(),
             self.counters.clone(),
         )
-        .await?;
+        .await?)
+    }
+
+    /// A proxy for server `id`, listening at `addr`.
+    async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
+        let (link, incoming) = self.open(addr, &id.to_string()).await?;
         spawn(ServerProxy, (id, link, incoming)).await
     }
 }
@@ -646,14 +655,17 @@ async fn fetch_and_restore<A: App>(
     info: &JobInfo,
     id: ExecutorId,
 ) -> Result<A::Executor, HarpError> {
-    let state = fetch_state(&dialer.endpoint, &dialer.hello, &dialer.counters, fetch)
-        .await
-        .map_err(|e| {
-            HarpError::Remote(format!(
-                "could not fetch the state of {id} from {}: {e}",
-                fetch.from_addr
-            ))
-        })?;
+    let fetched = async {
+        let what = format!("the node holding the state of {id}");
+        let (link, incoming) = dialer.open(&fetch.from_addr, &what).await?;
+        fetch_state(link, incoming, fetch).await
+    };
+    let state = fetched.await.map_err(|e| {
+        HarpError::Remote(format!(
+            "could not fetch the state of {id} from {}: {e}",
+            fetch.from_addr
+        ))
+    })?;
     restore(app, info, id, &state)
 }
 

@@ -483,12 +483,7 @@ async fn scale_command<A: App>(
         done.push(format!("node {node} left"));
     }
     if add > 0 {
-        let Some(launcher) = &ctx.launcher else {
-            return Err(HarpError::InvalidConfig(
-                "this master does not start node processes (it was started with --nodes): start them with `harp node --join`".into(),
-            ));
-        };
-        (launcher.0)(add).map_err(HarpError::Remote)?;
+        desired::launch(ctx, add)?;
         done.push(format!(
             "started {add} node processes; they get load as they join"
         ));

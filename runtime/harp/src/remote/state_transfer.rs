@@ -19,11 +19,10 @@
 use crate::error::HarpError;
 use bytes::Bytes;
 use dashmap::DashMap;
-use harp_net::{Incoming, Link, NetEndpoint};
-use harp_wire::{FrameLimits, Message, StateFetch, WireCounters};
+use harp_net::{Incoming, Link};
+use harp_wire::{Message, StateFetch};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 
@@ -174,34 +173,27 @@ impl Assembly {
     }
 }
 
-/// Fetches the state named by `fetch` from the node that parked it: a link of its own,
-/// opened with `hello`, closed when the state is in.
+/// Fetches the state named by `fetch` on `link`, a link of its own to the node that parked
+/// it (closed when the state is in).
 pub(crate) async fn fetch_state(
-    endpoint: &NetEndpoint,
-    hello: &Message,
-    counters: &Arc<WireCounters>,
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
     fetch: &StateFetch,
 ) -> Result<Vec<u8>, HarpError> {
-    let addr: SocketAddr = fetch.from_addr.parse().map_err(|_| {
-        HarpError::Remote(format!(
-            "bad address for a parked executor state: {}",
-            fetch.from_addr
-        ))
-    })?;
     let mut assembly = Assembly::new(fetch.bytes, CHUNK_BYTES)?;
-    if fetch.bytes == 0 {
-        return Ok(assembly.buffer);
+    if !assembly.complete() {
+        link.send(&Message::FetchState {
+            request_id: 0,
+            transfer: fetch.transfer,
+        })?;
+        let result = receive_chunks(&mut incoming, &mut assembly, link.remote_addr()).await;
+        if let Err(e) = result {
+            link.close("state fetch failed");
+            return Err(e);
+        }
     }
-    let conn = endpoint.connect(addr).await?;
-    let (link, mut incoming) =
-        Link::open(conn, hello, FrameLimits::default(), counters.clone()).await?;
-    link.send(&Message::FetchState {
-        request_id: 0,
-        transfer: fetch.transfer,
-    })?;
-    let result = receive_chunks(&mut incoming, &mut assembly, addr).await;
     link.close("state fetched");
-    result.map(|()| assembly.buffer)
+    Ok(assembly.buffer)
 }
 
 async fn receive_chunks(

@@ -141,7 +141,7 @@ async fn apply<A: App>(ctx: &Arc<RosterContext<A>>, desired: u32, mut joins: wat
 }
 
 /// Starts `count` node processes with the master's launcher, as `harp scale --add` does.
-fn launch<A: App>(ctx: &RosterContext<A>, count: u32) -> Result<(), HarpError> {
+pub(super) fn launch<A: App>(ctx: &RosterContext<A>, count: u32) -> Result<(), HarpError> {
     let Some(launcher) = &ctx.launcher else {
         return Err(HarpError::InvalidConfig(
             "this master does not start node processes (it was started with --nodes): start them with `harp node --join`".into(),

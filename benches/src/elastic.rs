@@ -1,32 +1,86 @@
-//! `harp-bench elastic`: micro-task throughput of an MLR job while executors or shards move,
-//! against the same job's throughput just before, in one process (`JobControl`).
+//! `harp-bench elastic`: micro-task throughput of an MLR job around single scale events,
+//! Litz-style (§4.5, "forwarding"): in a steady window before an event, over the event
+//! itself, and in a window right after it.
 //!
-//! One job (`--workers 2 --servers 2 --executors-per-worker 8`, mnist10k, many epochs) runs
-//! on 2 runtime threads. Each round measures three windows of `--window-ms`, back to back:
-//! steady (no scale event), shard moves (a server joins and leaves again, over and over: its
-//! shards move in and out, and the old owners forward meanwhile) and executor moves (a
-//! worker joins and leaves again, over and over). Reported: tasks/s of each window, the
-//! medians of the rounds' ratios moving/steady (target ≥ 0.8 for the shard moves, Litz's
-//! "forwarding" figure), the number of moves, and the median duration of a scale-in event
-//! (from the command to the moved load running elsewhere).
+//! The job: MLR on mnist10k (lr 0.1, `--batch`, `--staleness`, epochs enough to outlast the
+//! benchmark) with three workers and three servers, 8 executors per worker and 8 shards per
+//! server. The weights are 16 rows of 49 features × 10 classes (`--block-features`, default
+//! 49 here): with the app's default of one row per 1,638 features, mnist10k's whole model is
+//! one row in one shard, and most shard moves would move nothing anyone reads. In one process by default (`run_job_controlled` on 2
+//! runtime threads); with `--across`, the master runs here (`run_job_across_controlled` on 2
+//! runtime threads) and three `harp node` processes (the `harp` binary beside `harp-bench`,
+//! each a worker and a server with `--threads` threads) talk to it and to each other over
+//! QUIC on loopback. Completions are counted where the driver sees them, in this process.
 //!
-//! With `--across`, the same MLR job runs with its master here and three worker-and-server
-//! nodes talking over QUIC on loopback (the nodes are tasks of this process, exactly as
-//! `harp node` runs them): the moving window re-balances the shards onto servers {0, 1} and
-//! back onto {0, 1, 2} over and over (executors stay), so every request for a moving shard
-//! is forwarded by its old owner over QUIC until every node is rerouted.
+//! After a warm-up of `--window-ms`, each of `--rounds` rounds waits `--gap-ms` (so events are
+//! spaced apart), counts completions over a steady window of `--window-ms` ("before"),
+//! triggers ONE scale event through [`JobControl::rebalance_onto`] and counts from its start
+//! to the master's answer ("during"), then over `--after-ms` right after ("after"). Events
+//! alternate between "away" (with `--moving shards`, the default: the last server's shards go
+//! to the other two servers; with `--moving executors`: the last worker's executors go to the
+//! other two workers) and "back" (a re-balancing onto all three: as many move back). Shard
+//! events keep every executor where it is and executor events every shard. The control API
+//! has no "move shard S": the smallest shard event it offers is one server's share, 8 of the
+//! 24 shards. While a shard moves, its old server holds its requests until the new owner has
+//! the rows, then forwards them (over QUIC across processes) until every node has been
+//! rerouted; the "after" window shows what that tail costs.
+//!
+//! Output: one `elastic-event` JSON line per round (rates, ratios to "before", the event's
+//! duration measured here and by the master, what moved) and an `elastic` summary line with
+//! the medians of the rounds' ratios (target ≥ 0.8). A "during" window lasts as long as the
+//! event, a few milliseconds, and the driver sees completions in batches (one per flush), so
+//! it holds a handful of them or none (`tasks_during`) and its ratio jumps between 0 and
+//! several; `move_ratio`, over the event and the "after" window together, is the figure to
+//! compare with the target.
 
+use crate::processes::NodeProcesses;
 use crate::{emit, round_to, rounded, Args};
-use anyhow::{anyhow, Result};
-use harp::{job_control, JobConfig, JobControl, ScaleReport};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::ValueEnum;
+use harp::{job_control, HarpError, JobConfig, JobControl, ScaleReport, ServerId, WorkerId};
 use harp_apps::mlr::{MlrApp, MlrConfig, MlrObserver};
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+/// What one scale event moves.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub(crate) enum Moving {
+    /// One server's shards (executors stay).
+    Shards,
+    /// One worker's executors (shards stay).
+    Executors,
+}
+
+impl Moving {
+    fn name(self) -> &'static str {
+        match self {
+            Moving::Shards => "shards",
+            Moving::Executors => "executors",
+        }
+    }
+}
+
+const NODES: u32 = 3;
+const EXECUTORS_PER_WORKER: u32 = 8;
+const SHARDS_PER_SERVER: u32 = 8;
+const LEARNING_RATE: f32 = 0.1;
+/// Features per weight row unless `--block-features` says otherwise: 784 / 49 = 16 rows.
+const BLOCK_FEATURES: usize = 49;
+/// More than any benchmark runs: the job is stopped by the benchmark.
+const EPOCHS: u32 = 100_000;
 
 #[derive(Default)]
 struct TaskCount(AtomicU64);
+
+impl TaskCount {
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 impl MlrObserver for TaskCount {
     fn task_completed(&self) {
@@ -34,244 +88,347 @@ impl MlrObserver for TaskCount {
     }
 }
 
-/// What one kind of scale event did during a window.
-#[derive(Default)]
-struct Moves {
-    events: usize,
-    moved: usize,
-    scale_in_s: Vec<f64>,
+/// The figures of one round.
+struct Round {
+    direction: &'static str,
+    before: f64,
+    during: f64,
+    after: f64,
+    /// Completions counted over the event.
+    tasks_during: u64,
+    /// From the command to its answer, measured here.
+    event_s: f64,
+    report: ScaleReport,
 }
 
-impl Moves {
-    fn add(&mut self, report: &ScaleReport, scale_in: bool) {
-        self.events += 1;
-        self.moved += report.executors_moved + report.shards_moved;
-        if scale_in {
-            self.scale_in_s.push(report.duration_s);
-        }
+impl Round {
+    fn during_ratio(&self) -> f64 {
+        self.during / self.before
+    }
+
+    fn after_ratio(&self) -> f64 {
+        self.after / self.before
+    }
+
+    /// Throughput over the event and the window after it together, against before.
+    fn move_ratio(&self, after_s: f64) -> f64 {
+        let tasks = self.during * self.event_s + self.after * after_s;
+        tasks / (self.event_s + after_s) / self.before
     }
 }
 
-/// Tasks/s while `event` runs back to back for `span` (none: a steady window).
-async fn tasks_per_s(
-    count: &TaskCount,
-    span: Duration,
-    control: &JobControl,
-    event: Option<(u32, u32)>,
-    moves: &mut Moves,
-) -> Result<f64> {
-    let start = Instant::now();
-    let before = count.0.load(Ordering::Relaxed);
-    while start.elapsed() < span {
-        match event {
-            Some((workers, servers)) => grow_and_shrink(control, workers, servers, moves).await?,
-            None => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
-    let tasks = count.0.load(Ordering::Relaxed) - before;
-    Ok(tasks as f64 / start.elapsed().as_secs_f64())
+/// A running job the benchmark drives.
+struct Running {
+    control: JobControl,
+    job: JoinHandle<Result<(), HarpError>>,
+    /// The node processes of a job across processes.
+    nodes: Option<NodeProcesses>,
 }
 
-async fn grow_and_shrink(
-    control: &JobControl,
-    workers: u32,
-    servers: u32,
-    moves: &mut Moves,
-) -> Result<()> {
-    let out = control.scale_out(workers, servers).await?;
-    moves.add(&out, false);
-    let (w, s) = control.members().await?;
-    let gone_w: Vec<_> = if workers > 0 {
-        w.last().copied().into_iter().collect()
-    } else {
-        Vec::new()
+impl Running {
+    /// Why the job cannot be measured any more, if it cannot.
+    fn broken(&mut self) -> Option<String> {
+        if self.job.is_finished() {
+            return Some("the MLR job ended before the benchmark did".into());
+        }
+        self.nodes.as_mut().and_then(NodeProcesses::exited)
+    }
+
+    fn stop(self) {
+        self.job.abort();
+        drop(self.nodes); // kills the node processes
+    }
+}
+
+fn mlr_config(args: &Args) -> MlrConfig {
+    MlrConfig {
+        epochs: EPOCHS,
+        lr: LEARNING_RATE,
+        batch: args.batch,
+        staleness: args.staleness,
+        block_features: Some(args.block_features.unwrap_or(BLOCK_FEATURES)),
+    }
+}
+
+fn mlr_app(args: &Args, count: Arc<TaskCount>) -> Result<Arc<MlrApp>> {
+    let mut mnist = harp_apps::default_data::mnist10k()?;
+    mnist.scale_to_unit();
+    let (train, test) = mnist.split_tail_fraction(0.2)?;
+    let app = MlrApp::new(mlr_config(args), Arc::new(train), Arc::new(test), count)
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(Arc::new(app))
+}
+
+/// The `harp run` arguments of the node processes: the same app as [`mlr_app`] (the CLI's
+/// defaults hold out the same 0.2 of the built-in mnist10k, scaled to [-1, 1]).
+fn node_run_args(args: &Args) -> Vec<String> {
+    let config = mlr_config(args);
+    let mut out: Vec<String> = ["run", "mlr", "--quiet", "--test-fraction", "0.2"]
+        .map(String::from)
+        .to_vec();
+    let values = [
+        ("--epochs", config.epochs.to_string()),
+        ("--lr", config.lr.to_string()),
+        ("--batch", config.batch.to_string()),
+        ("--staleness", config.staleness.to_string()),
+        ("--threads", args.threads.to_string()),
+    ];
+    for (name, value) in values {
+        out.extend([name.to_string(), value]);
+    }
+    if let Some(features) = config.block_features {
+        out.extend(["--block-features".to_string(), features.to_string()]);
+    }
+    out
+}
+
+fn start_in_process(app: Arc<MlrApp>) -> Running {
+    let (control, inbox) = job_control();
+    let config = JobConfig {
+        workers: NODES,
+        servers: NODES,
+        executors_per_worker: EXECUTORS_PER_WORKER,
+        shards_per_server: SHARDS_PER_SERVER,
+        // No parameter dump at the end, and whatever else a job has off, as by default.
+        ..JobConfig::default()
     };
-    let gone_s: Vec<_> = if servers > 0 {
-        s.last().copied().into_iter().collect()
-    } else {
-        Vec::new()
+    let job = tokio::spawn(async move {
+        harp::run_job_controlled(app, &config, inbox)
+            .await
+            .map(|_| ())
+    });
+    Running {
+        control,
+        job,
+        nodes: None,
+    }
+}
+
+async fn start_across(app: Arc<MlrApp>, args: &Args, dir: &Path) -> Result<Running> {
+    let credentials = dir.join("creds");
+    let creds = harp::JobCredentials::generate("harp-bench-elastic")?;
+    creds.save(&credentials)?;
+    let options = harp::ClusterOptions {
+        nodes: NODES,
+        executors_per_worker: EXECUTORS_PER_WORKER,
+        shards_per_server: SHARDS_PER_SERVER,
+        ..harp::ClusterOptions::default()
     };
-    let back = control.scale_in(&gone_w, &gone_s).await?;
-    moves.add(&back, true);
+    let (control, inbox) = job_control();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let job = tokio::spawn(async move {
+        // Node failures come from the master's own lease checks only.
+        let (_no_outside_reports, failures) = tokio::sync::mpsc::unbounded_channel();
+        let listening = |addr| {
+            let _ = addr_tx.send(addr);
+        };
+        harp::run_job_across_controlled(app, &creds, &options, listening, failures, inbox)
+            .await
+            .map(|_| ())
+    });
+    let master = addr_rx
+        .await
+        .map_err(|_| anyhow!("the master did not start"))?;
+    let nodes = NodeProcesses::start(
+        dir,
+        &credentials,
+        master,
+        NODES as usize,
+        &node_run_args(args),
+    )?;
+    emit(
+        json!({"bench": "elastic-nodes", "master": master.to_string(), "node_pids": nodes.pids()}),
+    );
+    Ok(Running {
+        control,
+        job,
+        nodes: Some(nodes),
+    })
+}
+
+/// Waits until tasks complete (the nodes joined and the driver started), then `warm_up`.
+async fn warm_up(count: &TaskCount, running: &mut Running, warm_up: Duration) -> Result<()> {
+    let started = Instant::now();
+    while count.get() == 0 {
+        if let Some(why) = running.broken() {
+            bail!(why);
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("no micro-task completed within 120 s of the start");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(warm_up).await;
     Ok(())
+}
+
+/// Completions per second over `span` from now.
+async fn rate(count: &TaskCount, span: Duration) -> f64 {
+    let start = Instant::now();
+    let before = count.get();
+    tokio::time::sleep(span).await;
+    (count.get() - before) as f64 / start.elapsed().as_secs_f64()
+}
+
+type Members = (Vec<WorkerId>, Vec<ServerId>);
+
+/// Where the load goes in an "away" event and in a "back" event.
+fn targets(moving: Moving, (workers, servers): Members) -> Result<(Members, Members)> {
+    let mut away = (workers.clone(), servers.clone());
+    let left = match moving {
+        Moving::Shards => away.1.pop().map(|_| away.1.len()),
+        Moving::Executors => away.0.pop().map(|_| away.0.len()),
+    };
+    if left.unwrap_or(0) == 0 {
+        bail!("the job needs two {} or more to move them", moving.name());
+    }
+    Ok((away, (workers, servers)))
+}
+
+/// One round: gap, steady window, one event onto `onto`, the window after it.
+async fn round(
+    count: &TaskCount,
+    control: &JobControl,
+    args: &Args,
+    direction: &'static str,
+    onto: &Members,
+) -> Result<Round> {
+    let window = Duration::from_millis(args.window_ms);
+    tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+    let before = rate(count, window).await;
+    let start = Instant::now();
+    let first = count.get();
+    let report = control.rebalance_onto(&onto.0, &onto.1).await?;
+    let tasks_during = count.get() - first;
+    let event_s = start.elapsed().as_secs_f64();
+    let after = rate(count, Duration::from_millis(args.after_ms)).await;
+    Ok(Round {
+        direction,
+        before,
+        during: tasks_during as f64 / event_s,
+        after,
+        tasks_during,
+        event_s,
+        report,
+    })
+}
+
+/// Checks that an event moved what it was meant to, and nothing else.
+fn check_moved(moving: Moving, report: &ScaleReport) -> Result<()> {
+    let (wanted, other) = match moving {
+        Moving::Shards => (report.shards_moved, report.executors_moved),
+        Moving::Executors => (report.executors_moved, report.shards_moved),
+    };
+    if wanted == 0 || other != 0 {
+        bail!(
+            "a {} event moved {} executors and {} shards",
+            moving.name(),
+            report.executors_moved,
+            report.shards_moved
+        );
+    }
+    Ok(())
+}
+
+async fn measure(count: &TaskCount, running: &mut Running, args: &Args) -> Result<Vec<Round>> {
+    warm_up(count, running, Duration::from_millis(args.window_ms)).await?;
+    let (away, back) = targets(args.moving, running.control.members().await?)?;
+    let mut rounds = Vec::with_capacity(args.rounds);
+    for i in 0..args.rounds.max(1) {
+        let (direction, onto) = if i % 2 == 0 {
+            ("away", &away)
+        } else {
+            ("back", &back)
+        };
+        let r = round(count, &running.control, args, direction, onto).await?;
+        check_moved(args.moving, &r.report)?;
+        if let Some(why) = running.broken() {
+            bail!(why);
+        }
+        emit_round(i, &r, args);
+        rounds.push(r);
+    }
+    Ok(rounds)
+}
+
+fn emit_round(index: usize, r: &Round, args: &Args) {
+    emit(json!({
+        "bench": "elastic-event", "round": index, "moving": args.moving.name(),
+        "direction": r.direction,
+        "before_tasks_per_s": round_to(r.before, 0), "during_tasks_per_s": round_to(r.during, 0),
+        "after_tasks_per_s": round_to(r.after, 0),
+        "during_ratio": round_to(r.during_ratio(), 3), "after_ratio": round_to(r.after_ratio(), 3),
+        "move_ratio": round_to(r.move_ratio(args.after_ms as f64 / 1e3), 3),
+        "tasks_during": r.tasks_during,
+        "event_s": round_to(r.event_s, 5), "master_event_s": round_to(r.report.duration_s, 5),
+        "shards_moved": r.report.shards_moved, "shard_bytes_moved": r.report.shard_bytes_moved,
+        "executors_moved": r.report.executors_moved, "tasks_moved": r.report.tasks_moved,
+    }));
+}
+
+fn emit_summary(rounds: &[Round], args: &Args) {
+    let median = crate::measure::median;
+    let all = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+    let after_s = args.after_ms as f64 / 1e3;
+    let during = all(&Round::during_ratio);
+    let after = all(&Round::after_ratio);
+    let both = all(&|r| r.move_ratio(after_s));
+    let event_s = all(&|r| r.event_s);
+    emit(json!({
+        "bench": "elastic", "in_process": !args.across, "nodes": NODES,
+        "moving": args.moving.name(), "rounds": rounds.len(),
+        "window_ms": args.window_ms, "after_ms": args.after_ms, "gap_ms": args.gap_ms,
+        "block_features": mlr_config(args).block_features,
+        "before_tasks_per_s": rounded(&all(&|r| r.before), 0),
+        "during_ratios": rounded(&during, 3), "during_ratio": round_to(median(&during), 3),
+        "after_ratios": rounded(&after, 3), "after_ratio": round_to(median(&after), 3),
+        "move_ratios": rounded(&both, 3), "move_ratio": round_to(median(&both), 3),
+        "event_s": rounded(&event_s, 5), "event_s_median": round_to(median(&event_s), 5),
+        "tasks_during": rounds.iter().map(|r| r.tasks_during).collect::<Vec<_>>(),
+        "target_min": 0.8,
+    }));
+}
+
+/// A fresh scratch directory for the credentials and the nodes' logs.
+fn scratch_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("harp-bench-elastic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if args.across {
-        return run_across(args);
+    if args.window_ms == 0 || args.after_ms == 0 {
+        bail!("--window-ms and --after-ms must be at least 1");
     }
-    let mut mnist = harp_apps::default_data::mnist10k()?;
-    mnist.scale_to_unit();
-    let (train, test) = mnist.split_tail_fraction(0.2)?;
     let count = Arc::new(TaskCount::default());
-    let config = MlrConfig {
-        epochs: 100_000, // stopped by the benchmark
-        lr: 0.1,
-        ..MlrConfig::default()
-    };
-    let app = Arc::new(
-        MlrApp::new(config, Arc::new(train), Arc::new(test), count.clone())
-            .map_err(|e| anyhow!("{e}"))?,
-    );
-    let job = JobConfig {
-        workers: 2,
-        servers: 2,
-        executors_per_worker: 8,
-        shards_per_server: 8,
-        collect_params: false,
-    };
+    let app = mlr_app(args, count.clone())?;
+    let dir = scratch_dir()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let span = Duration::from_millis(args.window_ms.max(50));
     let result = rt.block_on(async {
-        let (control, inbox) = job_control();
-        let running = tokio::spawn(async move { harp::run_job_controlled(app, &job, inbox).await });
-        tokio::time::sleep(span).await; // warm up
-        let (mut steady, mut shard_ratio, mut exec_ratio) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut shard_moves, mut exec_moves) = (Moves::default(), Moves::default());
-        for _ in 0..args.rounds.max(1) {
-            let mut none = Moves::default();
-            let base = tasks_per_s(&count, span, &control, None, &mut none).await?;
-            let shards =
-                tasks_per_s(&count, span, &control, Some((0, 1)), &mut shard_moves).await?;
-            let executors =
-                tasks_per_s(&count, span, &control, Some((1, 0)), &mut exec_moves).await?;
-            steady.push(base);
-            shard_ratio.push(shards / base);
-            exec_ratio.push(executors / base);
-        }
-        if running.is_finished() {
-            return Err(anyhow!("the MLR job ended before the benchmark did"));
-        }
-        running.abort();
-        Ok((steady, shard_ratio, exec_ratio, shard_moves, exec_moves))
-    });
-    rt.shutdown_background();
-    let (steady, shard_ratio, exec_ratio, shard_moves, exec_moves) = result?;
-    let median = crate::measure::median;
-    emit(json!({
-        "bench": "elastic", "in_process": true, "window_ms": span.as_millis() as u64,
-        "steady_tasks_per_s": rounded(&steady, 0),
-        "shard_moves_ratios": rounded(&shard_ratio, 3),
-        "shard_moves_ratio": round_to(median(&shard_ratio), 3), "shard_target_min": 0.8,
-        "shard_scale_events": shard_moves.events, "shards_moved": shard_moves.moved,
-        "executor_moves_ratios": rounded(&exec_ratio, 3),
-        "executor_moves_ratio": round_to(median(&exec_ratio), 3),
-        "executor_scale_events": exec_moves.events, "executors_moved": exec_moves.moved,
-        "scale_in_s_median": round_to(median(&shard_moves.scale_in_s.iter().chain(&exec_moves.scale_in_s).copied().collect::<Vec<_>>()), 5),
-    }));
-    Ok(())
-}
-
-fn mlr_app(count: Arc<TaskCount>) -> Result<Arc<MlrApp>> {
-    let mut mnist = harp_apps::default_data::mnist10k()?;
-    mnist.scale_to_unit();
-    let (train, test) = mnist.split_tail_fraction(0.2)?;
-    let config = MlrConfig {
-        epochs: 100_000, // stopped by the benchmark
-        lr: 0.1,
-        ..MlrConfig::default()
-    };
-    Ok(Arc::new(
-        MlrApp::new(config, Arc::new(train), Arc::new(test), count).map_err(|e| anyhow!("{e}"))?,
-    ))
-}
-
-/// Shards move onto servers {0, 1} and back onto {0, 1, 2} while executors stay.
-async fn shards_away_and_back(control: &JobControl, moves: &mut Moves) -> Result<()> {
-    use harp::{ServerId, WorkerId};
-    let workers = [WorkerId(0), WorkerId(1), WorkerId(2)];
-    let away = control
-        .rebalance_onto(&workers, &[ServerId(0), ServerId(1)])
-        .await?;
-    moves.add(&away, true);
-    let back = control
-        .rebalance_onto(&workers, &[ServerId(0), ServerId(1), ServerId(2)])
-        .await?;
-    moves.add(&back, false);
-    Ok(())
-}
-
-fn run_across(args: &Args) -> Result<()> {
-    let count = Arc::new(TaskCount::default());
-    let app = mlr_app(count.clone())?;
-    let creds = Arc::new(harp::JobCredentials::generate("harp-bench-elastic")?);
-    let options = harp::ClusterOptions {
-        nodes: 3,
-        executors_per_worker: 8,
-        shards_per_server: 8,
-        ..harp::ClusterOptions::default()
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let span = Duration::from_millis(args.window_ms.max(50));
-    let result = rt.block_on(async {
-        let (control, inbox) = job_control();
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let running = {
-            let (app, creds) = (app.clone(), creds.clone());
-            tokio::spawn(async move {
-                let (_keep, failures) = tokio::sync::mpsc::unbounded_channel();
-                harp::run_job_across_controlled(
-                    app,
-                    &creds,
-                    &options,
-                    |addr| {
-                        let _ = addr_tx.send(addr);
-                    },
-                    failures,
-                    inbox,
-                )
-                .await
-            })
+        let mut running = if args.across {
+            start_across(app, args, &dir).await?
+        } else {
+            start_in_process(app)
         };
-        let master = addr_rx
-            .await
-            .map_err(|_| anyhow!("the master did not start"))?;
-        let localhost = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-        let nodes: Vec<_> = (0..3)
-            .map(|_| {
-                let (app, creds) = (app.clone(), creds.clone());
-                tokio::spawn(async move { harp::run_node(app, &creds, master, localhost).await })
-            })
-            .collect();
-        tokio::time::sleep(span).await; // warm up
-        let (mut steady, mut ratios, mut moves) = (Vec::new(), Vec::new(), Moves::default());
-        for _ in 0..args.rounds.max(1) {
-            let base = tasks_per_s(&count, span, &control, None, &mut Moves::default()).await?;
-            let start = Instant::now();
-            let before = count.0.load(Ordering::Relaxed);
-            while start.elapsed() < span {
-                shards_away_and_back(&control, &mut moves).await?;
-            }
-            let during =
-                (count.0.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
-            steady.push(base);
-            ratios.push(during / base);
-        }
-        if running.is_finished() {
-            return Err(anyhow!("the MLR job ended before the benchmark did"));
-        }
-        running.abort();
-        for node in nodes {
-            node.abort();
-        }
-        Ok((steady, ratios, moves))
+        let measured = measure(&count, &mut running, args).await;
+        running.stop();
+        measured
     });
     rt.shutdown_background();
-    let (steady, ratios, moves) = result?;
-    let median = crate::measure::median;
-    emit(json!({
-        "bench": "elastic", "in_process": false, "nodes": 3, "window_ms": span.as_millis() as u64,
-        "steady_tasks_per_s": rounded(&steady, 0),
-        "shard_moves_ratios": rounded(&ratios, 3),
-        "shard_moves_ratio": round_to(median(&ratios), 3), "shard_target_min": 0.8,
-        "shard_scale_events": moves.events, "shards_moved": moves.moved,
-        "scale_in_s_median": round_to(median(&moves.scale_in_s), 5),
-    }));
+    let kept_logs = result.is_err() && args.across;
+    if !kept_logs {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let rounds = result.map_err(|e| {
+        if kept_logs {
+            e.context(format!("node logs are in {}", dir.display()))
+        } else {
+            e
+        }
+    })?;
+    emit_summary(&rounds, args);
     Ok(())
 }

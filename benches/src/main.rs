@@ -9,7 +9,7 @@
 //! | `transport-bulk` | parameter rows to another process through harp's `Link::send_bulk` against raw quinn on one stream (TCP loopback beside) |
 //! | `transport-rtt` | a small `Get` answered with `Rows` between two processes through harp's `Link` against raw quinn request/response |
 //! | `mlr-processes` | an MLR epoch with 2 `harp node` processes (`harp run mlr --processes 3`) against the same workers in one process |
-//! | `elastic` | MLR micro-task throughput while shards or executors move, against the same job just before (one process) |
+//! | `elastic` | MLR micro-task throughput during one scale event (a server's shards or a worker's executors move) and just after, against just before; one process, or `--across` three `harp node` processes |
 //! | `scale-in` | from `harp scale --remove` to the removed `harp node` process's exit, MLR (target ≤ 1 s) |
 //! | `scale-out` | MLR started on 1 node process with a second joining at 30%: total time against the ideal from static 1- and 2-node runs |
 //! | `state-transfer` | moving a 1 GiB executor state between two `harp node` processes against raw quinn on one stream |
@@ -55,7 +55,7 @@ enum Bench {
     MlrProcesses,
     /// transport-bulk, transport-rtt and mlr-processes.
     Transport,
-    /// Task throughput while shards or executors move, against just before (one process).
+    /// Task throughput during single shard (or executor) moves, against just before.
     Elastic,
     /// `harp scale --remove` to the removed node process's exit (MLR, runs `harp`).
     ScaleIn,
@@ -116,11 +116,20 @@ pub(crate) struct Args {
     /// transport-rtt: f32 values of the row each answer carries.
     #[arg(long, default_value_t = 16, help_heading = "Transport")]
     reply_values: usize,
-    /// elastic: length of each measured window.
+    /// elastic: length of the steady window before each event (and of the warm-up).
     #[arg(long, default_value_t = 1000, help_heading = "Elasticity")]
     window_ms: u64,
-    /// elastic: the master and three nodes talking over QUIC (shards move between the
-    /// nodes, forwarded meanwhile) instead of one in-process job.
+    /// elastic: length of the window right after each event.
+    #[arg(long, default_value_t = 100, help_heading = "Elasticity")]
+    after_ms: u64,
+    /// elastic: pause before each round's steady window (spaces the events apart).
+    #[arg(long, default_value_t = 500, help_heading = "Elasticity")]
+    gap_ms: u64,
+    /// elastic: what each scale event moves (one server's shards, or one worker's executors).
+    #[arg(long, value_enum, default_value_t = elastic::Moving::Shards, help_heading = "Elasticity")]
+    moving: elastic::Moving,
+    /// elastic: the master here and three `harp node` processes talking over QUIC (shards
+    /// move between the nodes' servers, forwarded meanwhile) instead of one in-process job.
     #[arg(long, help_heading = "Elasticity")]
     across: bool,
     /// mlr-processes: epochs per run.

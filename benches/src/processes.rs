@@ -13,13 +13,17 @@
 //! round trips, and the ratio is about 4 on a 2-core machine. Epoch times are the differences of the metrics
 //! file's `elapsed_s`; reported are each run's median epoch and the median of the rounds'
 //! ratios processes/in-process (`ratio`, target ≤ 1.3).
+//!
+//! Also home of [`NodeProcesses`]: `harp node` processes joining a master that runs inside
+//! `harp-bench` (the `elastic --across` benchmark).
 
 use crate::measure::Run;
 use crate::{emit, paired, round_to, rounded, Args};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 /// The `harp` executable beside this one.
 pub(crate) fn harp_exe() -> Result<PathBuf> {
@@ -109,4 +113,73 @@ pub fn run(args: &Args) -> Result<()> {
         "processes_accuracy": round_to(p.candidate_accuracy, 4),
     }));
     Ok(())
+}
+
+/// `harp node` processes joined to a master at a known address; killed when dropped.
+pub(crate) struct NodeProcesses {
+    children: Vec<Child>,
+    logs: Vec<PathBuf>,
+}
+
+impl NodeProcesses {
+    /// Starts `count` processes `harp node --join MASTER --credentials CREDS -- RUN_ARGS`;
+    /// each one's stderr goes to `dir/node-I.log`.
+    pub(crate) fn start(
+        dir: &Path,
+        credentials: &Path,
+        master: SocketAddr,
+        count: usize,
+        run_args: &[String],
+    ) -> Result<NodeProcesses> {
+        let harp = harp_exe()?;
+        let mut nodes = NodeProcesses {
+            children: Vec::with_capacity(count),
+            logs: Vec::with_capacity(count),
+        };
+        for i in 0..count {
+            let log_path = dir.join(format!("node-{i}.log"));
+            let log = std::fs::File::create(&log_path)
+                .with_context(|| format!("cannot create {}", log_path.display()))?;
+            let child = Command::new(&harp)
+                .args(["node", "--join", &master.to_string(), "--credentials"])
+                .arg(credentials)
+                .arg("--")
+                .args(run_args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("cannot start {} node", harp.display()))?;
+            nodes.children.push(child);
+            nodes.logs.push(log_path);
+        }
+        Ok(nodes)
+    }
+
+    /// The first node process that has exited: its status and the end of its log.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        for (child, log) in self.children.iter_mut().zip(&self.logs) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: String = text.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                return Some(format!("a node process exited ({status}): {tail}"));
+            }
+        }
+        None
+    }
+
+    /// Process ids (to profile them).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+}
+
+impl Drop for NodeProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            // Already gone is fine: nothing is left to stop.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

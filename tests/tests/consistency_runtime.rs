@@ -36,6 +36,7 @@ fn random_job(rng: &mut SplitMix, job_index: usize) -> (CounterConfig, JobConfig
         executors_per_worker: rng.range(1, 8) as u32,
         shards_per_server: rng.range(1, 8) as u32,
         collect_params: true,
+        scar: None,
     };
     (config, job)
 }
@@ -101,6 +102,7 @@ fn one_row_many_writers() {
             executors_per_worker: 8,
             shards_per_server: 1,
             collect_params: true,
+            scar: None,
         };
         let summary =
             run_counter_job(&config, &job, Threads::Multi(2)).unwrap_or_else(|e| panic!("{e}"));
@@ -136,6 +138,7 @@ fn many_workers_flushing_at_once() {
             executors_per_worker: 1,
             shards_per_server: 2,
             collect_params: true,
+            scar: None,
         };
         let summary = run_counter_job(&config, &job, threads).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(summary.completed, config.tasks);

@@ -82,6 +82,7 @@ fn a_grid_of_small_shapes_is_exact() {
                         executors_per_worker,
                         shards_per_server: 4,
                         collect_params: true,
+                        scar: None,
                     };
                     jobs += 1;
                     match run_counter_job(&config, &job, Threads::Multi(2)) {
@@ -132,6 +133,7 @@ fn verify_detects_a_wrong_parameter() {
         executors_per_worker: 2,
         shards_per_server: 2,
         collect_params: true,
+        scar: None,
     };
     let outcome = harp_tests::runtime(Threads::Multi(2))
         .block_on(harp::run_job(app.clone(), &job))

@@ -55,6 +55,7 @@ fn counter_stays_exact_under_random_scale_events(seed: u64, threads: Threads) {
         executors_per_worker: 4,
         shards_per_server: 8,
         collect_params: true,
+        scar: None,
     };
     let rt = runtime(threads);
     let (events, outcome) = rt.block_on(async {
@@ -129,6 +130,7 @@ fn bad_scale_commands_are_refused_and_leave_the_job_exact() {
         executors_per_worker: 4,
         shards_per_server: 4,
         collect_params: true,
+        scar: None,
     };
     let rt = runtime(Threads::Multi(2));
     let outcome = rt.block_on(async {

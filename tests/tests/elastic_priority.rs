@@ -43,6 +43,7 @@ fn job() -> JobConfig {
         executors_per_worker: 1,
         shards_per_server: 8,
         collect_params: false,
+        scar: None,
     }
 }
 

@@ -344,6 +344,7 @@ fn tiny_job(workers: u32, executors_per_worker: u32) -> JobConfig {
         executors_per_worker,
         shards_per_server: 4,
         collect_params: true,
+        scar: None,
     }
 }
 
@@ -1049,6 +1050,7 @@ fn optimizer_converges_through_the_runtime(rule: UpdateRule, steps: u32, toleran
         executors_per_worker: 2,
         shards_per_server: 4,
         collect_params: true,
+        scar: None,
     };
     let (driver, params, w) = run_quadratic(QuadApp::new(rule, steps, false), &job);
     for e in 0..job.num_executors() {
@@ -1112,6 +1114,7 @@ fn concurrent_gradients_to_one_adam_row_converge() {
         executors_per_worker: 4,
         shards_per_server: 2,
         collect_params: true,
+        scar: None,
     };
     let (_, params, w) = run_quadratic(QuadApp::new(UpdateRule::Adam(adam), 300, true), &job);
     let end = params.row(&w, 0).expect("row 0 exists");

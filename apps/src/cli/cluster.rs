@@ -49,6 +49,33 @@ pub struct ClusterArgs {
     /// Write one JSON object per epoch (or per run) to this file.
     #[arg(long)]
     pub metrics_out: Option<std::path::PathBuf>,
+    /// Keep SCAR's running checkpoint, saving this fraction r of the parameters every r·C
+    /// iterations (in (0, 1]); a failed server is then recovered from it (in one process).
+    #[arg(long)]
+    pub scar_fraction: Option<f64>,
+    /// C: the full-checkpoint period in iterations that sets the budget of the running
+    /// checkpoint.
+    #[arg(long, default_value_t = 8)]
+    pub scar_period: u64,
+    /// Which parameters a running-checkpoint round saves.
+    #[arg(long, value_enum, default_value_t = ScarSelection::Priority)]
+    pub scar_selection: ScarSelection,
+    /// Seed of `--scar-selection random`.
+    #[arg(long, default_value_t = 1)]
+    pub scar_seed: u64,
+}
+
+/// `--scar-selection`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScarSelection {
+    /// The parameters that moved farthest from their saved values (SCAR's priority).
+    Priority,
+    /// The next parameters in key order, cyclically.
+    RoundRobin,
+    /// Parameters drawn uniformly at random.
+    Random,
+    /// Every parameter, every round.
+    Full,
 }
 
 impl ClusterArgs {
@@ -59,7 +86,26 @@ impl ClusterArgs {
             executors_per_worker: self.executors_per_worker,
             shards_per_server: self.shards_per_server,
             collect_params,
+            scar: self.scar_options(),
         }
+    }
+
+    /// SCAR's running checkpoint as the command line asks for it (`--scar-fraction`).
+    pub fn scar_options(&self) -> Option<harp::ScarOptions> {
+        let fraction = self.scar_fraction?;
+        let selection = match self.scar_selection {
+            ScarSelection::Priority => harp::Selection::Priority,
+            ScarSelection::RoundRobin => harp::Selection::RoundRobin,
+            ScarSelection::Random => harp::Selection::Random {
+                seed: self.scar_seed,
+            },
+            ScarSelection::Full => harp::Selection::Full,
+        };
+        Some(harp::ScarOptions {
+            period: self.scar_period,
+            fraction,
+            selection,
+        })
     }
 
     /// A multi-threaded tokio runtime with `--threads` threads.

@@ -60,6 +60,8 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
         seed: args.seed,
         task_sleep_us: args.task_sleep_us,
         state_bytes: args.state_bytes,
+        // A server recovered from the running checkpoint rolls its rows back.
+        losses_expected: args.cluster.scar_fraction.is_some(),
     };
     Ok(Arc::new(
         CounterApp::new(config).map_err(|e| anyhow!("{e}"))?,

@@ -90,6 +90,11 @@ impl Driver<super::CounterApp> for CounterDriver {
                 *s += i;
             }
         }
+        // An iteration (for SCAR's running checkpoint) is one task per executor.
+        let per_iteration = u64::from(self.num_executors.max(1));
+        if self.completed.is_multiple_of(per_iteration) {
+            ctx.iteration_completed(self.completed / per_iteration);
+        }
         if self.completed == self.config.tasks {
             ctx.finish();
             return Ok(());

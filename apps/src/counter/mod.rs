@@ -52,6 +52,8 @@ impl CounterApp {
         config.validate()?;
         let mut tables = TableSet::new();
         let counters = tables.counters_i64("counters", config.width)?;
+        // SCAR's distances in L1: how many increments a row gained since it was saved.
+        tables.set_norm(counters.id(), harp::Norm::L1)?;
         Ok(Self {
             config,
             tables,

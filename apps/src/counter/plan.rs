@@ -23,6 +23,11 @@ pub struct CounterConfig {
     /// Bytes of state each executor carries and moves with it (a checkable pattern; stands
     /// for an app's per-executor state in elasticity tests and the state-transfer bench).
     pub state_bytes: u64,
+    /// Tasks read no probe check: for jobs that may lose updates on purpose (a failed server
+    /// recovered from SCAR's running checkpoint rolls its rows back), where a probe row may
+    /// read less than tasks completed before had added. The final values then differ from
+    /// the expected sums by exactly what the failures lost.
+    pub losses_expected: bool,
 }
 
 impl Default for CounterConfig {
@@ -36,6 +41,7 @@ impl Default for CounterConfig {
             seed: 1,
             task_sleep_us: 0,
             state_bytes: 0,
+            losses_expected: false,
         }
     }
 }

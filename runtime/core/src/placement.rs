@@ -132,6 +132,41 @@ impl ShardMap {
             .collect()
     }
 
+    /// New owners for the shards of a lost server (SCAR partial recovery): each of `lost`'s
+    /// shards, in id order, goes to the server of `live` that holds the fewest shards at
+    /// that point (ties: the lowest id), so the survivors' counts end as even as the
+    /// orphans allow and no other shard moves. Does not change the map; `lost` in `live` is
+    /// ignored.
+    pub fn place_orphans(
+        &self,
+        lost: ServerId,
+        live: &[ServerId],
+    ) -> Result<Vec<(ShardId, ServerId)>, CoreError> {
+        let mut load: std::collections::BTreeMap<ServerId, usize> = live
+            .iter()
+            .filter(|s| **s != lost)
+            .map(|s| (*s, 0))
+            .collect();
+        if load.is_empty() {
+            return Err(CoreError::NoServers);
+        }
+        for owner in &self.owner {
+            if let Some(count) = load.get_mut(owner) {
+                *count += 1;
+            }
+        }
+        let mut placed = Vec::new();
+        for shard in self.shards_on(lost) {
+            // `load` is not empty (checked above).
+            let Some((&to, _)) = load.iter().min_by_key(|(id, count)| (**count, **id)) else {
+                return Err(CoreError::NoServers);
+            };
+            *load.entry(to).or_default() += 1;
+            placed.push((shard, to));
+        }
+        Ok(placed)
+    }
+
     /// Moves `shard` to `server`; returns its previous owner.
     pub fn assign(&mut self, shard: ShardId, server: ServerId) -> Result<ServerId, CoreError> {
         match self.owner.get_mut(shard.0 as usize) {
@@ -145,6 +180,60 @@ impl ShardMap {
 mod tests {
     use super::*;
     use crate::ids::TableId;
+
+    #[test]
+    fn orphans_go_to_the_least_loaded_survivors_and_nothing_else_moves() {
+        for servers in 2u32..7 {
+            for shards in 1u32..40 {
+                let ids: Vec<ServerId> = (0..servers).map(ServerId).collect();
+                let mut map = ShardMap::round_robin(shards, &ids).unwrap();
+                // Unbalance the survivors a little so ties and loads both matter.
+                if shards > 3 && servers > 2 {
+                    map.assign(ShardId(0), ServerId(2)).unwrap();
+                }
+                for lost in 0..servers {
+                    let before = map.clone();
+                    let orphans = before.shards_on(ServerId(lost));
+                    let placed = map.place_orphans(ServerId(lost), &ids).unwrap();
+                    assert_eq!(map, before, "place_orphans must not change the map");
+                    let moved: Vec<ShardId> = placed.iter().map(|(s, _)| *s).collect();
+                    assert_eq!(moved, orphans, "each orphan placed once, in order");
+                    let mut after = map.clone();
+                    for (shard, to) in &placed {
+                        assert_ne!(*to, ServerId(lost));
+                        assert!(ids.contains(to));
+                        after.assign(*shard, *to).unwrap();
+                    }
+                    assert!(after.shards_on(ServerId(lost)).is_empty());
+                    // Greedy least-loaded: no survivor ends more than one above another
+                    // unless it already was before any orphan came.
+                    let counts: Vec<usize> = ids
+                        .iter()
+                        .filter(|s| **s != ServerId(lost))
+                        .map(|s| after.shards_on(*s).len())
+                        .collect();
+                    let before_max = ids
+                        .iter()
+                        .filter(|s| **s != ServerId(lost))
+                        .map(|s| before.shards_on(*s).len())
+                        .max()
+                        .unwrap();
+                    let max = *counts.iter().max().unwrap();
+                    let min = *counts.iter().min().unwrap();
+                    assert!(max - min <= 1 || max == before_max, "{counts:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn orphans_with_no_survivor_are_refused() {
+        let map = ShardMap::round_robin(4, &[ServerId(0)]).unwrap();
+        assert_eq!(
+            map.place_orphans(ServerId(0), &[ServerId(0)]),
+            Err(CoreError::NoServers)
+        );
+    }
 
     #[test]
     fn round_robin_gives_every_executor_one_owner() {

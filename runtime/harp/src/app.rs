@@ -137,6 +137,7 @@ pub struct DriverContext<'a, Args> {
     num_executors: u32,
     dispatched: &'a mut Vec<(ExecutorId, Args)>,
     finish: &'a mut bool,
+    iteration: &'a mut Option<u64>,
 }
 
 impl<'a, Args> DriverContext<'a, Args> {
@@ -145,12 +146,14 @@ impl<'a, Args> DriverContext<'a, Args> {
         num_executors: u32,
         dispatched: &'a mut Vec<(ExecutorId, Args)>,
         finish: &'a mut bool,
+        iteration: &'a mut Option<u64>,
     ) -> Self {
         Self {
             version,
             num_executors,
             dispatched,
             finish,
+            iteration,
         }
     }
 
@@ -172,6 +175,17 @@ impl<'a, Args> DriverContext<'a, Args> {
     /// The version tasks dispatched now are tagged with.
     pub fn version(&self) -> Version {
         self.version
+    }
+
+    /// Reports that the app's iteration `iteration` (counted from 1) is complete: every
+    /// update of its micro-tasks is applied. SCAR's running checkpoint (`JobConfig::scar`)
+    /// runs its rounds on these iterations, every `r·C` of them; a report of an iteration at
+    /// or before the last one reported is ignored. Apps that do not report iterations get
+    /// no checkpoint rounds.
+    pub fn iteration_completed(&mut self, iteration: u64) {
+        if self.iteration.is_none_or(|last| iteration > last) {
+            *self.iteration = Some(iteration);
+        }
     }
 
     /// Ends the job once this call returns. Tasks still running are abandoned. A job also

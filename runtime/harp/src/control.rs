@@ -10,6 +10,7 @@ use crate::app::App;
 use crate::error::HarpError;
 use crate::job::spawn;
 use crate::master::{MasterMsg, ScaleReport};
+use crate::scar::ServerRecovery;
 use crate::server::ServerActor;
 use crate::table::TableSet;
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
@@ -91,6 +92,11 @@ pub(crate) enum ControlRequest {
     Forget {
         worker: Option<WorkerId>,
         server: Option<ServerId>,
+    },
+    /// Fault injection: fail a server and recover from it.
+    CrashServer {
+        server: ServerId,
+        reply: Reply<ServerRecovery>,
     },
 }
 
@@ -174,6 +180,18 @@ impl JobControl {
             reply,
         })
         .await
+    }
+
+    /// Fault injection (SCAR experiments): `server` fails now, as a crashed one would — every
+    /// update it has not applied yet is dropped unacknowledged — and the job recovers: only
+    /// its shards are re-created on the other servers from the running checkpoint, and the
+    /// nodes resend what it never acknowledged. Answers with the recovery's report, whose
+    /// [`ServerRecovery::lost`] measures what the failure cost. Refused (the job goes on)
+    /// when the job keeps no running checkpoint (`JobConfig::scar`), `server` is not a live
+    /// server, it is the last one, or a scale event runs. In one process only.
+    pub async fn crash_server(&self, server: ServerId) -> Result<ServerRecovery, HarpError> {
+        self.ask(|reply| ControlRequest::CrashServer { server, reply })
+            .await
     }
 
     /// The workers and servers that take load now.
@@ -275,6 +293,25 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 )));
             }
             ControlRequest::Forget { .. } => {}
+            ControlRequest::CrashServer { server, reply } => {
+                let (tx, rx) = oneshot::channel();
+                if ctx
+                    .master
+                    .send_message(MasterMsg::CrashServer { server, reply: tx })
+                    .is_err()
+                {
+                    let _ = reply.send(Err(HarpError::MasterUnreachable));
+                    continue;
+                }
+                let live = live.clone();
+                tokio::spawn(async move {
+                    let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+                    if result.is_ok() {
+                        lock(&live).1.retain(|s| *s != server);
+                    }
+                    let _ = reply.send(result);
+                });
+            }
             ControlRequest::ScaleOut {
                 workers,
                 servers,
@@ -370,6 +407,11 @@ pub(crate) async fn serve_across<A: App>(
         match request {
             ControlRequest::Members { reply } => {
                 let _ = reply.send(Ok(lock(&live).clone()));
+            }
+            ControlRequest::CrashServer { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "fault injection by message needs a job in one process; across processes, kill the node process".into(),
+                )));
             }
             ControlRequest::ScaleOut { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(

@@ -70,6 +70,9 @@ pub enum HarpError {
     ActorSpawn(String),
     #[error("{0}")]
     Remote(String),
+    /// A server failed and the job could not recover from it.
+    #[error("{server} failed and the job cannot recover from it: {reason}")]
+    Unrecoverable { server: ServerId, reason: String },
     #[error("node {node} died ({detail})")]
     NodeDied { node: u32, detail: String },
     #[error(transparent)]

@@ -20,7 +20,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// The shape of an in-process job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobConfig {
     pub workers: u32,
     pub servers: u32,
@@ -29,6 +29,9 @@ pub struct JobConfig {
     pub shards_per_server: u32,
     /// Read every parameter row back from the servers when the job ends.
     pub collect_params: bool,
+    /// SCAR's running checkpoint and the partial recovery of failed servers (`None`: no
+    /// checkpoint; a failed server ends the job).
+    pub scar: Option<crate::scar::ScarOptions>,
 }
 
 impl Default for JobConfig {
@@ -39,6 +42,7 @@ impl Default for JobConfig {
             executors_per_worker: 1,
             shards_per_server: 8,
             collect_params: false,
+            scar: None,
         }
     }
 }
@@ -71,6 +75,9 @@ impl JobConfig {
         {
             return bad("too many executors or shards");
         }
+        if let Some(scar) = &self.scar {
+            scar.interval()?;
+        }
         Ok(())
     }
 }
@@ -83,6 +90,10 @@ pub struct JobStats {
     pub elapsed_s: f64,
     pub cached_rows: usize,
     pub node: NodeStats,
+    /// What SCAR's running checkpoint did (all zero without one).
+    pub checkpoints: crate::scar::CheckpointStats,
+    /// Every failed server recovered from, in order.
+    pub recoveries: Vec<crate::scar::ServerRecovery>,
 }
 
 /// Every parameter row at the end of a job.
@@ -159,13 +170,17 @@ pub async fn run_job_controlled<A: App>(
     }
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
     let shard_map = ShardMap::round_robin(config.servers * config.shards_per_server, &server_ids)?;
-    let store = Arc::new(ParamStore::new(
+    let store = ParamStore::new(
         tables.clone(),
         Routing {
             shard_map: shard_map.clone(),
             servers: servers.clone(),
         },
-    ));
+    );
+    let store = Arc::new(match config.scar {
+        Some(_) => store.with_server_recovery(),
+        None => store,
+    });
 
     let driver = match app.create_driver(&info) {
         Ok(d) => d,
@@ -180,6 +195,8 @@ pub async fn run_job_controlled<A: App>(
         MasterArgs {
             driver,
             info: info.clone(),
+            tables: tables.clone(),
+            scar: config.scar,
             done: done_tx,
         },
     )
@@ -277,6 +294,8 @@ pub async fn run_job_controlled<A: App>(
         elapsed_s: started.elapsed().as_secs_f64(),
         cached_rows: store.cached_rows(),
         node: store.stats(),
+        checkpoints: end.checkpoints,
+        recoveries: end.recoveries,
     };
     shut_down(&master, workers.values(), &store);
     Ok(JobOutcome {

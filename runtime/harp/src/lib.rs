@@ -23,6 +23,7 @@ mod master;
 mod node;
 pub mod param_client;
 pub mod remote;
+pub mod scar;
 mod server;
 pub mod table;
 mod worker;
@@ -30,8 +31,9 @@ mod worker;
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
 pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};
+pub use harp_core::scar::{Norm, Selection};
+pub use harp_core::{shard_of, NodeRoles, ServerId, ShardId, WorkerId};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
-pub use harp_core::{NodeRoles, ServerId, WorkerId};
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
 pub use job::{run_job, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};
@@ -42,4 +44,5 @@ pub use remote::{
     run_job_across, run_job_across_controlled, run_job_across_watched, run_node, run_node_leaving,
     run_node_with, send_scale_command, ClusterOptions, NodeFailure, NodeLauncher,
 };
+pub use scar::{CheckpointStats, LostValues, ScarOptions, ServerRecovery};
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -4,9 +4,13 @@
 //! Completions arrive only after the flush carrying their updates was applied, so a task the
 //! driver dispatches while handling completion `c` observes `c`'s updates (DESIGN §2.1).
 //!
-//! Scale events (moving executors and shards while the job runs) live in [`moves`].
+//! Scale events (moving executors and shards while the job runs) live in [`moves`]; SCAR's
+//! running checkpoint in [`checkpoints`]; the partial recovery of a failed server in
+//! [`recovery`].
 
+mod checkpoints;
 mod moves;
+mod recovery;
 
 pub(crate) use moves::ExecutorInMotion;
 pub use moves::{MoveRecord, ScaleReport};
@@ -14,12 +18,16 @@ pub use moves::{MoveRecord, ScaleReport};
 use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
 use crate::error::HarpError;
 use crate::node::ParamStore;
+use crate::scar::{CheckpointStats, ScarOptions, ServerRecovery};
 use crate::server::{ServerMsg, ShardMoved};
+use crate::table::TableSet;
 use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
+use checkpoints::{RoundDone, RunningCheckpoint};
 use harp_core::{
     ExecutorId, ExecutorMap, ServerId, ShardId, ShardMap, TaskId, Version, VersionClock, WorkerId,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use recovery::{Recovered, RecoveryReply};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -83,6 +91,23 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// Micro-tasks whose updates are applied.
     Completed(Vec<Completion<A::Output>>),
+    /// A checkpoint round ended (internal).
+    CheckpointRoundDone(RoundDone),
+    /// Fault injection: make `server` (in this process) fail now, then recover from it as
+    /// from any failure; the reply gets the recovery's report.
+    CrashServer {
+        server: ServerId,
+        reply: oneshot::Sender<Result<ServerRecovery, HarpError>>,
+    },
+    /// `server` failed (`at_failure`: its rows at the failure, when known): re-create its
+    /// shards from the running checkpoint.
+    ServerLost {
+        server: ServerId,
+        at_failure: Option<Vec<(harp_core::ParamKey, harp_core::RowData)>>,
+        reply: RecoveryReply,
+    },
+    /// The live servers hold a failed server's shards (internal).
+    Recovered(Recovered),
     /// Something the job cannot continue after.
     Failed(HarpError),
 }
@@ -109,6 +134,15 @@ impl RouteTarget {
             }
         }
     }
+
+    /// `server` failed and routes nothing any more (its shards were rerouted first).
+    fn forget_server(&self, server: ServerId) {
+        match self {
+            RouteTarget::Local(store) => store.forget_server(server),
+            // Across processes a failed server's node is gone from the job's links.
+            RouteTarget::Remote(_) => {}
+        }
+    }
 }
 
 /// What the master hands back when the job ends.
@@ -116,11 +150,16 @@ pub(crate) struct MasterEnd<A: App> {
     pub driver: A::Driver,
     pub tasks_completed: u64,
     pub final_version: Version,
+    pub checkpoints: CheckpointStats,
+    pub recoveries: Vec<ServerRecovery>,
 }
 
 pub(crate) struct MasterArgs<A: App> {
     pub driver: A::Driver,
     pub info: JobInfo,
+    pub tables: Arc<TableSet>,
+    /// SCAR's running checkpoint, if the job keeps one.
+    pub scar: Option<ScarOptions>,
     pub done: oneshot::Sender<Result<MasterEnd<A>, HarpError>>,
 }
 
@@ -142,6 +181,9 @@ pub(crate) struct MasterState<A: App> {
     next_task: u64,
     in_flight: u64,
     completed: u64,
+    tables: Arc<TableSet>,
+    checkpoint: Option<RunningCheckpoint>,
+    recoveries: Vec<ServerRecovery>,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -157,6 +199,7 @@ impl<A: App> MasterState<A> {
     /// Runs one driver callback, then tags and routes what it dispatched.
     fn drive(
         &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
         call: impl FnOnce(
             &mut A::Driver,
             &mut DriverContext<'_, A::Args>,
@@ -167,16 +210,75 @@ impl<A: App> MasterState<A> {
         };
         let mut dispatched = Vec::new();
         let mut finish = false;
+        let mut iteration = None;
         let version = self.clock.current();
         let mut ctx = DriverContext::new(
             version,
             self.info.num_executors,
             &mut dispatched,
             &mut finish,
+            &mut iteration,
         );
         call(driver, &mut ctx).map_err(HarpError::DriverFailed)?;
         self.route(dispatched, version)?;
+        if let Some(iteration) = iteration {
+            self.iteration_completed(myself, iteration);
+        }
         Ok(finish || self.in_flight == 0)
+    }
+
+    /// Starts a checkpoint round if one is due after `iteration`.
+    fn iteration_completed(&mut self, myself: &ActorRef<MasterMsg<A>>, iteration: u64) {
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            return;
+        };
+        let servers = self
+            .servers
+            .iter()
+            .map(|(id, actor)| (*id, actor.clone()))
+            .collect();
+        if let Some(round) = checkpoint.iteration_completed(iteration, servers) {
+            let myself = myself.clone();
+            tokio::spawn(async move {
+                let done = round.await;
+                // The job may have ended meanwhile.
+                let _ = myself.send_message(MasterMsg::CheckpointRoundDone(done));
+            });
+        }
+    }
+
+    /// Fault injection: fails `server` now and recovers from it (the reply gets the report).
+    fn crash_server(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        server: ServerId,
+        reply: oneshot::Sender<Result<ServerRecovery, HarpError>>,
+    ) {
+        if let Err(e) = self.recoverable(server) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let Some(actor) = self.servers.get(&server).cloned() else {
+            return; // recoverable() checked it is there
+        };
+        let (rows_tx, rows) = oneshot::channel();
+        if actor
+            .send_message(ServerMsg::Crash { reply: rows_tx })
+            .is_err()
+        {
+            let _ = reply.send(Err(HarpError::ServerUnreachable(server)));
+            return;
+        }
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            // A server that cannot answer died before the injection: its values are unknown.
+            let at_failure = rows.await.ok();
+            let _ = myself.send_message(MasterMsg::ServerLost {
+                server,
+                at_failure,
+                reply: Some(reply),
+            });
+        });
     }
 
     fn route(
@@ -264,6 +366,12 @@ impl<A: App> MasterState<A> {
                 driver,
                 tasks_completed: self.completed,
                 final_version: self.clock.current(),
+                checkpoints: self
+                    .checkpoint
+                    .as_ref()
+                    .map(RunningCheckpoint::stats)
+                    .unwrap_or_default(),
+                recoveries: std::mem::take(&mut self.recoveries),
             }),
             (Err(e), _) => Err(e),
             (Ok(()), None) => Err(HarpError::MasterUnreachable),
@@ -283,6 +391,7 @@ impl<A: App> Actor for MasterActor<A> {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let checkpoint = args.scar.map(RunningCheckpoint::new).transpose()?;
         Ok(MasterState {
             driver: Some(args.driver),
             info: args.info,
@@ -299,6 +408,9 @@ impl<A: App> Actor for MasterActor<A> {
             next_task: 0,
             in_flight: 0,
             completed: 0,
+            tables: args.tables,
+            checkpoint,
+            recoveries: Vec::new(),
             done: Some(args.done),
         })
     }
@@ -327,7 +439,7 @@ impl<A: App> Actor for MasterActor<A> {
                 state.shards = shards;
                 state.routes = routes;
                 state.server_places = server_places.into_iter().map(|p| (p.server, p)).collect();
-                state.drive(|d, ctx| d.dispatch_initial_tasks(ctx))
+                state.drive(&myself, |d, ctx| d.dispatch_initial_tasks(ctx))
             }
             MasterMsg::AddWorker(id, actor) => {
                 state.workers.insert(id, actor);
@@ -383,13 +495,32 @@ impl<A: App> Actor for MasterActor<A> {
                     state.in_flight = state.in_flight.saturating_sub(1);
                     state.completed += 1;
                     state.clock.on_completion();
-                    finished = state.drive(|d, ctx| d.handle_task_completion(completion, ctx));
+                    finished =
+                        state.drive(&myself, |d, ctx| d.handle_task_completion(completion, ctx));
                     if !matches!(finished, Ok(false)) {
                         break;
                     }
                 }
                 finished
             }
+            MasterMsg::CheckpointRoundDone(done) => {
+                if let Some(checkpoint) = state.checkpoint.as_mut() {
+                    checkpoint.round_done(done);
+                }
+                Ok(false)
+            }
+            MasterMsg::CrashServer { server, reply } => {
+                state.crash_server(&myself, server, reply);
+                Ok(false)
+            }
+            MasterMsg::ServerLost {
+                server,
+                at_failure,
+                reply,
+            } => state
+                .on_server_lost(&myself, server, at_failure, reply)
+                .map(|_| false),
+            MasterMsg::Recovered(done) => state.on_recovered(done).map(|_| false),
             MasterMsg::Failed(e) => Err(e),
         };
         match step {

@@ -3,6 +3,12 @@
 //!
 //! The update log is a concurrent map from shard to a [`harp_core::UpdateLog`], so tasks that
 //! update different shards never contend, and a flush drains it shard by shard.
+//!
+//! **A failed server** (a job with SCAR recovery, [`ParamStore::with_server_recovery`]): a
+//! read or a flush part that its server did not answer waits until the master has rerouted
+//! the keys' shards to the servers that re-created them, then goes there. A flush keeps a
+//! copy of each server's part until it is acknowledged, so an update the failed server never
+//! acknowledged is sent again to the new owner instead of being lost.
 
 mod cache;
 mod routing;
@@ -28,6 +34,12 @@ use tokio::sync::oneshot;
 /// only a stuck or overloaded peer runs into it; a dead one is noticed sooner by its lease.
 pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long traffic for a failed server waits for its shards to be rerouted (detection by
+/// lease expiry plus re-creating the shards) before the task fails.
+pub(crate) const SERVER_RECOVERY_WAIT: Duration = Duration::from_secs(60);
+
+type Batches = BTreeMap<ServerId, Vec<(ParamKey, RowData)>>;
+
 /// Everything a micro-task on this node touches when it reads or updates parameters.
 pub(crate) struct ParamStore {
     pub(crate) tables: Arc<TableSet>,
@@ -36,6 +48,10 @@ pub(crate) struct ParamStore {
     routing: RwLock<Routing>,
     num_shards: u32,
     request_deadline: Duration,
+    /// Traffic for a server that does not answer waits for a reroute (SCAR recovery).
+    recover_servers: bool,
+    /// Notified whenever the routing changes.
+    rerouted: tokio::sync::Notify,
     pub(crate) counters: NodeCounters,
 }
 
@@ -49,8 +65,17 @@ impl ParamStore {
             routing: RwLock::new(routing),
             num_shards,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
+            recover_servers: false,
+            rerouted: tokio::sync::Notify::new(),
             counters: NodeCounters::default(),
         }
+    }
+
+    /// The same store, with reads and flushes that outlive a failed server (see the module
+    /// doc): for jobs whose master recovers failed servers.
+    pub(crate) fn with_server_recovery(mut self) -> Self {
+        self.recover_servers = true;
+        self
     }
 
     /// The same store with another deadline for server requests.
@@ -66,15 +91,52 @@ impl ParamStore {
         keys: &[ParamKey],
         version: Version,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
-        self.cache
-            .read(
-                keys,
-                version,
-                &self.routing,
-                &self.counters,
-                self.request_deadline,
-            )
-            .await
+        let deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
+        loop {
+            let result = self
+                .cache
+                .read(
+                    keys,
+                    version,
+                    &self.routing,
+                    &self.counters,
+                    self.request_deadline,
+                )
+                .await;
+            match result {
+                Err(HarpError::ServerUnreachable(server)) if self.recover_servers => {
+                    if !self.wait_rerouted_away(server, keys, deadline).await {
+                        return Err(HarpError::ServerUnreachable(server));
+                    }
+                    NodeCounters::add(&self.counters.requests_resent, 1);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits until no key of `keys` routes to `server`, or `deadline`; says whether it
+    /// happened.
+    async fn wait_rerouted_away(
+        &self,
+        server: ServerId,
+        keys: &[ParamKey],
+        deadline: tokio::time::Instant,
+    ) -> bool {
+        loop {
+            let notified = self.rerouted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
+                if keys.iter().all(|k| routing.route(*k).0 != server) {
+                    return true;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Adds an already validated delta into the update log.
@@ -108,37 +170,84 @@ impl ParamStore {
         batches
     }
 
-    /// Sends every batch to its server and waits until all are applied.
-    pub(crate) async fn apply(
-        &self,
-        batches: BTreeMap<ServerId, Vec<(ParamKey, RowData)>>,
-    ) -> Result<(), HarpError> {
-        let mut replies = Vec::with_capacity(batches.len());
+    /// Sends every batch to its server and waits until all are applied. With server
+    /// recovery, a part whose server failed is sent again to its shards' new owners.
+    pub(crate) async fn apply(&self, batches: Batches) -> Result<(), HarpError> {
         let rows: usize = batches.values().map(Vec::len).sum();
+        let recovery_deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
+        let mut pending = batches;
+        loop {
+            let unanswered = self.apply_once(pending).await?;
+            let Some(&server) = unanswered.keys().next() else {
+                break;
+            };
+            let updates: Vec<(ParamKey, RowData)> = unanswered.into_values().flatten().collect();
+            let keys: Vec<ParamKey> = updates.iter().map(|(k, _)| *k).collect();
+            if !self
+                .wait_rerouted_away(server, &keys, recovery_deadline)
+                .await
+            {
+                return Err(HarpError::ServerUnreachable(server));
+            }
+            NodeCounters::add(&self.counters.requests_resent, 1);
+            pending = self.group_by_server(updates);
+        }
+        NodeCounters::add(&self.counters.flushes, 1);
+        NodeCounters::add(&self.counters.rows_flushed, rows as u64);
+        Ok(())
+    }
+
+    /// Groups updates by the server their shard routes to now.
+    fn group_by_server(&self, updates: Vec<(ParamKey, RowData)>) -> Batches {
+        let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
+        let mut batches = Batches::new();
+        for (key, delta) in updates {
+            batches
+                .entry(routing.route(key).0)
+                .or_default()
+                .push((key, delta));
+        }
+        batches
+    }
+
+    /// One attempt of [`Self::apply`]. Without server recovery any failure is the error;
+    /// with it, the parts whose server did not answer are handed back to be sent again.
+    async fn apply_once(&self, batches: Batches) -> Result<Batches, HarpError> {
+        let mut replies = Vec::with_capacity(batches.len());
+        let mut unanswered = Batches::new();
         {
             let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
             for (server, updates) in batches {
-                let actor = routing
+                let kept = self.recover_servers.then(|| updates.clone());
+                let (tx, rx) = oneshot::channel();
+                let sent = routing
                     .servers
                     .get(&server)
-                    .ok_or(HarpError::ServerUnreachable(server))?;
-                let (tx, rx) = oneshot::channel();
-                actor
-                    .send_message(ServerMsg::Apply { updates, reply: tx })
-                    .map_err(|_| HarpError::ServerUnreachable(server))?;
-                replies.push((server, rx));
+                    .map(|actor| actor.send_message(ServerMsg::Apply { updates, reply: tx }));
+                match (sent, kept) {
+                    (Some(Ok(())), kept) => replies.push((server, rx, kept)),
+                    (_, Some(kept)) => {
+                        unanswered.insert(server, kept);
+                    }
+                    (_, None) => return Err(HarpError::ServerUnreachable(server)),
+                }
             }
         }
         // One deadline for the whole flush: the replies arrive in parallel.
         let deadline = tokio::time::Instant::now() + self.request_deadline;
-        for (server, rx) in replies {
+        for (server, rx, kept) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
                     return Err(e);
                 }
-                Ok(Err(_)) => return Err(HarpError::ServerUnreachable(server)),
+                Ok(Err(_)) => match kept {
+                    Some(kept) => {
+                        unanswered.insert(server, kept);
+                    }
+                    None => return Err(HarpError::ServerUnreachable(server)),
+                },
                 Err(_) => {
                     NodeCounters::add(&self.counters.requests_timed_out, 1);
                     return Err(HarpError::RequestTimedOut {
@@ -149,9 +258,7 @@ impl ParamStore {
                 }
             }
         }
-        NodeCounters::add(&self.counters.flushes, 1);
-        NodeCounters::add(&self.counters.rows_flushed, rows as u64);
-        Ok(())
+        Ok(unanswered)
     }
 
     /// A server joined: reads and flushes may be routed to it.
@@ -163,9 +270,21 @@ impl ParamStore {
     /// `shard` moved to `server`: send its traffic there directly (until now the old owner
     /// forwarded it).
     pub(crate) fn reroute(&self, shard: ShardId, server: ServerId) -> Result<(), HarpError> {
-        let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
-        routing.shard_map.assign(shard, server)?;
+        {
+            let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
+            routing.shard_map.assign(shard, server)?;
+        }
+        self.rerouted.notify_waiters();
         Ok(())
+    }
+
+    /// `server` failed: forget its address (its shards were rerouted before).
+    pub(crate) fn forget_server(&self, server: ServerId) {
+        {
+            let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
+            routing.servers.remove(&server);
+        }
+        self.rerouted.notify_waiters();
     }
 
     pub(crate) fn stats(&self) -> NodeStats {
@@ -276,5 +395,101 @@ mod tests {
         );
         assert_eq!(store.stats().requests_timed_out, 1);
         assert_eq!(store.stats().flushes, 0);
+    }
+
+    /// A store on two real servers, every shard on server 0; the key of shard 0.
+    async fn store_on_two_servers(
+        recover: bool,
+    ) -> (Arc<ParamStore>, ParamKey, [ActorRef<ServerMsg>; 2]) {
+        let mut tables = TableSet::new();
+        let table = tables
+            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let tables = Arc::new(tables);
+        let spawn = |id: u32| {
+            Actor::spawn(
+                None,
+                crate::server::ServerActor,
+                (ServerId(id), tables.clone()),
+            )
+        };
+        let (s0, _) = spawn(0).await.unwrap();
+        let (s1, _) = spawn(1).await.unwrap();
+        let routing = Routing {
+            shard_map: ShardMap::round_robin(1, &[ServerId(0)]).unwrap(),
+            servers: [(ServerId(0), s0.clone()), (ServerId(1), s1.clone())]
+                .into_iter()
+                .collect(),
+        };
+        let store = ParamStore::new(tables, routing);
+        let store = if recover {
+            store.with_server_recovery()
+        } else {
+            store
+        };
+        (Arc::new(store), ParamKey::new(table.id(), 3), [s0, s1])
+    }
+
+    async fn crash(server: &ActorRef<ServerMsg>) -> Vec<(ParamKey, RowData)> {
+        let (reply, rows) = oneshot::channel();
+        server.send_message(ServerMsg::Crash { reply }).unwrap();
+        rows.await.unwrap()
+    }
+
+    async fn dump(server: &ActorRef<ServerMsg>) -> Vec<(ParamKey, RowData)> {
+        let (reply, rows) = oneshot::channel();
+        server.send_message(ServerMsg::Dump { reply }).unwrap();
+        rows.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_flush_to_a_failed_server_goes_to_the_new_owner_once_rerouted() {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        store.record(key, RowData::F32(vec![1.0, 2.0])).unwrap();
+        store.apply(store.drain_log()).await.unwrap();
+        assert_eq!(crash(&s0).await, vec![(key, RowData::F32(vec![1.0, 2.0]))]);
+        store.record(key, RowData::F32(vec![10.0, 20.0])).unwrap();
+        let flushing = tokio::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        let reading = tokio::spawn({
+            let store = store.clone();
+            async move { store.read(&[key], Version(5)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!flushing.is_finished() && !reading.is_finished());
+        // The recovery: the new owner holds the shard (here: empty), then the reroute.
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        store.forget_server(ServerId(0));
+        flushing.await.unwrap().unwrap();
+        let read = reading.await.unwrap().unwrap();
+        // The read may have been served before or after the resent flush.
+        assert!(
+            *read[0] == RowData::F32(vec![0.0, 0.0]) || *read[0] == RowData::F32(vec![10.0, 20.0]),
+            "{:?}",
+            read[0]
+        );
+        assert_eq!(dump(&s1).await, vec![(key, RowData::F32(vec![10.0, 20.0]))]);
+        let stats = store.stats();
+        assert_eq!(stats.requests_resent, 2, "{stats:?}");
+        assert_eq!(stats.flushes, 2);
+    }
+
+    #[tokio::test]
+    async fn without_server_recovery_a_failed_server_fails_the_flush_and_the_read() {
+        let (store, key, [s0, _]) = store_on_two_servers(false).await;
+        crash(&s0).await;
+        store.record(key, RowData::F32(vec![1.0, 2.0])).unwrap();
+        let err = store.apply(store.drain_log()).await.unwrap_err();
+        assert!(
+            matches!(err, HarpError::ServerUnreachable(ServerId(0))),
+            "{err}"
+        );
+        let err = store.read(&[key], Version(1)).await.unwrap_err();
+        assert!(
+            matches!(err, HarpError::ServerUnreachable(ServerId(0))),
+            "{err}"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub(crate) struct NodeCounters {
     pub flushes: AtomicU64,
     pub rows_flushed: AtomicU64,
     pub requests_timed_out: AtomicU64,
+    pub requests_resent: AtomicU64,
 }
 
 /// A snapshot of a node's counters.
@@ -37,6 +38,9 @@ pub struct NodeStats {
     pub rows_flushed: u64,
     /// Reads and flushes a server did not answer within the request deadline.
     pub requests_timed_out: u64,
+    /// Reads and flush parts a failed server did not answer, sent again to its shards' new
+    /// owners (SCAR recovery).
+    pub requests_resent: u64,
 }
 
 impl NodeCounters {
@@ -56,6 +60,7 @@ impl NodeCounters {
             flushes: r(&self.flushes),
             rows_flushed: r(&self.rows_flushed),
             requests_timed_out: r(&self.requests_timed_out),
+            requests_resent: r(&self.requests_resent),
         }
     }
 }

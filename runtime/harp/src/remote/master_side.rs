@@ -235,6 +235,8 @@ pub async fn run_job_across_controlled<A: App>(
         MasterArgs {
             driver,
             info: info.clone(),
+            tables: Arc::new(app.tables().clone()),
+            scar: None,
             done: done_tx,
         },
     )
@@ -379,6 +381,8 @@ pub async fn run_job_across_controlled<A: App>(
                     elapsed_s: started.elapsed().as_secs_f64(),
                     cached_rows: 0,
                     node: NodeStats::default(),
+                    checkpoints: end.checkpoints,
+                    recoveries: end.recoveries,
                 },
                 driver: end.driver,
                 params,

@@ -268,6 +268,11 @@ impl Actor for ServerProxy {
                 });
             }
             ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
+            // Across processes a server fails by its process dying; dropping the reply
+            // tells the injector this handle cannot crash it.
+            ServerMsg::Crash { .. } => {
+                tracing::warn!(%server, "fault injection by message needs a server in this process");
+            }
         }
         Ok(())
     }
@@ -364,6 +369,11 @@ impl Actor for ServerNodeProxy {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
             ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
+            // Across processes a server fails by its process dying; dropping the reply
+            // tells the injector this handle cannot crash it.
+            ServerMsg::Crash { .. } => {
+                tracing::warn!(%server, "fault injection by message needs a server in this process");
+            }
         }
         Ok(())
     }
@@ -677,7 +687,11 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
             | MasterMsg::ExecutorAdopted { .. }
-            | MasterMsg::ShardHandedOff { .. } => {
+            | MasterMsg::ShardHandedOff { .. }
+            | MasterMsg::CheckpointRoundDone(..)
+            | MasterMsg::CrashServer { .. }
+            | MasterMsg::ServerLost { .. }
+            | MasterMsg::Recovered(..) => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }
         }

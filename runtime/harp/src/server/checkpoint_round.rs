@@ -35,10 +35,6 @@ use ractor::ActorRef;
 use tokio::sync::oneshot;
 
 /// What one checkpoint round did.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "the master does not run checkpoint rounds yet")
-)]
 #[derive(Debug, Default)]
 pub(crate) struct RoundOutcome {
     /// Rows the servers reported (`n`; each key once).
@@ -53,10 +49,6 @@ pub(crate) struct RoundOutcome {
     pub failed: Vec<(ServerId, HarpError)>,
 }
 
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "the master does not run checkpoint rounds yet")
-)]
 impl RoundOutcome {
     /// Bytes of the saved values.
     pub(crate) fn bytes(&self) -> u64 {
@@ -69,10 +61,6 @@ impl RoundOutcome {
 
 /// Runs one checkpoint round over `servers`, saving the fraction `fraction` (`r`, in
 /// `(0, 1]`) of their rows picked by `selector`. See the module doc for what fails the round.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "the master does not run checkpoint rounds yet")
-)]
 pub(crate) async fn checkpoint_round(
     servers: &[(ServerId, ActorRef<ServerMsg>)],
     selector: &mut CheckpointSelector,

@@ -89,6 +89,14 @@ pub(crate) enum ServerMsg {
     },
     /// A request of SCAR's checkpoint coordinator.
     Checkpoint(CheckpointRequest),
+    /// Fault injection: fail now, as a crashed server would. The reply gets every row this
+    /// server holds at that point (its values at the failure, which an experiment compares
+    /// with what recovery restores); then the server stops, and every request still queued
+    /// or sent later is dropped unanswered, so no update is applied or acknowledged after
+    /// the failure point.
+    Crash {
+        reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
+    },
 }
 
 /// What the checkpoint coordinator asks a server (SCAR §5.4.3, "Actions During a
@@ -153,6 +161,8 @@ pub(crate) struct ServerState {
     /// them, in arrival order, sent on once it has.
     held: HashMap<ShardId, Vec<ServerMsg>>,
     num_shards: u32,
+    /// Failed by [`ServerMsg::Crash`]: nothing is answered any more.
+    crashed: bool,
 }
 
 /// Where a part of a request goes: to a server now, or held until a shard's rows are in.
@@ -391,6 +401,7 @@ impl Actor for ServerActor {
             forwarded: HashMap::new(),
             held: HashMap::new(),
             num_shards: 1,
+            crashed: false,
         })
     }
 
@@ -400,9 +411,21 @@ impl Actor for ServerActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if state.crashed {
+            // A crashed server answers nothing: dropping the message drops its reply.
+            return Ok(());
+        }
         match msg {
             ServerMsg::Get { keys, reply } => state.get(keys, reply),
             ServerMsg::Apply { updates, reply } => state.apply(updates, reply),
+            ServerMsg::Crash { reply } => {
+                state.crashed = true;
+                tracing::warn!("{}: failing on request (fault injection)", state.id);
+                let _ = reply.send(state.store.dump());
+                // Requests held for shards on their way away die with the server.
+                state.held.clear();
+                myself.stop(Some("crashed (fault injection)".into()));
+            }
             ServerMsg::HandOff {
                 shard,
                 num_shards,

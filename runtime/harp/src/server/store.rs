@@ -24,6 +24,23 @@ enum OptState {
     Adam { m: Vec<f32>, v: Vec<f32>, step: u64 },
 }
 
+impl OptState {
+    /// The optimizer state of a row that starts now under `spec`'s rule.
+    fn fresh(spec: &TableSpec) -> Self {
+        match spec.rule {
+            UpdateRule::Add => OptState::None,
+            UpdateRule::AdaGrad(_) => OptState::AdaGrad {
+                accum: vec![0.0; spec.width],
+            },
+            UpdateRule::Adam(_) => OptState::Adam {
+                m: vec![0.0; spec.width],
+                v: vec![0.0; spec.width],
+                step: 0,
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct StoredRow {
     value: Arc<RowData>,
@@ -96,6 +113,27 @@ impl ShardRows {
         Self { rows, saved }
     }
 
+    /// A shard re-created from SCAR's running checkpoint (partial recovery): each row at
+    /// its saved value, which is also its saved value on the new owner, with fresh
+    /// optimizer state (the checkpoint holds parameter values only). Rows not listed were
+    /// never saved and start again at their initial value when first touched. A key of an
+    /// unknown table is refused.
+    pub(crate) fn restored(
+        tables: &TableSet,
+        saved: Vec<(ParamKey, Arc<RowData>)>,
+    ) -> Result<Self, HarpError> {
+        let mut rows = Vec::with_capacity(saved.len());
+        for (key, value) in &saved {
+            let spec = tables.get(key.table)?;
+            let row = StoredRow {
+                value: value.clone(),
+                opt: OptState::fresh(spec),
+            };
+            rows.push((*key, row));
+        }
+        Ok(Self { rows, saved })
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.rows.len()
     }
@@ -156,17 +194,7 @@ impl ShardStore {
         if !self.rows.contains_key(&key) {
             let spec = self.spec(key)?;
             let value = Arc::new(initial_row(spec, key.row));
-            let opt = match spec.rule {
-                UpdateRule::Add => OptState::None,
-                UpdateRule::AdaGrad(_) => OptState::AdaGrad {
-                    accum: vec![0.0; spec.width],
-                },
-                UpdateRule::Adam(_) => OptState::Adam {
-                    m: vec![0.0; spec.width],
-                    v: vec![0.0; spec.width],
-                    step: 0,
-                },
-            };
+            let opt = OptState::fresh(spec);
             self.rows.insert(key, StoredRow { value, opt });
         }
         // Inserted just above when absent.

@@ -1,0 +1,199 @@
+//! The master's side of SCAR's running checkpoint (SCAR §5.4.3): when rounds are due, and
+//! the checkpoint's image.
+//!
+//! The driver reports iterations as they complete (`DriverContext::iteration_completed`).
+//! Every `r·C`-th one ([`harp_core::scar::due`]) starts a round of
+//! [`checkpoint_round`] on a task of its own, so the master keeps dispatching while the
+//! servers measure and save; the round hands its selector back with its outcome. One round
+//! runs at a time: a round due while another runs is skipped and counted.
+//!
+//! The *image* is what persistent storage holds in SCAR: the last saved value of every row
+//! that a round ever saved (a row absent from it is at its initial value). The master keeps
+//! it in memory, outside the servers, so it survives any server's failure: a partial
+//! recovery re-creates a failed server's shards from it ([`super::recovery`]). A round that
+//! fails saves nothing and is counted; training goes on.
+
+use crate::error::HarpError;
+use crate::scar::{CheckpointStats, ScarOptions};
+use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
+use crate::server::ServerMsg;
+use harp_core::scar::{due, CheckpointSelector};
+use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
+use ractor::ActorRef;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a finished round hands back to the master.
+pub(crate) struct RoundDone {
+    pub selector: CheckpointSelector,
+    pub result: Result<RoundOutcome, HarpError>,
+    pub started: Instant,
+}
+
+/// The running checkpoint's schedule, selector and image.
+pub(crate) struct RunningCheckpoint {
+    options: ScarOptions,
+    interval: u64,
+    /// `None` while a round runs (the round holds it).
+    selector: Option<CheckpointSelector>,
+    image: HashMap<ParamKey, Arc<RowData>>,
+    stats: CheckpointStats,
+}
+
+impl RunningCheckpoint {
+    /// Refuses options whose fraction or period is invalid.
+    pub(crate) fn new(options: ScarOptions) -> Result<Self, HarpError> {
+        let interval = options.interval()?;
+        Ok(Self {
+            options,
+            interval,
+            selector: Some(CheckpointSelector::new(options.selection)),
+            image: HashMap::new(),
+            stats: CheckpointStats::default(),
+        })
+    }
+
+    /// The driver reported `iteration` complete. Returns the round to run when one is due
+    /// (at most one per call, however many iterations it covers) and none runs; reports of
+    /// an iteration at or before the last one change nothing.
+    pub(crate) fn iteration_completed(
+        &mut self,
+        iteration: u64,
+        servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
+    ) -> Option<impl Future<Output = RoundDone> + Send + 'static> {
+        let last = self.stats.last_iteration;
+        if last.is_some_and(|last| iteration <= last) {
+            return None;
+        }
+        self.stats.last_iteration = Some(iteration);
+        let first = last.map_or(0, |l| l + 1);
+        let due_now = (first..=iteration).any(|i| due(i, self.interval));
+        if !due_now {
+            return None;
+        }
+        let Some(mut selector) = self.selector.take() else {
+            self.stats.rounds_skipped += 1;
+            return None;
+        };
+        let fraction = self.options.fraction;
+        Some(async move {
+            let started = Instant::now();
+            let result = checkpoint_round(&servers, &mut selector, fraction).await;
+            RoundDone {
+                selector,
+                result,
+                started,
+            }
+        })
+    }
+
+    /// A round ended: keep what it saved.
+    pub(crate) fn round_done(&mut self, done: RoundDone) {
+        self.selector = Some(done.selector);
+        match done.result {
+            Ok(outcome) => {
+                self.stats.rounds += 1;
+                self.stats.rows_saved += outcome.saved.len() as u64;
+                self.stats.bytes_saved += outcome.bytes();
+                for (id, error) in &outcome.failed {
+                    tracing::warn!(server = %id, %error, "a checkpoint save failed; its rows stay at their previous saved values");
+                }
+                tracing::debug!(
+                    candidates = outcome.candidates,
+                    saved = outcome.saved.len(),
+                    missed = outcome.missed.len(),
+                    took_ms = done.started.elapsed().as_millis() as u64,
+                    "checkpoint round"
+                );
+                self.image.extend(outcome.saved);
+                self.stats.rows_held = self.image.len();
+            }
+            Err(error) => {
+                self.stats.rounds_failed += 1;
+                tracing::warn!(%error, "a checkpoint round failed and saved nothing; training goes on");
+            }
+        }
+    }
+
+    /// The saved rows of `shard` (of `num_shards`), ascending by key.
+    pub(crate) fn saved_rows_of(
+        &self,
+        shard: ShardId,
+        num_shards: u32,
+    ) -> Vec<(ParamKey, Arc<RowData>)> {
+        let mut rows: Vec<(ParamKey, Arc<RowData>)> = self
+            .image
+            .iter()
+            .filter(|(key, _)| shard_of(**key, num_shards) == shard)
+            .map(|(key, value)| (*key, value.clone()))
+            .collect();
+        rows.sort_unstable_by_key(|(key, _)| *key);
+        rows
+    }
+
+    /// The saved value of `key`, `None` when it is its initial value.
+    pub(crate) fn saved(&self, key: ParamKey) -> Option<&Arc<RowData>> {
+        self.image.get(&key)
+    }
+
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use harp_core::scar::Selection;
+
+    fn running(period: u64, fraction: f64) -> RunningCheckpoint {
+        RunningCheckpoint::new(ScarOptions {
+            period,
+            fraction,
+            selection: Selection::Priority,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn rounds_start_every_r_c_iterations_one_at_a_time() {
+        let mut ckpt = running(8, 0.25); // a round every 2 iterations
+        assert!(ckpt.iteration_completed(1, Vec::new()).is_none());
+        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        // Due at 4 while the round of 2 still runs: skipped, not queued.
+        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
+        assert_eq!(ckpt.stats().rounds_skipped, 1);
+        ckpt.round_done(round.await);
+        assert_eq!(ckpt.stats().rounds, 1);
+        // Old or repeated iterations change nothing; 5 is not due.
+        assert!(ckpt.iteration_completed(3, Vec::new()).is_none());
+        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
+        assert!(ckpt.iteration_completed(5, Vec::new()).is_none());
+        assert_eq!(ckpt.stats().last_iteration, Some(5));
+        // A report that jumps over a due iteration (6) still starts one round.
+        let round = ckpt.iteration_completed(7, Vec::new()).expect("6 was due");
+        ckpt.round_done(round.await);
+        assert_eq!(ckpt.stats().rounds, 2);
+        assert_eq!(ckpt.stats().rounds_skipped, 1);
+    }
+
+    #[test]
+    fn invalid_options_are_refused() {
+        for (period, fraction) in [(0, 0.5), (8, 0.0), (8, 1.01), (8, f64::NAN)] {
+            let options = ScarOptions {
+                period,
+                fraction,
+                selection: Selection::Full,
+            };
+            assert!(
+                matches!(
+                    RunningCheckpoint::new(options),
+                    Err(HarpError::InvalidConfig(_))
+                ),
+                "C={period} r={fraction}"
+            );
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Partial recovery of a failed server (SCAR §5.4.1, DESIGN §2.4): only its shards are
+//! re-created, on the live servers, from the running checkpoint's image; every other
+//! parameter keeps its live value.
+//!
+//! 1. [`MasterState::on_server_lost`]: the server leaves the master's servers (checkpoint
+//!    rounds stop asking it); its shards get new owners ([`ShardMap::place_orphans`]:
+//!    the least loaded live servers); each new owner gets a `TakeOver` with the shard's
+//!    saved rows ([`ShardRows::restored`]; rows never saved start again at their initial
+//!    value).
+//! 2. Once every new owner holds its rows, [`MasterState::on_recovered`] updates the shard
+//!    map and reroutes every node, which then resend what the failed server never
+//!    acknowledged (`ParamStore` waits for the reroute) and read from the new owners.
+//!
+//! The [`ServerRecovery`] report lists the shards, the rows and bytes restored and, when the
+//! values at the failure are known (an injected failure), how far recovery moved them
+//! ([`LostValues`]). A failure the job cannot recover from ends it with a clear error: no
+//! running checkpoint, no live server left, or a scale event in progress.
+//!
+//! [`ShardMap::place_orphans`]: harp_core::ShardMap::place_orphans
+
+use super::{MasterMsg, MasterState};
+use crate::app::App;
+use crate::error::HarpError;
+use crate::scar::{LostValues, ServerRecovery};
+use crate::server::{ServerMsg, ShardRows};
+use crate::table::{initial_row, TableSet};
+use harp_core::scar::plan_recovery;
+use harp_core::{ParamKey, RowData, ServerId, ShardId};
+use ractor::ActorRef;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Who waits for a recovery's report (a fault injector), if anyone.
+pub(crate) type RecoveryReply = Option<oneshot::Sender<Result<ServerRecovery, HarpError>>>;
+
+/// A recovery whose new owners hold their rows (internal).
+pub(crate) struct Recovered {
+    pub report: ServerRecovery,
+    pub placements: Vec<(ShardId, ServerId)>,
+    pub started: Instant,
+    pub result: Result<(), HarpError>,
+    pub reply: RecoveryReply,
+}
+
+impl<A: App> MasterState<A> {
+    /// Whether the job can survive losing `server`; the reason it cannot otherwise.
+    pub(super) fn recoverable(&self, server: ServerId) -> Result<(), HarpError> {
+        let refuse = |reason: &str| {
+            Err(HarpError::Unrecoverable {
+                server,
+                reason: reason.to_string(),
+            })
+        };
+        if self.checkpoint.is_none() {
+            return refuse("the job keeps no SCAR running checkpoint to restore its shards from");
+        }
+        if !self.servers.contains_key(&server) {
+            return refuse("it is not one of the job's live servers");
+        }
+        if self.servers.len() < 2 {
+            return refuse("no other server is left to take its shards");
+        }
+        if self.scale.is_some() || !self.moving.is_empty() {
+            return refuse("a scale event was moving shards or executors");
+        }
+        Ok(())
+    }
+
+    /// `server` failed (`at_failure`: its rows at that point, if known): re-create its shards
+    /// on the live servers. An error ends the job.
+    pub(super) fn on_server_lost(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        server: ServerId,
+        at_failure: Option<Vec<(ParamKey, RowData)>>,
+        reply: RecoveryReply,
+    ) -> Result<(), HarpError> {
+        let mut reply = reply;
+        let result = self.start_recovery(myself, server, at_failure, &mut reply);
+        if let (Err(e), Some(reply)) = (&result, reply) {
+            let _ = reply.send(Err(HarpError::Unrecoverable {
+                server,
+                reason: e.to_string(),
+            }));
+        }
+        result
+    }
+
+    fn start_recovery(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        server: ServerId,
+        at_failure: Option<Vec<(ParamKey, RowData)>>,
+        reply: &mut RecoveryReply,
+    ) -> Result<(), HarpError> {
+        let started = Instant::now();
+        self.recoverable(server)?;
+        let Some(checkpoint) = self.checkpoint.as_ref() else {
+            return Err(HarpError::Unrecoverable {
+                server,
+                reason: "the job keeps no SCAR running checkpoint".into(),
+            });
+        };
+        self.servers.remove(&server);
+        let live: Vec<ServerId> = self.servers.keys().copied().collect();
+        let placements = self.shards.place_orphans(server, &live)?;
+        let num_shards = self.shards.num_shards();
+        let mut rows_restored = 0;
+        let mut bytes_restored = 0;
+        let mut take_overs = Vec::with_capacity(placements.len());
+        for &(shard, to) in &placements {
+            let saved = checkpoint.saved_rows_of(shard, num_shards);
+            rows_restored += saved.len();
+            bytes_restored += saved.iter().map(|(_, v)| v.bytes() as u64).sum::<u64>();
+            let rows = ShardRows::restored(&self.tables, saved)?;
+            let actor = self
+                .servers
+                .get(&to)
+                .cloned()
+                .ok_or(HarpError::ServerUnreachable(to))?;
+            take_overs.push((shard, to, actor, rows));
+        }
+        let lost = match at_failure {
+            Some(rows) => Some(lost_values(&self.tables, &rows, |key| {
+                checkpoint.saved(key).map(|v| (**v).clone())
+            })?),
+            None => None,
+        };
+        let report = ServerRecovery {
+            server: server.0,
+            shards: placements.iter().map(|(s, to)| (s.0, to.0)).collect(),
+            rows_restored,
+            bytes_restored,
+            duration_s: 0.0,
+            lost,
+        };
+        tracing::warn!(%server, shards = placements.len(), rows_restored, "server failed: re-creating its shards from the running checkpoint");
+        let myself = myself.clone();
+        let reply = reply.take();
+        tokio::spawn(async move {
+            let result = take_over_all(take_overs).await;
+            let done = Recovered {
+                report,
+                placements,
+                started,
+                result,
+                reply,
+            };
+            // The job may have ended meanwhile.
+            let _ = myself.send_message(MasterMsg::Recovered(done));
+        });
+        Ok(())
+    }
+
+    /// Every new owner holds its rows: route the shards there. An error ends the job.
+    pub(super) fn on_recovered(&mut self, done: Recovered) -> Result<(), HarpError> {
+        let Recovered {
+            mut report,
+            placements,
+            started,
+            result,
+            reply,
+        } = done;
+        if let Err(e) = result {
+            let failure = HarpError::Unrecoverable {
+                server: ServerId(report.server),
+                reason: format!("re-creating its shards failed: {e}"),
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(HarpError::Unrecoverable {
+                    server: ServerId(report.server),
+                    reason: format!("re-creating its shards failed: {e}"),
+                }));
+            }
+            return Err(failure);
+        }
+        for &(shard, to) in &placements {
+            self.shards.assign(shard, to)?;
+            for route in &self.routes {
+                route.reroute(shard, to)?;
+            }
+        }
+        for route in &self.routes {
+            route.forget_server(ServerId(report.server));
+        }
+        report.duration_s = started.elapsed().as_secs_f64();
+        tracing::warn!(
+            server = report.server,
+            took_ms = (report.duration_s * 1000.0) as u64,
+            "server recovered from the running checkpoint"
+        );
+        self.recoveries.push(report.clone());
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(report));
+        }
+        Ok(())
+    }
+}
+
+/// Sends every `TakeOver` and waits until each new owner holds its rows.
+async fn take_over_all(
+    take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
+) -> Result<(), HarpError> {
+    let mut acks = Vec::with_capacity(take_overs.len());
+    for (shard, to, actor, rows) in take_overs {
+        let (ack, acked) = oneshot::channel();
+        actor
+            .send_message(ServerMsg::TakeOver { shard, rows, ack })
+            .map_err(|_| HarpError::ServerUnreachable(to))?;
+        acks.push((to, acked));
+    }
+    for (to, acked) in acks {
+        acked.await.map_err(|_| HarpError::ServerUnreachable(to))?;
+    }
+    Ok(())
+}
+
+/// How far replacing `at_failure` (each row's value when its server failed) by its saved
+/// value (`saved`; its initial value when `None`) moves it, per table in the table's norm,
+/// and the plain sum of the differences.
+pub(crate) fn lost_values(
+    tables: &TableSet,
+    at_failure: &[(ParamKey, RowData)],
+    saved: impl Fn(ParamKey) -> Option<RowData>,
+) -> Result<LostValues, HarpError> {
+    let mut by_table: BTreeMap<harp_core::TableId, Vec<(ParamKey, RowData)>> = BTreeMap::new();
+    for (key, value) in at_failure {
+        by_table
+            .entry(key.table)
+            .or_default()
+            .push((*key, value.clone()));
+    }
+    let mut tables_out = Vec::with_capacity(by_table.len());
+    let mut lost_sum = 0.0;
+    for (table, mut rows) in by_table {
+        rows.sort_unstable_by_key(|(key, _)| *key);
+        let spec = tables.get(table)?;
+        let restored =
+            |key: ParamKey| Some(saved(key).unwrap_or_else(|| initial_row(spec, key.row)));
+        let plan = plan_recovery(&rows, restored, spec.norm)
+            .map_err(|e| HarpError::InvalidConfig(format!("table '{}': {e}", spec.name)))?;
+        for ((_, lost), (_, restored)) in rows.iter().zip(&plan.restore) {
+            lost_sum += difference_sum(lost, restored);
+        }
+        tables_out.push((spec.name.to_string(), plan.report));
+    }
+    Ok(LostValues {
+        tables: tables_out,
+        lost_sum,
+    })
+}
+
+/// `Σ (a − b)` over the scalars of two rows of the same kind and width (checked by
+/// [`plan_recovery`] before this runs).
+fn difference_sum(a: &RowData, b: &RowData) -> f64 {
+    match (a, b) {
+        (RowData::F32(a), RowData::F32(b)) => a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) - f64::from(*y))
+            .sum(),
+        (RowData::I64(a), RowData::I64(b)) => a.iter().zip(b).map(|(x, y)| (x - y) as f64).sum(),
+        _ => 0.0,
+    }
+}

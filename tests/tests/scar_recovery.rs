@@ -1,0 +1,221 @@
+//! SCAR in one process: the running checkpoint runs its rounds while the counter app trains,
+//! a server fails (fault injection), and partial recovery re-creates only its shards from
+//! the checkpoint. The counter is the oracle: every row of a shard that did not fail must
+//! be exact, and the rows of the failed server's shards must be short by exactly what the
+//! recovery report says was lost.
+
+use harp::{
+    job_control, HarpError, JobConfig, Norm, ParamKey, ScarOptions, Selection, ServerId,
+    ServerRecovery,
+};
+use harp_apps::counter::{CounterApp, CounterConfig};
+use harp_tests::{runtime, Threads};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SHARDS_PER_SERVER: u32 = 4;
+const SERVERS: u32 = 3;
+
+fn counter(seed: u64, losses_expected: bool) -> Arc<CounterApp> {
+    Arc::new(
+        CounterApp::new(CounterConfig {
+            tasks: 30_000,
+            rows: 400,
+            seed,
+            task_sleep_us: 100,
+            losses_expected,
+            ..CounterConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+fn job(scar: Option<ScarOptions>) -> JobConfig {
+    JobConfig {
+        workers: 2,
+        servers: SERVERS,
+        executors_per_worker: 4,
+        shards_per_server: SHARDS_PER_SERVER,
+        collect_params: true,
+        scar,
+    }
+}
+
+/// Runs the counter, fails `victim` once the job has run for `after`, and returns the
+/// outcome with the injection's answer.
+fn run_with_crash(
+    app: Arc<CounterApp>,
+    job: JobConfig,
+    victim: ServerId,
+    after: Duration,
+) -> (
+    Result<harp::JobOutcome<CounterApp>, HarpError>,
+    Result<ServerRecovery, HarpError>,
+) {
+    runtime(Threads::Multi(2)).block_on(async move {
+        let (control, inbox) = job_control();
+        let running = tokio::spawn(async move { harp::run_job_controlled(app, &job, inbox).await });
+        tokio::time::sleep(after).await;
+        assert!(
+            !running.is_finished(),
+            "the job ended before the failure was injected; make it longer"
+        );
+        let crash = control.crash_server(victim).await;
+        (running.await.unwrap(), crash)
+    })
+}
+
+#[test]
+fn a_failed_server_costs_exactly_what_its_recovery_report_says() {
+    for (seed, selection, fraction) in [
+        (3, Selection::Priority, 0.25),
+        (4, Selection::RoundRobin, 0.5),
+        (5, Selection::Random { seed: 9 }, 0.125),
+    ] {
+        let app = counter(seed, true);
+        let scar = ScarOptions {
+            period: 8,
+            fraction,
+            selection,
+        };
+        let num_shards = SERVERS * SHARDS_PER_SERVER;
+        let (outcome, crash) = run_with_crash(
+            app.clone(),
+            job(Some(scar)),
+            ServerId(1),
+            Duration::from_millis(400),
+        );
+        let outcome = outcome.unwrap_or_else(|e| panic!("seed {seed}: the job failed: {e}"));
+        let report = crash.unwrap_or_else(|e| panic!("seed {seed}: injection failed: {e}"));
+
+        // The report: the failed server's shards, each re-created on a live server.
+        assert_eq!(report.server, 1);
+        let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
+        let expected_shards: BTreeSet<u32> = (0..num_shards).filter(|s| s % SERVERS == 1).collect();
+        assert_eq!(lost_shards, expected_shards, "seed {seed}");
+        assert!(report.shards.iter().all(|(_, to)| *to != 1));
+        assert_eq!(outcome.stats.recoveries, vec![report.clone()]);
+        let stats = &outcome.stats.checkpoints;
+        assert!(
+            stats.rounds > 0,
+            "seed {seed}: no checkpoint round ran: {stats:?}"
+        );
+        assert!(stats.rows_saved > 0 && stats.bytes_saved > 0, "{stats:?}");
+
+        // The oracle: rows of surviving shards exact; the failed shards short by the loss.
+        let driver = &outcome.driver;
+        let params = outcome.params.as_ref().unwrap();
+        let table = app.counters();
+        let mut missing_total = 0i64;
+        for (row, want) in driver.expected() {
+            let got = params.row(table, *row).unwrap_or(&[]);
+            let key = ParamKey::new(table.id(), *row);
+            let shard = harp_core_shard(key, num_shards);
+            if lost_shards.contains(&shard) {
+                let got_sum: i64 = got.iter().sum();
+                let want_sum: i64 = want.iter().sum();
+                assert!(got_sum <= want_sum, "seed {seed} row {row}: gained updates");
+                missing_total += want_sum - got_sum;
+            } else {
+                assert_eq!(
+                    got,
+                    want.as_slice(),
+                    "seed {seed}: row {row} of a live shard"
+                );
+            }
+        }
+        let lost = report
+            .lost
+            .as_ref()
+            .expect("an injected failure knows its values");
+        assert_eq!(
+            lost.lost_sum, missing_total as f64,
+            "seed {seed}: the report's lost updates must equal what the counters miss"
+        );
+        // The counters' norm is L1, so the perturbation is the same count.
+        let (name, table_report) = &lost.tables[0];
+        assert_eq!(name, "counters");
+        assert_eq!(table_report.norm, Norm::L1);
+        assert_eq!(
+            table_report.perturbation, missing_total as f64,
+            "seed {seed}"
+        );
+        eprintln!(
+            "seed {seed} {selection:?} r={fraction}: {} rounds, {} rows restored, {missing_total} increments lost, recovered in {:.3} s, {} requests resent",
+            stats.rounds, report.rows_restored, report.duration_s, outcome.stats.node.requests_resent
+        );
+    }
+}
+
+#[test]
+fn without_a_running_checkpoint_a_server_failure_is_refused_and_the_job_goes_on() {
+    let app = counter(7, false);
+    let (outcome, crash) = run_with_crash(
+        app.clone(),
+        job(None),
+        ServerId(0),
+        Duration::from_millis(200),
+    );
+    match crash {
+        Err(HarpError::Unrecoverable { server, reason }) => {
+            assert_eq!(server, ServerId(0));
+            assert!(reason.contains("running checkpoint"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let outcome = outcome.unwrap();
+    app.verify(&outcome.driver, outcome.params.as_ref().unwrap())
+        .unwrap();
+    assert!(outcome.stats.recoveries.is_empty());
+}
+
+#[test]
+fn an_unknown_server_is_refused_and_the_job_stays_exact() {
+    let app = counter(8, true);
+    let scar = ScarOptions::default();
+    let (outcome, crash) = run_with_crash(
+        app.clone(),
+        job(Some(scar)),
+        ServerId(17),
+        Duration::from_millis(200),
+    );
+    assert!(
+        matches!(
+            crash,
+            Err(HarpError::Unrecoverable {
+                server: ServerId(17),
+                ..
+            })
+        ),
+        "{crash:?}"
+    );
+    let outcome = outcome.unwrap();
+    app.verify(&outcome.driver, outcome.params.as_ref().unwrap())
+        .unwrap();
+}
+
+#[test]
+fn invalid_checkpoint_options_are_refused_before_the_job_starts() {
+    let app = counter(9, true);
+    for (fraction, period) in [(0.0, 8), (1.5, 8), (f64::NAN, 8), (0.5, 0)] {
+        let scar = ScarOptions {
+            period,
+            fraction,
+            selection: Selection::Priority,
+        };
+        let result =
+            runtime(Threads::Multi(2)).block_on(harp::run_job(app.clone(), &job(Some(scar))));
+        match result {
+            Err(HarpError::InvalidConfig(message)) => {
+                assert!(message.contains("SCAR"), "{message}")
+            }
+            Err(e) => panic!("r={fraction} C={period}: wrong error {e}"),
+            Ok(_) => panic!("r={fraction} C={period}: accepted"),
+        }
+    }
+}
+
+fn harp_core_shard(key: ParamKey, num_shards: u32) -> u32 {
+    harp::shard_of(key, num_shards).0
+}

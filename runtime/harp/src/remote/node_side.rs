@@ -26,7 +26,7 @@ use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 async fn next_message(
@@ -492,19 +492,32 @@ fn release_executor<A: App>(
         .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
     let link = master_link.clone();
     let outbox = outbox.clone();
+    let asked = Instant::now();
     tokio::spawn(async move {
         let result = match rx.await {
-            Ok(Ok(released)) => match saved(released) {
-                ReleaseResult::Released { state, pending } if state.len() >= PARK_BYTES_MIN => {
-                    let bytes = state.len() as u64;
-                    ReleaseResult::Parked {
-                        transfer: outbox.park(state),
-                        bytes,
-                        pending,
+            Ok(Ok(released)) => {
+                let release_ms = millis(asked.elapsed());
+                let saving = Instant::now();
+                match saved(released) {
+                    ReleaseResult::Released { state, pending } if state.len() >= PARK_BYTES_MIN => {
+                        let save_ms = millis(saving.elapsed());
+                        let bytes = state.len() as u64;
+                        let parking = Instant::now();
+                        let transfer = outbox.park(state);
+                        tracing::info!(
+                            %executor, bytes, transfer, release_ms, save_ms,
+                            park_ms = millis(parking.elapsed()),
+                            "executor released and its state parked for the adopting node"
+                        );
+                        ReleaseResult::Parked {
+                            transfer,
+                            bytes,
+                            pending,
+                        }
                     }
+                    other => other,
                 }
-                other => other,
-            },
+            }
             Ok(Err(e)) => ReleaseResult::Refused(e.to_string()),
             Err(_) => ReleaseResult::Refused("the worker stopped".into()),
         };
@@ -655,18 +668,35 @@ async fn fetch_and_restore<A: App>(
     info: &JobInfo,
     id: ExecutorId,
 ) -> Result<A::Executor, HarpError> {
+    let dialing = Instant::now();
     let fetched = async {
         let what = format!("the node holding the state of {id}");
         let (link, incoming) = dialer.open(&fetch.from_addr, &what).await?;
-        fetch_state(link, incoming, fetch).await
+        let dial_ms = millis(dialing.elapsed());
+        fetch_state(link, incoming, fetch)
+            .await
+            .map(|s| (s, dial_ms))
     };
-    let state = fetched.await.map_err(|e| {
+    let (state, dial_ms) = fetched.await.map_err(|e| {
         HarpError::Remote(format!(
             "could not fetch the state of {id} from {}: {e}",
             fetch.from_addr
         ))
     })?;
-    restore(app, info, id, &state)
+    let restoring = Instant::now();
+    let restored = restore(app, info, id, &state);
+    tracing::info!(
+        executor = %id, bytes = state.len(), dial_ms,
+        restore_ms = millis(restoring.elapsed()),
+        total_ms = millis(dialing.elapsed()),
+        "executor state fetched and restored"
+    );
+    restored
+}
+
+/// `elapsed` in milliseconds, for the timing lines of executor moves.
+fn millis(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1e3
 }
 
 /// What a node uses to carry out the master's orders: its parameter store, its links to the

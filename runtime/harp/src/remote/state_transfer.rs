@@ -23,7 +23,7 @@ use harp_net::{Incoming, Link};
 use harp_wire::{Message, StateFetch};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 
 /// Saved states this large or larger are parked and fetched node to node.
@@ -80,6 +80,7 @@ impl StateOutbox {
             return;
         };
         let total = state.len() as u64;
+        let began = Instant::now();
         let mut offset = 0;
         loop {
             let end = (offset + CHUNK_BYTES).min(state.len());
@@ -98,6 +99,14 @@ impl StateOutbox {
                 break;
             }
         }
+        let send_s = began.elapsed().as_secs_f64();
+        tracing::info!(
+            transfer,
+            bytes = total,
+            send_ms = send_s * 1e3,
+            mb_s = total as f64 / 1e6 / send_s.max(1e-9),
+            "parked executor state handed to QUIC"
+        );
         self.parked.remove(&transfer);
         if self.parked.is_empty() {
             self.emptied.notify_waiters();
@@ -180,7 +189,10 @@ pub(crate) async fn fetch_state(
     mut incoming: mpsc::UnboundedReceiver<Incoming>,
     fetch: &StateFetch,
 ) -> Result<Vec<u8>, HarpError> {
+    let began = Instant::now();
     let mut assembly = Assembly::new(fetch.bytes, CHUNK_BYTES)?;
+    let allocate_ms = began.elapsed().as_secs_f64() * 1e3;
+    let asked = Instant::now();
     if !assembly.complete() {
         link.send(&Message::FetchState {
             request_id: 0,
@@ -193,6 +205,15 @@ pub(crate) async fn fetch_state(
         }
     }
     link.close("state fetched");
+    let receive_s = asked.elapsed().as_secs_f64();
+    tracing::info!(
+        transfer = fetch.transfer,
+        bytes = fetch.bytes,
+        allocate_ms,
+        receive_ms = receive_s * 1e3,
+        mb_s = fetch.bytes as f64 / 1e6 / receive_s.max(1e-9),
+        "executor state fetched"
+    );
     Ok(assembly.buffer)
 }
 

@@ -78,6 +78,7 @@ fn a_failed_server_costs_exactly_what_its_recovery_report_says() {
             period: 8,
             fraction,
             selection,
+            ..ScarOptions::default()
         };
         let num_shards = SERVERS * SHARDS_PER_SERVER;
         let (outcome, crash) = run_with_crash(
@@ -203,6 +204,7 @@ fn invalid_checkpoint_options_are_refused_before_the_job_starts() {
             period,
             fraction,
             selection: Selection::Priority,
+            ..ScarOptions::default()
         };
         let result =
             runtime(Threads::Multi(2)).block_on(harp::run_job(app.clone(), &job(Some(scar))));

@@ -63,6 +63,56 @@ pub struct ClusterArgs {
     /// Seed of `--scar-selection random`.
     #[arg(long, default_value_t = 1)]
     pub scar_seed: u64,
+    /// What an injected loss of parameters restores from the running checkpoint: only the
+    /// lost ones (partial) or all of them (full).
+    #[arg(long, value_enum, default_value_t = ScarRecovery::Partial)]
+    pub scar_recovery: ScarRecovery,
+    /// Inject a fault at the end of an iteration (needs --scar-fraction; repeatable):
+    /// `lose:FRACTION@ITERATION` (lose that fraction of the parameters and recover them from
+    /// the running checkpoint), `reset:FRACTION@ITERATION` (back to initial values),
+    /// `perturb:NORM@ITERATION` (a random perturbation of that L2 norm); `:SEED` at the end
+    /// picks the draw.
+    #[arg(long, value_parser = parse_injection)]
+    pub inject: Vec<harp::Injection>,
+}
+
+/// `--scar-recovery`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScarRecovery {
+    Partial,
+    Full,
+}
+
+/// Parses `--inject KIND:VALUE@ITERATION[:SEED]`.
+pub fn parse_injection(spec: &str) -> Result<harp::Injection, String> {
+    let usage = || {
+        format!("--inject {spec:?}: expected lose:FRACTION@ITERATION, reset:FRACTION@ITERATION or perturb:NORM@ITERATION, optionally followed by :SEED")
+    };
+    let (kind, rest) = spec.split_once(':').ok_or_else(usage)?;
+    let (value, rest) = rest.split_once('@').ok_or_else(usage)?;
+    let (iteration, seed) = match rest.split_once(':') {
+        Some((iteration, seed)) => (iteration, seed.parse::<u64>().map_err(|_| usage())?),
+        None => (rest, 1),
+    };
+    let value: f64 = value.parse().map_err(|_| usage())?;
+    let at_iteration: u64 = iteration.parse().map_err(|_| usage())?;
+    let fault = match kind {
+        "lose" => harp::Fault::Lose {
+            fraction: value,
+            seed,
+        },
+        "reset" => harp::Fault::ResetToInitial {
+            fraction: value,
+            seed,
+        },
+        "perturb" => harp::Fault::Perturb { norm: value, seed },
+        _ => return Err(usage()),
+    };
+    fault.validate().map_err(|e| e.to_string())?;
+    Ok(harp::Injection {
+        at_iteration,
+        fault,
+    })
 }
 
 /// `--scar-selection`.
@@ -93,6 +143,7 @@ impl ClusterArgs {
     /// SCAR's running checkpoint as the command line asks for it (`--scar-fraction`).
     pub fn scar_options(&self) -> Option<harp::ScarOptions> {
         let fraction = self.scar_fraction?;
+        // (--inject without --scar-fraction is refused by validate_scar.)
         let selection = match self.scar_selection {
             ScarSelection::Priority => harp::Selection::Priority,
             ScarSelection::RoundRobin => harp::Selection::RoundRobin,
@@ -105,7 +156,21 @@ impl ClusterArgs {
             period: self.scar_period,
             fraction,
             selection,
+            recovery: match self.scar_recovery {
+                ScarRecovery::Partial => harp::Recovery::Partial,
+                ScarRecovery::Full => harp::Recovery::Full,
+            },
+            inject: self.inject.clone(),
         })
+    }
+
+    /// Refuses `--inject` without `--scar-fraction` (faults are injected through the
+    /// running checkpoint).
+    pub fn validate_scar(&self) -> Result<()> {
+        if !self.inject.is_empty() && self.scar_fraction.is_none() {
+            anyhow::bail!("--inject needs --scar-fraction (faults are recovered from SCAR's running checkpoint)");
+        }
+        Ok(())
     }
 
     /// A multi-threaded tokio runtime with `--threads` threads.

@@ -21,6 +21,10 @@ pub fn execute<A: App>(
     on_scale: impl Fn(&ScaleEvent) + Send + 'static,
 ) -> Result<JobOutcome<A>> {
     let runtime = cluster.runtime()?;
+    cluster.validate_scar()?;
+    if cluster.scar_fraction.is_some() && cluster.node_count()?.is_some() {
+        anyhow::bail!("--scar-fraction runs in one process for now (SCAR checkpoint requests are not carried between node processes yet); drop --nodes/--processes");
+    }
     let Some(nodes) = cluster.node_count()? else {
         let job: JobConfig = cluster.job_config(collect_params);
         return Ok(runtime.block_on(harp::run_job(app, &job))?);

@@ -127,6 +127,8 @@ impl MlrDriver {
         self.observer.epoch_completed(&metrics);
         self.history.push(metrics);
         self.epoch += 1;
+        // An iteration for SCAR's running checkpoint (and its fault injection) is an epoch.
+        ctx.iteration_completed(u64::from(self.epoch));
         if self.epoch >= self.epochs {
             ctx.finish();
             Ok(())

@@ -76,7 +76,7 @@ impl JobConfig {
             return bad("too many executors or shards");
         }
         if let Some(scar) = &self.scar {
-            scar.interval()?;
+            scar.validate()?;
         }
         Ok(())
     }
@@ -94,6 +94,8 @@ pub struct JobStats {
     pub checkpoints: crate::scar::CheckpointStats,
     /// Every failed server recovered from, in order.
     pub recoveries: Vec<crate::scar::ServerRecovery>,
+    /// Every fault injected (`ScarOptions::inject`), in order.
+    pub injections: Vec<crate::scar::InjectionReport>,
 }
 
 /// Every parameter row at the end of a job.
@@ -177,7 +179,7 @@ pub async fn run_job_controlled<A: App>(
             servers: servers.clone(),
         },
     );
-    let store = Arc::new(match config.scar {
+    let store = Arc::new(match &config.scar {
         Some(_) => store.with_server_recovery(),
         None => store,
     });
@@ -196,7 +198,7 @@ pub async fn run_job_controlled<A: App>(
             driver,
             info: info.clone(),
             tables: tables.clone(),
-            scar: config.scar,
+            scar: config.scar.clone(),
             done: done_tx,
         },
     )
@@ -296,6 +298,7 @@ pub async fn run_job_controlled<A: App>(
         node: store.stats(),
         checkpoints: end.checkpoints,
         recoveries: end.recoveries,
+        injections: end.injections,
     };
     shut_down(&master, workers.values(), &store);
     Ok(JobOutcome {

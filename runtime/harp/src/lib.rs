@@ -44,5 +44,8 @@ pub use remote::{
     run_job_across, run_job_across_controlled, run_job_across_watched, run_node, run_node_leaving,
     run_node_with, send_scale_command, ClusterOptions, NodeFailure, NodeLauncher,
 };
-pub use scar::{CheckpointStats, LostValues, ScarOptions, ServerRecovery};
+pub use scar::{
+    CheckpointStats, Fault, Injection, InjectionReport, LostValues, Recovery, ScarOptions,
+    ServerRecovery,
+};
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -10,9 +10,13 @@
 
 use crate::error::HarpError;
 use harp_core::scar::{checkpoint_schedule, RecoveryReport, Selection};
+/// The statistics of SCAR's experiments (rework cost and its confidence intervals).
+pub use harp_core::scar::{
+    iterations_to_reach, mean_confidence_interval, rework_cost, ConvergenceCriterion, ReworkCost,
+};
 
 /// How a job keeps SCAR's running checkpoint.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ScarOptions {
     /// `C`: a full checkpoint's period in iterations (the budget: the saved bytes per
     /// iteration of a full checkpoint every `C` iterations).
@@ -21,6 +25,103 @@ pub struct ScarOptions {
     pub fraction: f64,
     /// Which rows a round saves.
     pub selection: Selection,
+    /// What an injected loss of parameters restores ([`Fault::Lose`]).
+    pub recovery: Recovery,
+    /// Failures and perturbations to inject, each at the end of an iteration (SCAR §5.5's
+    /// experiments).
+    pub inject: Vec<Injection>,
+}
+
+/// What is restored from the running checkpoint when parameters are lost (SCAR §5.4.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum Recovery {
+    /// Only the lost parameters (SCAR's partial recovery).
+    #[default]
+    Partial,
+    /// Every parameter, as a traditional checkpoint recovery does (for comparison).
+    Full,
+}
+
+/// A fault injected when the driver reports iteration `at_iteration` complete: applied
+/// before any micro-task the driver dispatches from then on runs (those wait for it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Injection {
+    pub at_iteration: u64,
+    pub fault: Fault,
+}
+
+/// What an [`Injection`] does to the parameters (each choice of rows is uniform at random,
+/// drawn from `seed`, over every row the servers hold).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// Lose the fraction `fraction` of the rows and recover as [`ScarOptions::recovery`]
+    /// says: the lost rows (partial) or every row (full) go back to their value in the
+    /// running checkpoint (their initial value if never saved).
+    Lose { fraction: f64, seed: u64 },
+    /// Reset the fraction `fraction` of the rows to their initial values (SCAR Fig. 5.6).
+    ResetToInitial { fraction: f64, seed: u64 },
+    /// Add to the `f32` rows a random Gaussian direction scaled to this L2 norm (SCAR
+    /// Fig. 5.5a).
+    Perturb { norm: f64, seed: u64 },
+}
+
+impl Fault {
+    /// Refuses fractions outside `(0, 1]` and norms that are negative or not finite.
+    pub fn validate(&self) -> Result<(), HarpError> {
+        let ok = match self {
+            Fault::Lose { fraction, .. } | Fault::ResetToInitial { fraction, .. } => {
+                *fraction > 0.0 && *fraction <= 1.0
+            }
+            Fault::Perturb { norm, .. } => norm.is_finite() && *norm >= 0.0,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(HarpError::InvalidConfig(format!(
+                "SCAR fault injection: {self:?} needs a fraction in (0, 1] or a finite norm >= 0"
+            )))
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Fault::Lose { .. } => "lose",
+            Fault::ResetToInitial { .. } => "reset-to-initial",
+            Fault::Perturb { .. } => "perturb",
+        }
+    }
+}
+
+/// What one injection did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct InjectionReport {
+    /// Always `"fault"`, to tell these metrics lines from the app's.
+    pub event: &'static str,
+    pub at_iteration: u64,
+    /// `"lose"`, `"reset-to-initial"` or `"perturb"`.
+    pub fault: &'static str,
+    /// For a loss: the recovery that followed.
+    pub recovery: Option<Recovery>,
+    /// Rows the fault chose (lost, reset, perturbed).
+    pub rows_chosen: usize,
+    /// Rows whose value was replaced (for a full recovery: every row).
+    pub rows_replaced: usize,
+    /// `‖new − old‖₂` over every scalar replaced: the size of the perturbation.
+    pub perturbation_l2: f64,
+}
+
+impl InjectionReport {
+    pub(crate) fn new(at_iteration: u64, fault: &Fault, recovery: Recovery) -> Self {
+        Self {
+            event: "fault",
+            at_iteration,
+            fault: fault.name(),
+            recovery: matches!(fault, Fault::Lose { .. }).then_some(recovery),
+            rows_chosen: 0,
+            rows_replaced: 0,
+            perturbation_l2: 0.0,
+        }
+    }
 }
 
 impl Default for ScarOptions {
@@ -29,6 +130,8 @@ impl Default for ScarOptions {
             period: 8,
             fraction: 0.125,
             selection: Selection::Priority,
+            recovery: Recovery::Partial,
+            inject: Vec::new(),
         }
     }
 }
@@ -39,6 +142,15 @@ impl ScarOptions {
     pub fn interval(&self) -> Result<u64, HarpError> {
         checkpoint_schedule(self.period, self.fraction)
             .map_err(|e| HarpError::InvalidConfig(format!("SCAR checkpoints: {e}")))
+    }
+
+    /// Refuses an invalid interval or injection.
+    pub fn validate(&self) -> Result<(), HarpError> {
+        self.interval()?;
+        for injection in &self.inject {
+            injection.fault.validate()?;
+        }
+        Ok(())
     }
 }
 

@@ -14,13 +14,13 @@
 //! fails saves nothing and is counted; training goes on.
 
 use crate::error::HarpError;
-use crate::scar::{CheckpointStats, ScarOptions};
+use crate::scar::{CheckpointStats, Fault, Recovery, ScarOptions};
 use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
 use crate::server::ServerMsg;
 use harp_core::scar::{due, CheckpointSelector};
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::ActorRef;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,19 +40,50 @@ pub(crate) struct RunningCheckpoint {
     selector: Option<CheckpointSelector>,
     image: HashMap<ParamKey, Arc<RowData>>,
     stats: CheckpointStats,
+    /// Faults still to inject, by iteration.
+    faults: BTreeMap<u64, Vec<Fault>>,
 }
 
 impl RunningCheckpoint {
     /// Refuses options whose fraction or period is invalid.
     pub(crate) fn new(options: ScarOptions) -> Result<Self, HarpError> {
+        options.validate()?;
         let interval = options.interval()?;
+        let mut faults: BTreeMap<u64, Vec<Fault>> = BTreeMap::new();
+        for injection in &options.inject {
+            faults
+                .entry(injection.at_iteration)
+                .or_default()
+                .push(injection.fault.clone());
+        }
         Ok(Self {
+            selector: Some(CheckpointSelector::new(options.selection)),
             options,
             interval,
-            selector: Some(CheckpointSelector::new(options.selection)),
             image: HashMap::new(),
             stats: CheckpointStats::default(),
+            faults,
         })
+    }
+
+    /// The faults to inject once `iteration` is complete (those of earlier iterations not
+    /// injected yet too), in iteration order; each is handed out once.
+    pub(crate) fn take_faults(&mut self, iteration: u64) -> Vec<(u64, Fault)> {
+        let later = self.faults.split_off(&(iteration.saturating_add(1)));
+        let due = std::mem::replace(&mut self.faults, later);
+        due.into_iter()
+            .flat_map(|(at, faults)| faults.into_iter().map(move |f| (at, f)))
+            .collect()
+    }
+
+    /// What a loss of parameters restores.
+    pub(crate) fn recovery(&self) -> Recovery {
+        self.options.recovery
+    }
+
+    /// A copy of the image (the rows' saved values; the values are shared).
+    pub(crate) fn image_snapshot(&self) -> HashMap<ParamKey, Arc<RowData>> {
+        self.image.clone()
     }
 
     /// The driver reported `iteration` complete. Returns the round to run when one is due
@@ -153,6 +184,7 @@ mod tests {
             period,
             fraction,
             selection: Selection::Priority,
+            ..ScarOptions::default()
         })
         .unwrap()
     }
@@ -186,6 +218,7 @@ mod tests {
                 period,
                 fraction,
                 selection: Selection::Full,
+                ..ScarOptions::default()
             };
             assert!(
                 matches!(

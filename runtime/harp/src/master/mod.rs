@@ -9,6 +9,7 @@
 //! [`recovery`].
 
 mod checkpoints;
+mod inject;
 mod moves;
 mod recovery;
 
@@ -26,6 +27,7 @@ use checkpoints::{RoundDone, RunningCheckpoint};
 use harp_core::{
     ExecutorId, ExecutorMap, ServerId, ShardId, ShardMap, TaskId, Version, VersionClock, WorkerId,
 };
+use inject::{Held, Injected};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use recovery::{Recovered, RecoveryReply};
 use std::collections::BTreeMap;
@@ -108,6 +110,8 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// The live servers hold a failed server's shards (internal).
     Recovered(Recovered),
+    /// Injected faults are in place (internal).
+    Injected(Injected),
     /// Something the job cannot continue after.
     Failed(HarpError),
 }
@@ -152,6 +156,7 @@ pub(crate) struct MasterEnd<A: App> {
     pub final_version: Version,
     pub checkpoints: CheckpointStats,
     pub recoveries: Vec<ServerRecovery>,
+    pub injections: Vec<crate::scar::InjectionReport>,
 }
 
 pub(crate) struct MasterArgs<A: App> {
@@ -184,6 +189,11 @@ pub(crate) struct MasterState<A: App> {
     tables: Arc<TableSet>,
     checkpoint: Option<RunningCheckpoint>,
     recoveries: Vec<ServerRecovery>,
+    /// Dispatches held while injected faults are applied.
+    held: Option<Held<A::Args>>,
+    /// The iteration whose checkpoint round waits for the injections to end.
+    deferred_iteration: Option<u64>,
+    injections: Vec<crate::scar::InjectionReport>,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -220,9 +230,21 @@ impl<A: App> MasterState<A> {
             &mut iteration,
         );
         call(driver, &mut ctx).map_err(HarpError::DriverFailed)?;
-        self.route(dispatched, version)?;
-        if let Some(iteration) = iteration {
-            self.iteration_completed(myself, iteration);
+        let injecting = match iteration {
+            Some(i) if self.held.is_none() => self.start_injections(myself, i),
+            _ => false,
+        };
+        if self.held.is_some() {
+            // Faults are being injected: these tasks run once they are in place.
+            self.hold(dispatched, version);
+            if let (false, Some(i)) = (injecting, iteration) {
+                self.deferred_iteration = self.deferred_iteration.max(Some(i));
+            }
+        } else {
+            self.route(dispatched, version)?;
+            if let Some(iteration) = iteration {
+                self.iteration_completed(myself, iteration);
+            }
         }
         Ok(finish || self.in_flight == 0)
     }
@@ -372,6 +394,7 @@ impl<A: App> MasterState<A> {
                     .map(RunningCheckpoint::stats)
                     .unwrap_or_default(),
                 recoveries: std::mem::take(&mut self.recoveries),
+                injections: std::mem::take(&mut self.injections),
             }),
             (Err(e), _) => Err(e),
             (Ok(()), None) => Err(HarpError::MasterUnreachable),
@@ -411,6 +434,9 @@ impl<A: App> Actor for MasterActor<A> {
             tables: args.tables,
             checkpoint,
             recoveries: Vec::new(),
+            held: None,
+            deferred_iteration: None,
+            injections: Vec::new(),
             done: Some(args.done),
         })
     }
@@ -521,6 +547,7 @@ impl<A: App> Actor for MasterActor<A> {
                 .on_server_lost(&myself, server, at_failure, reply)
                 .map(|_| false),
             MasterMsg::Recovered(done) => state.on_recovered(done).map(|_| false),
+            MasterMsg::Injected(injected) => state.on_injected(&myself, injected).map(|_| false),
             MasterMsg::Failed(e) => Err(e),
         };
         match step {

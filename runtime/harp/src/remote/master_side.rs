@@ -383,6 +383,7 @@ pub async fn run_job_across_controlled<A: App>(
                     node: NodeStats::default(),
                     checkpoints: end.checkpoints,
                     recoveries: end.recoveries,
+                    injections: end.injections,
                 },
                 driver: end.driver,
                 params,

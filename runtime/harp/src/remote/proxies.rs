@@ -273,6 +273,11 @@ impl Actor for ServerProxy {
             ServerMsg::Crash { .. } => {
                 tracing::warn!(%server, "fault injection by message needs a server in this process");
             }
+            ServerMsg::Reset { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "fault injection by message needs a server in this process".into(),
+                )));
+            }
         }
         Ok(())
     }
@@ -373,6 +378,11 @@ impl Actor for ServerNodeProxy {
             // tells the injector this handle cannot crash it.
             ServerMsg::Crash { .. } => {
                 tracing::warn!(%server, "fault injection by message needs a server in this process");
+            }
+            ServerMsg::Reset { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "fault injection by message needs a server in this process".into(),
+                )));
             }
         }
         Ok(())
@@ -691,7 +701,8 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::CheckpointRoundDone(..)
             | MasterMsg::CrashServer { .. }
             | MasterMsg::ServerLost { .. }
-            | MasterMsg::Recovered(..) => {
+            | MasterMsg::Recovered(..)
+            | MasterMsg::Injected(..) => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }
         }

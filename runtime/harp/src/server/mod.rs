@@ -97,6 +97,13 @@ pub(crate) enum ServerMsg {
     Crash {
         reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
     },
+    /// Fault injection: set these rows to these values (`None`: the initial value), e.g.
+    /// rows "lost" and restored from the running checkpoint. Rows of shards given away are
+    /// left alone. All or nothing: a value of the wrong shape refuses the whole request.
+    Reset {
+        rows: Vec<(ParamKey, Option<Arc<RowData>>)>,
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    },
 }
 
 /// What the checkpoint coordinator asks a server (SCAR §5.4.3, "Actions During a
@@ -248,6 +255,20 @@ impl ServerState {
                 let _ = reply.send(answer);
             }
         }
+    }
+
+    /// [`ServerMsg::Reset`]: checks every value first, then sets them.
+    fn reset(&mut self, rows: Vec<(ParamKey, Option<Arc<RowData>>)>) -> Result<(), HarpError> {
+        let rows: Vec<_> = rows.into_iter().filter(|(k, _)| self.owns(*k)).collect();
+        for (key, value) in &rows {
+            if let Some(value) = value {
+                self.store.get(*key)?.check_compatible(value)?;
+            }
+        }
+        for (key, value) in rows {
+            self.store.reset(key, value)?;
+        }
+        Ok(())
     }
 
     /// Sends a part of a request on, or holds it until its shard's rows are in.
@@ -510,6 +531,9 @@ impl Actor for ServerActor {
                 let _ = reply.send(());
             }
             ServerMsg::Checkpoint(request) => state.checkpoint(request),
+            ServerMsg::Reset { rows, reply } => {
+                let _ = reply.send(state.reset(rows));
+            }
         }
         Ok(())
     }

@@ -297,6 +297,25 @@ impl ShardStore {
         ShardRows { rows, saved }
     }
 
+    /// Sets the value of `key` (fault injection): to `value`, or to its initial value when
+    /// `None`; optimizer state and saved value are kept. A value of the wrong kind or width
+    /// is refused and nothing changes.
+    pub(crate) fn reset(
+        &mut self,
+        key: ParamKey,
+        value: Option<Arc<RowData>>,
+    ) -> Result<(), CoreError> {
+        let spec = self.spec(key)?;
+        let value = match value {
+            Some(value) => value,
+            None => Arc::new(initial_row(spec, key.row)),
+        };
+        let row = self.row_mut(key)?;
+        row.value.check_compatible(&value)?;
+        row.value = value;
+        Ok(())
+    }
+
     /// Takes over the rows of a shard handed here, with their saved values.
     pub(crate) fn insert_shard(&mut self, shard: ShardRows) {
         self.rows.extend(shard.rows);

@@ -1,0 +1,281 @@
+//! Fault injection at iteration boundaries (SCAR §5.5's experiments): losing a fraction of
+//! the parameters and recovering them from the running checkpoint (partially or fully),
+//! resetting a fraction to their initial values, or adding a random perturbation of a given
+//! norm.
+//!
+//! When the driver reports an iteration that has injections
+//! ([`crate::scar::ScarOptions::inject`]), the master holds every micro-task the driver
+//! dispatches from then on ([`MasterState::hold`]), runs [`inject`] (read every row from
+//! the servers, choose rows with the fault's seed, send each server a `Reset` of its rows),
+//! and only then routes the held tasks: every task after the boundary sees the fault, none
+//! before it does. The checkpoint round of that iteration, if due, starts afterwards.
+
+use super::{MasterMsg, MasterState};
+use crate::app::App;
+use crate::error::HarpError;
+use crate::scar::{Fault, InjectionReport, Recovery};
+use crate::server::ServerMsg;
+use crate::table::{initial_row, TableSet};
+use harp_core::scar::{selection_count, SplitMix64};
+use harp_core::{ExecutorId, ParamKey, RowData, ServerId, Version};
+use ractor::ActorRef;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Dispatches held back while an injection is applied, in dispatch order.
+pub(crate) type Held<Args> = Vec<(Vec<(ExecutorId, Args)>, Version)>;
+
+/// Injections that ended (internal).
+pub(crate) type Injected = Result<Vec<InjectionReport>, HarpError>;
+
+impl<A: App> MasterState<A> {
+    /// Holds `dispatched` (tagged `version`) until the running injection ends; they count
+    /// as in flight meanwhile, so the job does not end under them.
+    pub(super) fn hold(&mut self, dispatched: Vec<(ExecutorId, A::Args)>, version: Version) {
+        self.in_flight += dispatched.len() as u64;
+        if let Some(held) = self.held.as_mut() {
+            held.push((dispatched, version));
+        }
+    }
+
+    /// Starts the injections due at `iteration`, if any; says whether it did (the caller
+    /// then holds what the driver dispatched).
+    pub(super) fn start_injections(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        iteration: u64,
+    ) -> bool {
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            return false;
+        };
+        let faults = checkpoint.take_faults(iteration);
+        if faults.is_empty() {
+            return false;
+        }
+        let image = checkpoint.image_snapshot();
+        let recovery = checkpoint.recovery();
+        let servers: Vec<(ServerId, ActorRef<ServerMsg>)> = self
+            .servers
+            .iter()
+            .map(|(id, actor)| (*id, actor.clone()))
+            .collect();
+        let tables = self.tables.clone();
+        self.held = Some(Vec::new());
+        self.deferred_iteration = Some(iteration);
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let mut reports = Vec::with_capacity(faults.len());
+            let mut result = Ok(());
+            for (at, fault) in faults {
+                match inject(&servers, &fault, at, &image, &tables, recovery).await {
+                    Ok(report) => reports.push(report),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            let _ = myself.send_message(MasterMsg::Injected(result.map(|()| reports)));
+        });
+        true
+    }
+
+    /// The injections ended: route the held micro-tasks, then run the deferred iteration's
+    /// checkpoint round. A failed injection ends the job.
+    pub(super) fn on_injected(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        injected: Injected,
+    ) -> Result<(), HarpError> {
+        for report in injected? {
+            tracing::info!(?report, "fault injected");
+            self.injections.push(report);
+        }
+        for (dispatched, version) in self.held.take().unwrap_or_default() {
+            let count = dispatched.len() as u64;
+            self.in_flight = self.in_flight.saturating_sub(count);
+            self.route(dispatched, version)?;
+        }
+        if let Some(iteration) = self.deferred_iteration.take() {
+            self.iteration_completed(myself, iteration);
+        }
+        Ok(())
+    }
+}
+
+/// Applies one fault to the rows of `servers`; see [`Fault`].
+async fn inject(
+    servers: &[(ServerId, ActorRef<ServerMsg>)],
+    fault: &Fault,
+    at_iteration: u64,
+    image: &HashMap<ParamKey, Arc<RowData>>,
+    tables: &TableSet,
+    recovery: Recovery,
+) -> Result<InjectionReport, HarpError> {
+    // Every row, with the index of the server that holds it, in key order.
+    let mut rows: Vec<(ParamKey, RowData, usize)> = Vec::new();
+    for (index, (id, server)) in servers.iter().enumerate() {
+        let (reply, dump) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Dump { reply })
+            .map_err(|_| HarpError::ServerUnreachable(*id))?;
+        let dump = dump.await.map_err(|_| HarpError::ServerUnreachable(*id))?;
+        rows.extend(dump.into_iter().map(|(key, value)| (key, value, index)));
+    }
+    rows.sort_unstable_by_key(|(key, _, _)| *key);
+
+    let mut report = InjectionReport::new(at_iteration, fault, recovery);
+    let saved_or_initial = |key: ParamKey| -> Result<Arc<RowData>, HarpError> {
+        match image.get(&key) {
+            Some(value) => Ok(value.clone()),
+            None => Ok(Arc::new(initial_row(tables.get(key.table)?, key.row))),
+        }
+    };
+    // (row index, new value)
+    let mut replaced: Vec<(usize, Arc<RowData>)> = Vec::new();
+    match fault {
+        Fault::Lose { fraction, seed } => {
+            let chosen = choose(rows.len(), *fraction, *seed)?;
+            report.rows_chosen = chosen.len();
+            let restore: Vec<usize> = match recovery {
+                Recovery::Partial => chosen,
+                Recovery::Full => (0..rows.len()).collect(),
+            };
+            for i in restore {
+                replaced.push((i, saved_or_initial(rows[i].0)?));
+            }
+        }
+        Fault::ResetToInitial { fraction, seed } => {
+            let chosen = choose(rows.len(), *fraction, *seed)?;
+            report.rows_chosen = chosen.len();
+            for i in chosen {
+                let (key, _, _) = &rows[i];
+                let spec = tables.get(key.table)?;
+                replaced.push((i, Arc::new(initial_row(spec, key.row))));
+            }
+        }
+        Fault::Perturb { norm, seed } => {
+            let mut rng = SplitMix64::new(*seed);
+            let mut noise: Vec<(usize, Vec<f64>)> = Vec::new();
+            let mut total = 0.0;
+            for (i, (_, value, _)) in rows.iter().enumerate() {
+                if let RowData::F32(v) = value {
+                    let n: Vec<f64> = v.iter().map(|_| gaussian(&mut rng)).collect();
+                    total += n.iter().map(|x| x * x).sum::<f64>();
+                    noise.push((i, n));
+                }
+            }
+            let scale = if total > 0.0 {
+                norm / total.sqrt()
+            } else {
+                0.0
+            };
+            report.rows_chosen = noise.len();
+            for (i, n) in noise {
+                if let RowData::F32(v) = &rows[i].1 {
+                    let moved = v
+                        .iter()
+                        .zip(&n)
+                        .map(|(x, d)| (f64::from(*x) + d * scale) as f32)
+                        .collect();
+                    replaced.push((i, Arc::new(RowData::F32(moved))));
+                }
+            }
+        }
+    }
+
+    let mut squared = 0.0;
+    let mut per_server: Vec<Vec<(ParamKey, Option<Arc<RowData>>)>> =
+        vec![Vec::new(); servers.len()];
+    for (i, value) in replaced {
+        let (key, old, server) = &rows[i];
+        squared += squared_difference(old, &value);
+        per_server[*server].push((*key, Some(value)));
+        report.rows_replaced += 1;
+    }
+    report.perturbation_l2 = squared.sqrt();
+    let mut acks = Vec::new();
+    for ((id, server), rows) in servers.iter().zip(per_server) {
+        if rows.is_empty() {
+            continue;
+        }
+        let (reply, ack) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Reset { rows, reply })
+            .map_err(|_| HarpError::ServerUnreachable(*id))?;
+        acks.push((*id, ack));
+    }
+    for (id, ack) in acks {
+        ack.await.map_err(|_| HarpError::ServerUnreachable(id))??;
+    }
+    Ok(report)
+}
+
+/// `⌈fraction·n⌉` distinct indices of `0..n`, uniform at random from `seed`, ascending.
+fn choose(n: usize, fraction: f64, seed: u64) -> Result<Vec<usize>, HarpError> {
+    let k = selection_count(n, fraction)
+        .map_err(|e| HarpError::InvalidConfig(format!("SCAR fault injection: {e}")))?;
+    let mut rng = SplitMix64::new(seed);
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in 0..k.min(n) {
+        let j = i + rng.below((n - i) as u64) as usize;
+        order.swap(i, j);
+    }
+    order.truncate(k.min(n));
+    order.sort_unstable();
+    Ok(order)
+}
+
+/// A standard normal draw (Box–Muller).
+fn gaussian(rng: &mut SplitMix64) -> f64 {
+    let unit = |rng: &mut SplitMix64| ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let (u, v) = (unit(rng), unit(rng));
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// `Σ (a − b)²` over two rows of the same shape (0 for rows of different kinds).
+fn squared_difference(a: &RowData, b: &RowData) -> f64 {
+    match (a, b) {
+        (RowData::F32(a), RowData::F32(b)) => a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+            .sum(),
+        (RowData::I64(a), RowData::I64(b)) => {
+            a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum()
+        }
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choose_draws_the_ceiling_of_the_fraction_without_repeats() {
+        for n in [1usize, 2, 7, 100, 1000] {
+            for fraction in [0.01, 0.25, 0.5, 0.75, 1.0] {
+                let chosen = choose(n, fraction, 42).unwrap();
+                let want = ((fraction * n as f64) - 1e-9).ceil().max(1.0) as usize;
+                assert_eq!(chosen.len(), want.min(n), "n={n} r={fraction}");
+                assert!(chosen.windows(2).all(|w| w[0] < w[1]));
+                assert!(chosen.iter().all(|i| *i < n));
+                assert_eq!(chosen, choose(n, fraction, 42).unwrap(), "seeded");
+            }
+        }
+        assert_ne!(choose(1000, 0.5, 1).unwrap(), choose(1000, 0.5, 2).unwrap());
+        assert!(choose(10, 0.0, 1).is_err());
+    }
+
+    #[test]
+    fn gaussian_draws_have_mean_zero_and_unit_variance() {
+        let mut rng = SplitMix64::new(7);
+        let draws: Vec<f64> = (0..100_000).map(|_| gaussian(&mut rng)).collect();
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        let var = draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / draws.len() as f64;
+        assert!(mean.abs() < 0.02, "{mean}");
+        assert!((var - 1.0).abs() < 0.03, "{var}");
+    }
+}

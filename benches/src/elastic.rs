@@ -29,9 +29,13 @@
 //! duration measured here and by the master, what moved) and an `elastic` summary line with
 //! the medians of the rounds' ratios (target ≥ 0.8). A "during" window lasts as long as the
 //! event, a few milliseconds, and the driver sees completions in batches (one per flush), so
-//! it holds a handful of them or none (`tasks_during`) and its ratio jumps between 0 and
-//! several; `move_ratio`, over the event and the "after" window together, is the figure to
-//! compare with the target.
+//! one round's window holds a handful of them or none (`tasks_during`) and its ratio jumps
+//! between 0 and several. Two figures average that out over the rounds:
+//! `during_ratio_pooled` (every round's completions during its event over the events' total
+//! time, against the mean "before" rate) and `profile_ratios`, the rate in 10 ms bins from
+//! 50 ms before each event's start to 100 ms after it, summed over the rounds, against the
+//! summed "before" rates (completion times are recorded for this). `move_ratio`, over the
+//! event and the "after" window together, is the per-round figure.
 
 use crate::processes::NodeProcesses;
 use crate::{emit, round_to, rounded, Args};
@@ -42,7 +46,7 @@ use harp_apps::mlr::{MlrApp, MlrConfig, MlrObserver};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
@@ -73,19 +77,58 @@ const BLOCK_FEATURES: usize = 49;
 /// More than any benchmark runs: the job is stopped by the benchmark.
 const EPOCHS: u32 = 100_000;
 
+/// Bins of the event-aligned throughput profile: width, and the first bin's start and the
+/// last bin's end relative to the event's start.
+const PROFILE_BIN_MS: i64 = 10;
+const PROFILE_FROM_MS: i64 = -50;
+const PROFILE_TO_MS: i64 = 100;
+
+/// Completions as the driver sees them: a count, and each one's time.
 #[derive(Default)]
-struct TaskCount(AtomicU64);
+struct TaskCount {
+    total: AtomicU64,
+    times: Mutex<Vec<Instant>>,
+}
 
 impl TaskCount {
     fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The completion times recorded since the last call.
+    fn take_times(&self) -> Vec<Instant> {
+        std::mem::take(&mut *self.times.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
 impl MlrObserver for TaskCount {
     fn task_completed(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        self.times
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(now);
     }
+}
+
+/// Completions per profile bin around `start` (bins of [`PROFILE_BIN_MS`] from
+/// [`PROFILE_FROM_MS`] to [`PROFILE_TO_MS`]).
+fn profile_counts(times: &[Instant], start: Instant) -> Vec<u64> {
+    let bins = ((PROFILE_TO_MS - PROFILE_FROM_MS) / PROFILE_BIN_MS) as usize;
+    let mut counts = vec![0; bins];
+    for t in times {
+        let offset_us = if *t >= start {
+            t.duration_since(start).as_micros() as i64
+        } else {
+            -(start.duration_since(*t).as_micros() as i64)
+        };
+        let bin = (offset_us - PROFILE_FROM_MS * 1000).div_euclid(PROFILE_BIN_MS * 1000);
+        if let Some(count) = usize::try_from(bin).ok().and_then(|b| counts.get_mut(b)) {
+            *count += 1;
+        }
+    }
+    counts
 }
 
 /// The figures of one round.
@@ -96,6 +139,8 @@ struct Round {
     after: f64,
     /// Completions counted over the event.
     tasks_during: u64,
+    /// Completions in each profile bin around the event's start.
+    profile: Vec<u64>,
     /// From the command to its answer, measured here.
     event_s: f64,
     report: ScaleReport,
@@ -295,6 +340,7 @@ async fn round(
 ) -> Result<Round> {
     let window = Duration::from_millis(args.window_ms);
     tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
+    count.take_times(); // from earlier rounds
     let before = rate(count, window).await;
     let start = Instant::now();
     let first = count.get();
@@ -302,7 +348,11 @@ async fn round(
     let tasks_during = count.get() - first;
     let event_s = start.elapsed().as_secs_f64();
     let after = rate(count, Duration::from_millis(args.after_ms)).await;
+    // The profile needs PROFILE_TO_MS after the start: wait for the rest, if any.
+    let profile_end = start + Duration::from_millis(PROFILE_TO_MS as u64);
+    tokio::time::sleep_until(profile_end.into()).await;
     Ok(Round {
+        profile: profile_counts(&count.take_times(), start),
         direction,
         before,
         during: tasks_during as f64 / event_s,
@@ -374,6 +424,20 @@ fn emit_summary(rounds: &[Round], args: &Args) {
     let after = all(&Round::after_ratio);
     let both = all(&|r| r.move_ratio(after_s));
     let event_s = all(&|r| r.event_s);
+    let before_sum: f64 = rounds.iter().map(|r| r.before).sum();
+    let during_sum: u64 = rounds.iter().map(|r| r.tasks_during).sum();
+    let during_pooled =
+        during_sum as f64 / event_s.iter().sum::<f64>() / before_sum * rounds.len() as f64;
+    let bin_s = PROFILE_BIN_MS as f64 / 1e3;
+    let profile: Vec<f64> = (0..rounds.first().map_or(0, |r| r.profile.len()))
+        .map(|b| {
+            let tasks: u64 = rounds.iter().map(|r| r.profile[b]).sum();
+            tasks as f64 / bin_s / before_sum
+        })
+        .collect();
+    let profile_ms: Vec<i64> = (0..profile.len() as i64)
+        .map(|b| PROFILE_FROM_MS + b * PROFILE_BIN_MS)
+        .collect();
     emit(json!({
         "bench": "elastic", "in_process": !args.across, "nodes": NODES,
         "moving": args.moving.name(), "rounds": rounds.len(),
@@ -381,10 +445,12 @@ fn emit_summary(rounds: &[Round], args: &Args) {
         "block_features": mlr_config(args).block_features,
         "before_tasks_per_s": rounded(&all(&|r| r.before), 0),
         "during_ratios": rounded(&during, 3), "during_ratio": round_to(median(&during), 3),
+        "during_ratio_pooled": round_to(during_pooled, 3),
         "after_ratios": rounded(&after, 3), "after_ratio": round_to(median(&after), 3),
         "move_ratios": rounded(&both, 3), "move_ratio": round_to(median(&both), 3),
         "event_s": rounded(&event_s, 5), "event_s_median": round_to(median(&event_s), 5),
         "tasks_during": rounds.iter().map(|r| r.tasks_during).collect::<Vec<_>>(),
+        "profile_ms": profile_ms, "profile_ratios": rounded(&profile, 3),
         "target_min": 0.8,
     }));
 }
@@ -431,4 +497,49 @@ pub fn run(args: &Args) -> Result<()> {
     })?;
     emit_summary(&rounds, args);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_fall_into_the_bins_around_the_events_start() {
+        let start = Instant::now() + Duration::from_secs(1);
+        let at = |ms: i64| {
+            if ms >= 0 {
+                start + Duration::from_millis(ms as u64)
+            } else {
+                start - Duration::from_millis((-ms) as u64)
+            }
+        };
+        // -55 and 100 are outside; -50 opens the first bin; -1 is in the bin before 0.
+        let times: Vec<Instant> = [-55, -50, -41, -1, 0, 9, 10, 99, 100]
+            .into_iter()
+            .map(at)
+            .collect();
+        let counts = profile_counts(&times, start);
+        assert_eq!(counts.len(), 15);
+        assert_eq!(counts[0], 2, "{counts:?}"); // -50, -41
+        assert_eq!(counts[4], 1, "{counts:?}"); // -1
+        assert_eq!(counts[5], 2, "{counts:?}"); // 0, 9
+        assert_eq!(counts[6], 1, "{counts:?}"); // 10
+        assert_eq!(counts[14], 1, "{counts:?}"); // 99
+        assert_eq!(counts.iter().sum::<u64>(), 7);
+    }
+
+    #[test]
+    fn an_away_event_leaves_out_the_last_server_or_worker_and_back_is_everyone() {
+        let members = (
+            vec![WorkerId(0), WorkerId(1), WorkerId(2)],
+            vec![ServerId(0), ServerId(1), ServerId(2)],
+        );
+        let (away, back) = targets(Moving::Shards, members.clone()).unwrap();
+        assert_eq!(away, (members.0.clone(), vec![ServerId(0), ServerId(1)]));
+        assert_eq!(back, members);
+        let (away, _) = targets(Moving::Executors, members.clone()).unwrap();
+        assert_eq!(away, (vec![WorkerId(0), WorkerId(1)], members.1.clone()));
+        let lone = (vec![WorkerId(0)], vec![ServerId(0)]);
+        assert!(targets(Moving::Shards, lone).is_err());
+    }
 }

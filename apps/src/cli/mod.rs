@@ -4,6 +4,7 @@ mod cluster;
 mod processes;
 mod run_counter;
 mod run_mlr;
+mod scar_report;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -106,6 +106,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
     };
+    super::scar_report::report(&report.stats, writer.as_deref())?;
     if let Some(writer) = &writer {
         writer.write(&report)?;
     }

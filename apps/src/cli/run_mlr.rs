@@ -229,5 +229,6 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
             m.accuracy * 100.0
         );
     }
+    super::scar_report::report(&outcome.stats, observer.metrics.as_ref())?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `harp-scar`: SCAR's rework-cost experiments (SCAR §5.5.3–5.5.4) on MLR, in one process.
 //!
-//! MLR trains by full-batch gradient descent on the embedded MNIST subset (one iteration
-//! per epoch; the loss of iteration `k` is the training loss at the weights after `k`
+//! MLR trains by full-batch gradient descent on the embedded MNIST subset, its weights one
+//! row per feature (one iteration per epoch; the loss of iteration `k` is the training loss at the weights after `k`
 //! updates). A failure-free run gives the loss curve and the convergence criterion (its
 //! loss after `--converge-at` iterations, SCAR's "reached in roughly 60 iterations"). Each
 //! trial then runs the same job with one injected loss of parameters at an iteration drawn
@@ -231,7 +231,9 @@ fn losses(args: &Args, data: &Data, failure: Option<(Setting, u64, u32)>) -> Res
         lr: args.lr,
         batch: per_executor,
         staleness: 0,
-        block_features: None,
+        // One row per feature (its weight for every class), as SCAR partitions MLR's
+        // parameter matrix: a fraction of "the parameters" is a fraction of these rows.
+        block_features: Some(1),
     };
     let app = Arc::new(
         MlrApp::new(

@@ -1,0 +1,54 @@
+//! What SCAR did during a `harp run`: one line per checkpoint summary, injected fault and
+//! server recovery on the terminal, and the same records in the metrics file.
+
+use crate::metrics::MetricsWriter;
+use anyhow::Result;
+use harp::JobStats;
+
+/// Prints and records `stats`' checkpoint rounds, injections and recoveries (nothing when
+/// the job kept no running checkpoint).
+pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
+    let c = &stats.checkpoints;
+    if c.rounds + c.rounds_failed + c.rounds_skipped == 0
+        && stats.injections.is_empty()
+        && stats.recoveries.is_empty()
+    {
+        return Ok(());
+    }
+    eprintln!(
+        "scar: {} checkpoint rounds ({} failed, {} skipped), {} rows / {} bytes saved, {} rows held",
+        c.rounds, c.rounds_failed, c.rounds_skipped, c.rows_saved, c.bytes_saved, c.rows_held
+    );
+    for f in &stats.injections {
+        eprintln!(
+            "fault: {} at iteration {}{}: {} rows chosen, {} replaced, perturbation {:.4} (L2)",
+            f.fault,
+            f.at_iteration,
+            f.recovery
+                .map(|r| format!(" ({r:?} recovery)"))
+                .unwrap_or_default(),
+            f.rows_chosen,
+            f.rows_replaced,
+            f.perturbation_l2
+        );
+    }
+    for r in &stats.recoveries {
+        eprintln!(
+            "recovery: server {} -> {} shards re-created, {} rows restored in {:.3}s",
+            r.server,
+            r.shards.len(),
+            r.rows_restored,
+            r.duration_s
+        );
+    }
+    if let Some(w) = metrics {
+        w.write(&serde_json::json!({ "event": "checkpoints", "stats": c }))?;
+        for f in &stats.injections {
+            w.write(f)?;
+        }
+        for r in &stats.recoveries {
+            w.write(&serde_json::json!({ "event": "recovery", "report": r }))?;
+        }
+    }
+    Ok(())
+}

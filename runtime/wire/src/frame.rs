@@ -11,7 +11,8 @@
 //! any decoding), and the payload is the rkyv archive of one [`Message`], laid out as if it
 //! started at offset 0 (the decoder copies it into an aligned buffer).
 //!
-//! This module owns [`encode`] and the incremental [`FrameDecoder`]. Invariants:
+//! This module owns [`encode`] and the incremental [`FrameDecoder`] ([`state_chunk`]: the
+//! same frames for executor state chunks, without copying their data). Invariants:
 //!
 //! - `L <= frame_bytes_max`: [`encode`] refuses larger messages, computing their size without
 //!   holding more than the limit; the decoder rejects a larger prefix as soon as its four
@@ -33,6 +34,8 @@ use rkyv::rancor;
 use rkyv::ser::{Positional, Writer};
 use rkyv::util::AlignedVec;
 use std::sync::Arc;
+
+pub mod state_chunk;
 
 /// Bytes of the length prefix.
 pub const FRAME_LEN_BYTES: usize = 4;

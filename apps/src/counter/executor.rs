@@ -60,7 +60,12 @@ impl Executor<super::CounterApp> for CounterExecutor {
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
-        self.ballast = Ballast::restore(self.ballast.executor(), self.config.state_bytes, state)?;
+        let (executor, bytes) = (self.ballast.executor(), self.config.state_bytes);
+        self.ballast = Ballast::restore(executor, bytes, state.to_vec())?;
         Ok(())
+    }
+
+    fn into_saved_state(self) -> Result<Vec<u8>, AppError> {
+        Ok(self.ballast.into_saved())
     }
 }

@@ -125,7 +125,7 @@ impl App for CounterApp {
         &self,
         id: ExecutorId,
         _job: &JobInfo,
-        state: &[u8],
+        state: Vec<u8>,
     ) -> Result<CounterExecutor, AppError> {
         let ballast = ballast::Ballast::restore(id, self.config.state_bytes, state)?;
         Ok(CounterExecutor::new(

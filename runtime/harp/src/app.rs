@@ -58,15 +58,16 @@ pub trait App: Send + Sync + 'static {
 
     /// Re-creates executor `id` from what its [`Executor::save_state`] wrote, on the worker
     /// it moved to or after a restart. The default creates it afresh (re-reading its input
-    /// partition from the dataset's path) and restores the state into it.
+    /// partition from the dataset's path) and restores the state into it. The state is
+    /// handed over, so an executor may keep (part of) its buffer instead of copying it.
     fn restore_executor(
         &self,
         id: ExecutorId,
         job: &JobInfo,
-        state: &[u8],
+        state: Vec<u8>,
     ) -> Result<Self::Executor, AppError> {
         let mut executor = self.create_executor(id, job)?;
-        executor.restore_state(state)?;
+        executor.restore_state(&state)?;
         Ok(executor)
     }
 }
@@ -118,6 +119,16 @@ pub trait Executor<A: App + ?Sized>: Send + 'static {
     /// Restores state written by [`save_state`](Self::save_state).
     fn restore_state(&mut self, _state: &[u8]) -> Result<(), AppError> {
         Err("this executor does not support restoring its state".into())
+    }
+
+    /// [`save_state`](Self::save_state) for an executor that leaves this worker (a move
+    /// between processes): it is consumed, so it may hand over its own buffers instead of
+    /// copying them. The default saves a copy.
+    fn into_saved_state(self) -> Result<Vec<u8>, AppError>
+    where
+        Self: Sized,
+    {
+        self.save_state()
     }
 }
 

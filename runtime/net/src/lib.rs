@@ -6,6 +6,7 @@
 //! | [`credentials`] | the job's certificate authority (generated or user-provided), node identities, PEM files |
 //! | [`tls`] | rustls client and server configurations that accept only peers holding the job's credentials |
 //! | [`link`] | framed harp-wire messages over a connection: one ordered control stream, one stream per bulk message |
+//! | [`state_link`] | the bulk streams of a link that fetches an executor state: one state chunk each, its data not copied |
 //! | [`endpoint`] | the QUIC endpoint: bind, connect and accept with deadlines, idle timeout and keep-alive |
 //!
 //! Only nodes holding a certificate issued by the job's authority can connect, and a node
@@ -16,9 +17,11 @@ pub mod credentials;
 pub mod endpoint;
 pub mod error;
 pub mod link;
+pub mod state_link;
 pub mod tls;
 
 pub use credentials::{JobCredentials, NodeIdentity};
 pub use endpoint::{bind_udp, NetEndpoint, PeerConnection, TransportConfig};
 pub use error::NetError;
 pub use link::{Incoming, Link};
+pub use state_link::IncomingChunk;

@@ -5,10 +5,14 @@
 //! state) each travel on a unidirectional stream of their own, so a large transfer never
 //! holds up a small request behind it. Every frame is decoded with harp-wire's bounded,
 //! validating decoder; a malformed frame closes the connection and is counted, and the
-//! receiver sees a typed error, never a panic.
+//! receiver sees a typed error, never a panic. A link opened to fetch an executor state
+//! ([`Link::open_for_state`]) reads its bulk streams as state chunks instead, without
+//! copying their data ([`crate::state_link`]).
 
 use crate::endpoint::PeerConnection;
 use crate::error::NetError;
+use crate::state_link::{read_state_chunks, IncomingChunk};
+use bytes::Bytes;
 use harp_wire::{encode_with, FrameDecoder, FrameLimits, Message, WireCounters};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,14 +41,58 @@ impl Link {
         limits: FrameLimits,
         counters: Arc<WireCounters>,
     ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), NetError> {
+        let (send, recv) = Self::open_control(&conn, first, &limits).await?;
+        Ok(Self::start(
+            conn,
+            send,
+            recv,
+            (limits, counters),
+            Bulk::Messages,
+        ))
+    }
+
+    /// Like [`open`](Self::open), for fetching an executor state: every bulk stream the
+    /// peer opens must carry one `StateChunk` frame, which arrives on the second receiver
+    /// with its data as received (not copied). Control messages arrive on the first.
+    pub async fn open_for_state(
+        conn: PeerConnection,
+        first: &Message,
+        limits: FrameLimits,
+        counters: Arc<WireCounters>,
+    ) -> Result<
+        (
+            Link,
+            mpsc::UnboundedReceiver<Incoming>,
+            mpsc::UnboundedReceiver<IncomingChunk>,
+        ),
+        NetError,
+    > {
+        let (send, recv) = Self::open_control(&conn, first, &limits).await?;
+        let (chunks_tx, chunks) = mpsc::unbounded_channel();
+        let (link, incoming) = Self::start(
+            conn,
+            send,
+            recv,
+            (limits, counters),
+            Bulk::StateChunks(chunks_tx),
+        );
+        Ok((link, incoming, chunks))
+    }
+
+    /// Opens the control stream and writes `first` on it.
+    async fn open_control(
+        conn: &PeerConnection,
+        first: &Message,
+        limits: &FrameLimits,
+    ) -> Result<(quinn::SendStream, quinn::RecvStream), NetError> {
         let addr = conn.remote_addr();
         let (mut send, recv) = conn.quic().open_bi().await.map_err(|e| lost(addr, e))?;
-        let frame = encode_with(first, &limits).map_err(|e| NetError::Protocol {
+        let frame = encode_with(first, limits).map_err(|e| NetError::Protocol {
             addr,
             message: e.to_string(),
         })?;
         send.write_all(&frame).await.map_err(|e| lost(addr, e))?;
-        Ok(Self::start(conn, send, recv, limits, counters))
+        Ok((send, recv))
     }
 
     /// Accepts the control stream of a connection another node dialed and starts the readers.
@@ -55,15 +103,21 @@ impl Link {
     ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), NetError> {
         let addr = conn.remote_addr();
         let (send, recv) = conn.quic().accept_bi().await.map_err(|e| lost(addr, e))?;
-        Ok(Self::start(conn, send, recv, limits, counters))
+        Ok(Self::start(
+            conn,
+            send,
+            recv,
+            (limits, counters),
+            Bulk::Messages,
+        ))
     }
 
     fn start(
         conn: PeerConnection,
         send: quinn::SendStream,
         recv: quinn::RecvStream,
-        limits: FrameLimits,
-        counters: Arc<WireCounters>,
+        (limits, counters): (FrameLimits, Arc<WireCounters>),
+        bulk: Bulk,
     ) -> (Link, mpsc::UnboundedReceiver<Incoming>) {
         let (in_tx, in_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -75,7 +129,12 @@ impl Link {
             counters.clone(),
             in_tx.clone(),
         ));
-        tokio::spawn(read_bulk(conn.clone(), limits, counters, in_tx));
+        match bulk {
+            Bulk::Messages => tokio::spawn(read_bulk(conn.clone(), limits, counters, in_tx)),
+            Bulk::StateChunks(chunks) => {
+                tokio::spawn(read_state_chunks(conn.clone(), limits, counters, chunks))
+            }
+        };
         (
             Link {
                 conn,
@@ -124,6 +183,35 @@ impl Link {
         Ok(())
     }
 
+    /// Writes `parts` (one frame, e.g. a state chunk's header, data and tail, none of them
+    /// copied) on a stream of its own sent with `priority` (higher first; control messages
+    /// have 0), and waits until they are handed to QUIC.
+    pub async fn send_bulk_parts(
+        &self,
+        parts: &mut [Bytes],
+        priority: i32,
+    ) -> Result<(), NetError> {
+        let addr = self.remote_addr();
+        let mut stream = self
+            .conn
+            .quic()
+            .open_uni()
+            .await
+            .map_err(|e| lost(addr, e))?;
+        stream.set_priority(priority).map_err(|e| lost(addr, e))?;
+        stream
+            .write_all_chunks(parts)
+            .await
+            .map_err(|e| lost(addr, e))?;
+        stream.finish().map_err(|e| lost(addr, e))?;
+        Ok(())
+    }
+
+    /// The frame limits this link sends and receives under.
+    pub fn limits(&self) -> FrameLimits {
+        self.limits
+    }
+
     /// Closes the connection with `reason`.
     pub fn close(&self, reason: &str) {
         self.conn.close(reason);
@@ -134,7 +222,15 @@ impl Link {
     }
 }
 
-fn lost(addr: SocketAddr, e: impl std::fmt::Display) -> NetError {
+/// How a link reads the streams of its own that the peer opens.
+enum Bulk {
+    /// Any message, decoded ([`read_bulk`]).
+    Messages,
+    /// State chunks only, their data as received.
+    StateChunks(mpsc::UnboundedSender<IncomingChunk>),
+}
+
+pub(crate) fn lost(addr: SocketAddr, e: impl std::fmt::Display) -> NetError {
     NetError::ConnectionLost {
         addr,
         message: e.to_string(),
@@ -154,10 +250,10 @@ async fn write_control(
 }
 
 /// Rejects the peer after a protocol error: counts (in the decoder), closes, reports.
-fn protocol_error(
+pub(crate) fn protocol_error<T>(
     conn: &PeerConnection,
     error: harp_wire::WireError,
-    out: &mpsc::UnboundedSender<Incoming>,
+    out: &mpsc::UnboundedSender<Result<T, NetError>>,
 ) {
     let addr = conn.remote_addr();
     tracing::warn!(%addr, %error, "closing connection after a protocol error");

@@ -7,7 +7,7 @@ use super::job_id;
 use super::proxies::{
     send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
 };
-use super::state_transfer::{fetch_state, StateOutbox, PARK_BYTES_MIN};
+use super::state_transfer::{fetch_state, FetchLink, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
@@ -17,7 +17,7 @@ use crate::worker::{
     ExecutorBody, NodeShared, ReleasedExecutor, WorkerActor, WorkerArgs, WorkerMsg,
 };
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
-use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, PeerConnection, TransportConfig};
 use harp_wire::{
     check_welcome, Assignment, FrameLimits, HandOffResult, Hello, Message, NodeRole, Placement,
     ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
@@ -346,10 +346,7 @@ impl Dialer {
         addr: &str,
         what: &str,
     ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), HarpError> {
-        let parsed: SocketAddr = addr
-            .parse()
-            .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
-        let conn = self.endpoint.connect(parsed).await?;
+        let conn = self.dial(addr, what).await?;
         Ok(Link::open(
             conn,
             &self.hello,
@@ -357,6 +354,25 @@ impl Dialer {
             self.counters.clone(),
         )
         .await?)
+    }
+
+    /// A link to the node at `addr` that parked the state `what` names, to fetch it.
+    async fn open_for_state(&self, addr: &str, what: &str) -> Result<FetchLink, HarpError> {
+        let conn = self.dial(addr, what).await?;
+        Ok(Link::open_for_state(
+            conn,
+            &self.hello,
+            FrameLimits::default(),
+            self.counters.clone(),
+        )
+        .await?)
+    }
+
+    async fn dial(&self, addr: &str, what: &str) -> Result<PeerConnection, HarpError> {
+        let parsed: SocketAddr = addr
+            .parse()
+            .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
+        Ok(self.endpoint.connect(parsed).await?)
     }
 
     /// A proxy for server `id`, listening at `addr`.
@@ -585,7 +601,7 @@ fn hand_off_shard(
 /// A released executor as the wire carries it: its saved state and its pending tasks.
 fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
     let state = match released.executor {
-        ExecutorBody::Live(e) => e.save_state(),
+        ExecutorBody::Live(e) => e.into_saved_state(),
         ExecutorBody::Saved(state) => Ok(state),
         ExecutorBody::Parked(_) => {
             return ReleaseResult::Refused("the executor's state is not on this node".into())
@@ -651,7 +667,7 @@ fn restore<A: App>(
     app: &A,
     info: &JobInfo,
     id: ExecutorId,
-    state: &[u8],
+    state: Vec<u8>,
 ) -> Result<A::Executor, HarpError> {
     app.restore_executor(id, info, state)
         .map_err(|source| HarpError::ExecutorCreation {
@@ -671,11 +687,9 @@ async fn fetch_and_restore<A: App>(
     let dialing = Instant::now();
     let fetched = async {
         let what = format!("the node holding the state of {id}");
-        let (link, incoming) = dialer.open(&fetch.from_addr, &what).await?;
+        let link = dialer.open_for_state(&fetch.from_addr, &what).await?;
         let dial_ms = millis(dialing.elapsed());
-        fetch_state(link, incoming, fetch)
-            .await
-            .map(|s| (s, dial_ms))
+        fetch_state(link, fetch).await.map(|s| (s, dial_ms))
     };
     let (state, dial_ms) = fetched.await.map_err(|e| {
         HarpError::Remote(format!(
@@ -683,10 +697,10 @@ async fn fetch_and_restore<A: App>(
             fetch.from_addr
         ))
     })?;
-    let restoring = Instant::now();
-    let restored = restore(app, info, id, &state);
+    let (restoring, bytes) = (Instant::now(), state.len());
+    let restored = restore(app, info, id, state);
     tracing::info!(
-        executor = %id, bytes = state.len(), dial_ms,
+        executor = %id, bytes, dial_ms,
         restore_ms = millis(restoring.elapsed()),
         total_ms = millis(dialing.elapsed()),
         "executor state fetched and restored"
@@ -765,7 +779,7 @@ async fn serve_master<A: App>(
                 };
                 match fetch {
                     None => {
-                        let restored = restore(&**app, info, adoption.executor, &state);
+                        let restored = restore(&**app, info, adoption.executor, state);
                         adoption.finish(worker, master_link, restored);
                     }
                     Some(fetch) => {

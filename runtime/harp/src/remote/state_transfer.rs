@@ -10,6 +10,13 @@
 //! [`StateChunk`](harp_wire::Message::StateChunk)s of [`CHUNK_BYTES`], each on a stream of
 //! its own, written into place by offset.
 //!
+//! The state's bytes are copied once between the two executors' states: the sender frames
+//! each chunk around a slice of the parked bytes (`encode_state_chunk`: header, data, tail,
+//! no copy), and the chunks go out one after the other (each stream's priority is below the
+//! previous one's, all below the control stream), so they arrive in turn rather than all
+//! at the end; the receiving link keeps each chunk's pieces as quinn hands them over
+//! (`Link::open_for_state`), and [`Assembly`] copies them into place.
+//!
 //! The releasing node keeps a parked state until a fetch has handed every chunk to QUIC, and
 //! a node that was asked to leave waits (a bounded time) for its parked states to be fetched
 //! before it exits. A fetch that fails (the releasing node died, a chunk does not fit the
@@ -19,7 +26,8 @@
 use crate::error::HarpError;
 use bytes::Bytes;
 use dashmap::DashMap;
-use harp_net::{Incoming, Link};
+use harp_net::{Incoming, IncomingChunk, Link};
+use harp_wire::frame::state_chunk::{encode_state_chunk, ReceivedStateChunk};
 use harp_wire::{Message, StateFetch};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,16 +90,24 @@ impl StateOutbox {
         let total = state.len() as u64;
         let began = Instant::now();
         let mut offset = 0;
-        loop {
+        for index in 0.. {
             let end = (offset + CHUNK_BYTES).min(state.len());
-            let chunk = Message::StateChunk {
+            let sent = match encode_state_chunk(
                 request_id,
                 total,
-                offset: offset as u64,
-                data: state[offset..end].to_vec(),
+                offset as u64,
+                state.slice(offset..end),
+                &link.limits(),
+            ) {
+                Ok(frame) => link
+                    .send_bulk_parts(&mut frame.into_parts(), chunk_priority(index))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
-            if let Err(e) = link.send_bulk(&chunk).await {
+            if let Err(e) = sent {
                 tracing::warn!(transfer, error = %e, "a parked executor state could not be sent");
+                link.close("the executor state could not be sent");
                 return;
             }
             offset = end;
@@ -112,6 +128,12 @@ impl StateOutbox {
             self.emptied.notify_waiters();
         }
     }
+}
+
+/// The priority of the stream of chunk `index`: below the control stream's (0) and below
+/// every earlier chunk's, so quinn sends the chunks one after the other.
+fn chunk_priority(index: usize) -> i32 {
+    i32::try_from(index).map_or(i32::MIN, |i| -1 - i.min(i32::MAX - 1))
 }
 
 /// The parts of a fetched state that have arrived, written in place by offset. The sender
@@ -140,10 +162,24 @@ impl Assembly {
         })
     }
 
-    /// Writes one chunk; an inconsistent or repeated chunk is an error, and nothing is
+    /// Writes one received chunk into place.
+    fn put_received(&mut self, chunk: &ReceivedStateChunk) -> Result<(), HarpError> {
+        self.put(chunk.total, chunk.offset, chunk.len(), |place| {
+            chunk.copy_to(place)
+        })
+    }
+
+    /// Writes one chunk of `len` bytes (`write` fills its place, and says whether the
+    /// place had its size); an inconsistent or repeated chunk is an error, and nothing is
     /// written.
-    fn put(&mut self, total: u64, offset: u64, data: &[u8]) -> Result<(), HarpError> {
-        let len = self.buffer.len();
+    fn put(
+        &mut self,
+        total: u64,
+        offset: u64,
+        len: usize,
+        write: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<(), HarpError> {
+        let (data_len, len) = (len, self.buffer.len());
         if total != len as u64 {
             return Err(HarpError::Remote(format!(
                 "the state was announced as {len} bytes but a chunk says {total}"
@@ -158,10 +194,9 @@ impl Assembly {
             )));
         };
         let end = (start + self.chunk).min(len);
-        if data.len() != end - start {
+        if data_len != end - start {
             return Err(HarpError::Remote(format!(
-                "the chunk at offset {offset} has {} bytes, not {}",
-                data.len(),
+                "the chunk at offset {offset} has {data_len} bytes, not {}",
                 end - start
             )));
         }
@@ -171,7 +206,11 @@ impl Assembly {
                 "the chunk at offset {offset} arrived twice"
             )));
         }
-        self.buffer[start..end].copy_from_slice(data);
+        if !write(&mut self.buffer[start..end]) {
+            return Err(HarpError::Remote(format!(
+                "the chunk at offset {offset} could not be written"
+            )));
+        }
         self.arrived[index] = true;
         self.missing -= 1;
         Ok(())
@@ -182,11 +221,18 @@ impl Assembly {
     }
 }
 
-/// Fetches the state named by `fetch` on `link`, a link of its own to the node that parked
-/// it (closed when the state is in).
+/// What a link opened for a fetch (`Link::open_for_state`) receives: control messages and
+/// state chunks.
+pub(crate) type FetchLink = (
+    Link,
+    mpsc::UnboundedReceiver<Incoming>,
+    mpsc::UnboundedReceiver<IncomingChunk>,
+);
+
+/// Fetches the state named by `fetch` on a link of its own to the node that parked it
+/// (closed when the state is in).
 pub(crate) async fn fetch_state(
-    link: Link,
-    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    (link, mut incoming, mut chunks): FetchLink,
     fetch: &StateFetch,
 ) -> Result<Vec<u8>, HarpError> {
     let began = Instant::now();
@@ -198,7 +244,12 @@ pub(crate) async fn fetch_state(
             request_id: 0,
             transfer: fetch.transfer,
         })?;
-        let result = receive_chunks(&mut incoming, &mut assembly, link.remote_addr()).await;
+        let result = receive_chunks(
+            (&mut incoming, &mut chunks),
+            &mut assembly,
+            link.remote_addr(),
+        )
+        .await;
         if let Err(e) = result {
             link.close("state fetch failed");
             return Err(e);
@@ -217,44 +268,49 @@ pub(crate) async fn fetch_state(
     Ok(assembly.buffer)
 }
 
+/// What a fetch hears next: a chunk, or a control message.
+enum Next {
+    Chunk(Option<IncomingChunk>),
+    Message(Option<Incoming>),
+}
+
 async fn receive_chunks(
-    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    (incoming, chunks): (
+        &mut mpsc::UnboundedReceiver<Incoming>,
+        &mut mpsc::UnboundedReceiver<IncomingChunk>,
+    ),
     assembly: &mut Assembly,
     addr: SocketAddr,
 ) -> Result<(), HarpError> {
+    let lost = |e: Option<harp_net::NetError>| {
+        let why = e.map(|e| format!(": {e}")).unwrap_or_default();
+        HarpError::Remote(format!("lost {addr} while fetching an executor state{why}"))
+    };
     while !assembly.complete() {
-        let next = tokio::time::timeout(CHUNK_TIMEOUT, incoming.recv())
-            .await
-            .map_err(|_| {
-                HarpError::Remote(format!(
-                    "{addr} sent no part of an executor state for {} s",
-                    CHUNK_TIMEOUT.as_secs()
-                ))
-            })?;
+        let next = tokio::time::timeout(CHUNK_TIMEOUT, async {
+            tokio::select! {
+                chunk = chunks.recv() => Next::Chunk(chunk),
+                message = incoming.recv() => Next::Message(message),
+            }
+        })
+        .await
+        .map_err(|_| {
+            HarpError::Remote(format!(
+                "{addr} sent no part of an executor state for {} s",
+                CHUNK_TIMEOUT.as_secs()
+            ))
+        })?;
         match next {
-            Some(Ok(Message::StateChunk {
-                total,
-                offset,
-                data,
-                ..
-            })) => assembly.put(total, offset, &data)?,
-            Some(Ok(Message::Refused { reason })) => {
+            Next::Chunk(Some(Ok(chunk))) => assembly.put_received(&chunk)?,
+            Next::Chunk(Some(Err(e))) | Next::Message(Some(Err(e))) => return Err(lost(Some(e))),
+            Next::Chunk(None) | Next::Message(None) => return Err(lost(None)),
+            Next::Message(Some(Ok(Message::Refused { reason }))) => {
                 return Err(HarpError::Remote(format!(
                     "{addr} refused to send an executor state: {reason}"
                 )))
             }
-            Some(Ok(other)) => {
+            Next::Message(Some(Ok(other))) => {
                 tracing::debug!(kind = ?other.kind(), "ignored while fetching a state")
-            }
-            Some(Err(e)) => {
-                return Err(HarpError::Remote(format!(
-                    "lost {addr} while fetching an executor state: {e}"
-                )))
-            }
-            None => {
-                return Err(HarpError::Remote(format!(
-                    "lost {addr} while fetching an executor state"
-                )))
             }
         }
     }
@@ -265,6 +321,13 @@ async fn receive_chunks(
 mod tests {
     use super::*;
 
+    fn put(assembly: &mut Assembly, total: u64, offset: u64, data: &[u8]) -> Result<(), HarpError> {
+        assembly.put(total, offset, data.len(), |place| {
+            place.copy_from_slice(data);
+            true
+        })
+    }
+
     #[test]
     fn chunks_in_any_order_rebuild_the_state() {
         let state: Vec<u8> = (0..100u32).map(|i| (i * 7) as u8).collect();
@@ -272,7 +335,7 @@ mod tests {
         for start in [60usize, 0, 90, 30] {
             let end = (start + 30).min(100);
             assert!(!assembly.complete());
-            assembly.put(100, start as u64, &state[start..end]).unwrap();
+            put(&mut assembly, 100, start as u64, &state[start..end]).unwrap();
         }
         assert!(assembly.complete());
         assert_eq!(assembly.buffer, state);
@@ -289,7 +352,7 @@ mod tests {
             (10, u64::MAX, &[1][..], "does not start a chunk"),
             (10, 0, &[][..], "has 0 bytes"),
         ] {
-            let e = assembly.put(total, offset, data).unwrap_err();
+            let e = put(&mut assembly, total, offset, data).unwrap_err();
             assert!(e.to_string().contains(why), "{e} (wanted: {why})");
         }
         assert_eq!(assembly.missing, 3);
@@ -299,8 +362,8 @@ mod tests {
     #[test]
     fn a_repeated_chunk_cannot_pass_for_a_missing_one() {
         let mut assembly = Assembly::new(8, 4).unwrap();
-        assembly.put(8, 0, &[1, 2, 3, 4]).unwrap();
-        let e = assembly.put(8, 0, &[9, 9, 9, 9]).unwrap_err();
+        put(&mut assembly, 8, 0, &[1, 2, 3, 4]).unwrap();
+        let e = put(&mut assembly, 8, 0, &[9, 9, 9, 9]).unwrap_err();
         assert!(e.to_string().contains("arrived twice"), "{e}");
         assert!(!assembly.complete());
         assert_eq!(assembly.buffer, vec![1, 2, 3, 4, 0, 0, 0, 0]);

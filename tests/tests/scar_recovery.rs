@@ -20,10 +20,12 @@ const SERVERS: u32 = 3;
 fn counter(seed: u64, losses_expected: bool) -> Arc<CounterApp> {
     Arc::new(
         CounterApp::new(CounterConfig {
-            tasks: 30_000,
+            // 12,000 tasks of at least 1 ms over 8 executors: the job lasts at least
+            // 1.5 s on any machine, so a failure injected at 0.2–0.4 s lands mid-run.
+            tasks: 12_000,
             rows: 400,
             seed,
-            task_sleep_us: 100,
+            task_sleep_us: 1_000,
             losses_expected,
             ..CounterConfig::default()
         })

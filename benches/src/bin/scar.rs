@@ -20,7 +20,9 @@
 
 use anyhow::{anyhow, Result};
 use clap::{Parser, ValueEnum};
-use harp::scar::{mean_confidence_interval, rework_cost, ConvergenceCriterion, ReworkCost};
+use harp::scar::{
+    mean_confidence_interval, rework_cost, ConvergenceCriterion, ReworkCost, SplitMix64,
+};
 use harp::{Fault, Injection, JobConfig, Recovery, ScarOptions, Selection};
 use harp_apps::data::Dataset;
 use harp_apps::mlr::{MlrApp, MlrConfig, Quiet};
@@ -212,10 +214,8 @@ fn main() -> Result<()> {
 /// The failure iteration of `trial`: the first `C` iterations, then a geometric number of
 /// further ones (mean `--failure-mean`), before the criterion is reached.
 fn failure_iteration(args: &Args, trial: u32) -> u64 {
-    let mut h = args.seed ^ (u64::from(trial) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    h = (h ^ (h >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h ^= h >> 29;
-    let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let draw = SplitMix64::for_round(args.seed, u64::from(trial)).next_u64();
+    let u = ((draw >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
     let p = 1.0 / args.failure_mean.max(1.0);
     let extra = (u.ln() / (1.0 - p).ln()).floor() as u64;
     (args.period + extra).min(args.converge_at.saturating_sub(2) as u64)

@@ -303,19 +303,27 @@ async fn read_control(
     }
 }
 
+/// Accepts the peer's unidirectional streams until the connection ends, each read by a task
+/// of its own: `read(stream)`. The control reader reports the lost connection.
+pub(crate) async fn for_each_uni_stream<F, Fut>(conn: &PeerConnection, mut read: F)
+where
+    F: FnMut(quinn::RecvStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    while let Ok(stream) = conn.quic().accept_uni().await {
+        tokio::spawn(read(stream));
+    }
+}
+
 async fn read_bulk(
     conn: PeerConnection,
     limits: FrameLimits,
     counters: Arc<WireCounters>,
     out: mpsc::UnboundedSender<Incoming>,
 ) {
-    loop {
-        let stream = match conn.quic().accept_uni().await {
-            Ok(s) => s,
-            Err(_) => return, // the control reader reports the lost connection
-        };
+    for_each_uni_stream(&conn.clone(), |stream| {
         let (conn, counters, out) = (conn.clone(), counters.clone(), out.clone());
-        tokio::spawn(async move {
+        async move {
             let mut stream = stream;
             let mut decoder = FrameDecoder::with_counters(limits, counters);
             loop {
@@ -352,6 +360,7 @@ async fn read_bulk(
                 }
                 Err(e) => protocol_error(&conn, e, &out),
             }
-        });
-    }
+        }
+    })
+    .await;
 }

@@ -7,7 +7,7 @@
 
 use crate::endpoint::PeerConnection;
 use crate::error::NetError;
-use crate::link::{lost, protocol_error};
+use crate::link::{for_each_uni_stream, lost, protocol_error};
 use harp_wire::frame::state_chunk::{ReceivedStateChunk, StateChunkReader};
 use harp_wire::{FrameLimits, WireCounters};
 use std::sync::Arc;
@@ -23,13 +23,9 @@ pub(crate) async fn read_state_chunks(
     counters: Arc<WireCounters>,
     out: mpsc::UnboundedSender<IncomingChunk>,
 ) {
-    loop {
-        let stream = match conn.quic().accept_uni().await {
-            Ok(s) => s,
-            Err(_) => return, // the control reader reports the lost connection
-        };
+    for_each_uni_stream(&conn.clone(), |stream| {
         let (conn, counters, out) = (conn.clone(), counters.clone(), out.clone());
-        tokio::spawn(async move {
+        async move {
             let mut stream = stream;
             let mut reader = StateChunkReader::new(limits, counters);
             loop {
@@ -52,6 +48,7 @@ pub(crate) async fn read_state_chunks(
                 }
                 Err(e) => protocol_error(&conn, e, &out),
             }
-        });
-    }
+        }
+    })
+    .await;
 }

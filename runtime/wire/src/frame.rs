@@ -37,6 +37,26 @@ use std::sync::Arc;
 
 pub mod state_chunk;
 
+/// The length of the body (kind byte and payload) a frame header announces, refusing an
+/// empty frame or one over `limits` before anything is reserved for it.
+pub(crate) fn frame_body_len(
+    header: [u8; FRAME_HEADER_BYTES],
+    limits: &FrameLimits,
+) -> Result<usize, WireError> {
+    let [a, b, c, d, _] = header;
+    let frame_bytes = u32::from_le_bytes([a, b, c, d]) as usize;
+    if frame_bytes < 2 {
+        return Err(WireError::EmptyFrame);
+    }
+    if frame_bytes > limits.frame_bytes_max {
+        return Err(WireError::FrameTooLarge {
+            frame_bytes: frame_bytes as u64,
+            frame_bytes_max: limits.frame_bytes_max,
+        });
+    }
+    Ok(frame_bytes - 1)
+}
+
 /// Bytes of the length prefix.
 pub const FRAME_LEN_BYTES: usize = 4;
 /// Bytes before the payload: the length prefix and the kind byte.
@@ -381,18 +401,7 @@ impl FrameDecoder {
 
     /// The length prefix is in: refuse an empty or oversized frame before any reservation.
     fn check_len(&mut self) -> Result<(), WireError> {
-        let [a, b, c, d, _] = self.header;
-        let frame_bytes = u32::from_le_bytes([a, b, c, d]) as usize;
-        if frame_bytes < 2 {
-            return Err(WireError::EmptyFrame);
-        }
-        if frame_bytes > self.limits.frame_bytes_max {
-            return Err(WireError::FrameTooLarge {
-                frame_bytes: frame_bytes as u64,
-                frame_bytes_max: self.limits.frame_bytes_max,
-            });
-        }
-        self.body_len = frame_bytes - 1;
+        self.body_len = frame_body_len(self.header, &self.limits)?;
         Ok(())
     }
 

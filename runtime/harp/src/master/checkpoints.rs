@@ -148,20 +148,27 @@ impl RunningCheckpoint {
         }
     }
 
-    /// The saved rows of `shard` (of `num_shards`), ascending by key.
-    pub(crate) fn saved_rows_of(
+    /// The saved rows of the shards (of `num_shards`) that `wanted` accepts, by shard, each
+    /// ascending by key; one pass over the image.
+    pub(crate) fn saved_rows_by_shard(
         &self,
-        shard: ShardId,
         num_shards: u32,
-    ) -> Vec<(ParamKey, Arc<RowData>)> {
-        let mut rows: Vec<(ParamKey, Arc<RowData>)> = self
-            .image
-            .iter()
-            .filter(|(key, _)| shard_of(**key, num_shards) == shard)
-            .map(|(key, value)| (*key, value.clone()))
-            .collect();
-        rows.sort_unstable_by_key(|(key, _)| *key);
-        rows
+        wanted: impl Fn(ShardId) -> bool,
+    ) -> BTreeMap<ShardId, Vec<(ParamKey, Arc<RowData>)>> {
+        let mut by_shard: BTreeMap<ShardId, Vec<(ParamKey, Arc<RowData>)>> = BTreeMap::new();
+        for (key, value) in &self.image {
+            let shard = shard_of(*key, num_shards);
+            if wanted(shard) {
+                by_shard
+                    .entry(shard)
+                    .or_default()
+                    .push((*key, value.clone()));
+            }
+        }
+        for rows in by_shard.values_mut() {
+            rows.sort_unstable_by_key(|(key, _)| *key);
+        }
+        by_shard
     }
 
     /// The saved value of `key`, `None` when it is its initial value.

@@ -10,6 +10,7 @@
 //! and only then routes the held tasks: every task after the boundary sees the fault, none
 //! before it does. The checkpoint round of that iteration, if due, starts afterwards.
 
+use super::recovery::scalar_differences;
 use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
@@ -34,9 +35,9 @@ impl<A: App> MasterState<A> {
     /// as in flight meanwhile, so the job does not end under them.
     pub(super) fn hold(&mut self, dispatched: Vec<(ExecutorId, A::Args)>, version: Version) {
         self.in_flight += dispatched.len() as u64;
-        if let Some(held) = self.held.as_mut() {
-            held.push((dispatched, version));
-        }
+        self.held
+            .get_or_insert_with(Vec::new)
+            .push((dispatched, version));
     }
 
     /// Starts the injections due at `iteration`, if any; says whether it did (the caller
@@ -190,7 +191,7 @@ async fn inject(
         vec![Vec::new(); servers.len()];
     for (i, value) in replaced {
         let (key, old, server) = &rows[i];
-        squared += squared_difference(old, &value);
+        squared += scalar_differences(old, &value).map(|d| d * d).sum::<f64>();
         per_server[*server].push((*key, Some(value)));
         report.rows_replaced += 1;
     }
@@ -232,21 +233,6 @@ fn gaussian(rng: &mut SplitMix64) -> f64 {
     let unit = |rng: &mut SplitMix64| ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
     let (u, v) = (unit(rng), unit(rng));
     (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
-/// `Σ (a − b)²` over two rows of the same shape (0 for rows of different kinds).
-fn squared_difference(a: &RowData, b: &RowData) -> f64 {
-    match (a, b) {
-        (RowData::F32(a), RowData::F32(b)) => a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-            .sum(),
-        (RowData::I64(a), RowData::I64(b)) => {
-            a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum()
-        }
-        _ => 0.0,
-    }
 }
 
 #[cfg(test)]

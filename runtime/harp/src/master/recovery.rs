@@ -105,12 +105,15 @@ impl<A: App> MasterState<A> {
         self.servers.remove(&server);
         let live: Vec<ServerId> = self.servers.keys().copied().collect();
         let placements = self.shards.place_orphans(server, &live)?;
-        let num_shards = self.shards.num_shards();
+        let mut saved_by_shard = checkpoint
+            .saved_rows_by_shard(self.shards.num_shards(), |shard| {
+                placements.iter().any(|(lost, _)| *lost == shard)
+            });
         let mut rows_restored = 0;
         let mut bytes_restored = 0;
         let mut take_overs = Vec::with_capacity(placements.len());
         for &(shard, to) in &placements {
-            let saved = checkpoint.saved_rows_of(shard, num_shards);
+            let saved = saved_by_shard.remove(&shard).unwrap_or_default();
             rows_restored += saved.len();
             bytes_restored += saved.iter().map(|(_, v)| v.bytes() as u64).sum::<u64>();
             let rows = ShardRows::restored(&self.tables, saved)?;
@@ -122,7 +125,7 @@ impl<A: App> MasterState<A> {
             take_overs.push((shard, to, actor, rows));
         }
         let lost = match at_failure {
-            Some(rows) => Some(lost_values(&self.tables, &rows, |key| {
+            Some(rows) => Some(lost_values(&self.tables, rows, |key| {
                 checkpoint.saved(key).map(|v| (**v).clone())
             })?),
             None => None,
@@ -163,17 +166,15 @@ impl<A: App> MasterState<A> {
             reply,
         } = done;
         if let Err(e) = result {
-            let failure = HarpError::Unrecoverable {
-                server: ServerId(report.server),
-                reason: format!("re-creating its shards failed: {e}"),
-            };
+            let server = ServerId(report.server);
+            let reason = format!("re-creating its shards failed: {e}");
             if let Some(reply) = reply {
                 let _ = reply.send(Err(HarpError::Unrecoverable {
-                    server: ServerId(report.server),
-                    reason: format!("re-creating its shards failed: {e}"),
+                    server,
+                    reason: reason.clone(),
                 }));
             }
-            return Err(failure);
+            return Err(HarpError::Unrecoverable { server, reason });
         }
         for &(shard, to) in &placements {
             self.shards.assign(shard, to)?;
@@ -221,15 +222,12 @@ async fn take_over_all(
 /// and the plain sum of the differences.
 pub(crate) fn lost_values(
     tables: &TableSet,
-    at_failure: &[(ParamKey, RowData)],
+    at_failure: Vec<(ParamKey, RowData)>,
     saved: impl Fn(ParamKey) -> Option<RowData>,
 ) -> Result<LostValues, HarpError> {
     let mut by_table: BTreeMap<harp_core::TableId, Vec<(ParamKey, RowData)>> = BTreeMap::new();
     for (key, value) in at_failure {
-        by_table
-            .entry(key.table)
-            .or_default()
-            .push((*key, value.clone()));
+        by_table.entry(key.table).or_default().push((key, value));
     }
     let mut tables_out = Vec::with_capacity(by_table.len());
     let mut lost_sum = 0.0;
@@ -241,7 +239,7 @@ pub(crate) fn lost_values(
         let plan = plan_recovery(&rows, restored, spec.norm)
             .map_err(|e| HarpError::InvalidConfig(format!("table '{}': {e}", spec.name)))?;
         for ((_, lost), (_, restored)) in rows.iter().zip(&plan.restore) {
-            lost_sum += difference_sum(lost, restored);
+            lost_sum += scalar_differences(lost, restored).sum::<f64>();
         }
         tables_out.push((spec.name.to_string(), plan.report));
     }
@@ -251,16 +249,19 @@ pub(crate) fn lost_values(
     })
 }
 
-/// `Σ (a − b)` over the scalars of two rows of the same kind and width (checked by
-/// [`plan_recovery`] before this runs).
-fn difference_sum(a: &RowData, b: &RowData) -> f64 {
+/// `a − b` for each scalar of two rows of the same kind (none for rows of different kinds;
+/// [`plan_recovery`] checks kinds and widths before [`lost_values`] uses this).
+pub(super) fn scalar_differences<'a>(
+    a: &'a RowData,
+    b: &'a RowData,
+) -> Box<dyn Iterator<Item = f64> + 'a> {
     match (a, b) {
-        (RowData::F32(a), RowData::F32(b)) => a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| f64::from(*x) - f64::from(*y))
-            .sum(),
-        (RowData::I64(a), RowData::I64(b)) => a.iter().zip(b).map(|(x, y)| (x - y) as f64).sum(),
-        _ => 0.0,
+        (RowData::F32(a), RowData::F32(b)) => {
+            Box::new(a.iter().zip(b).map(|(x, y)| f64::from(*x) - f64::from(*y)))
+        }
+        (RowData::I64(a), RowData::I64(b)) => {
+            Box::new(a.iter().zip(b).map(|(x, y)| (x - y) as f64))
+        }
+        _ => Box::new(std::iter::empty()),
     }
 }

@@ -267,17 +267,9 @@ impl Actor for ServerProxy {
                     let _ = reply.send(());
                 });
             }
-            ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
-            // Across processes a server fails by its process dying; dropping the reply
-            // tells the injector this handle cannot crash it.
-            ServerMsg::Crash { .. } => {
-                tracing::warn!(%server, "fault injection by message needs a server in this process");
-            }
-            ServerMsg::Reset { reply, .. } => {
-                let _ = reply.send(Err(HarpError::InvalidConfig(
-                    "fault injection by message needs a server in this process".into(),
-                )));
-            }
+            message @ (ServerMsg::Checkpoint(_)
+            | ServerMsg::Crash { .. }
+            | ServerMsg::Reset { .. }) => message.refuse_across_processes(),
         }
         Ok(())
     }
@@ -373,17 +365,9 @@ impl Actor for ServerNodeProxy {
             ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } | ServerMsg::HandedOver { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
-            ServerMsg::Checkpoint(request) => request.refuse_across_processes(),
-            // Across processes a server fails by its process dying; dropping the reply
-            // tells the injector this handle cannot crash it.
-            ServerMsg::Crash { .. } => {
-                tracing::warn!(%server, "fault injection by message needs a server in this process");
-            }
-            ServerMsg::Reset { reply, .. } => {
-                let _ = reply.send(Err(HarpError::InvalidConfig(
-                    "fault injection by message needs a server in this process".into(),
-                )));
-            }
+            message @ (ServerMsg::Checkpoint(_)
+            | ServerMsg::Crash { .. }
+            | ServerMsg::Reset { .. }) => message.refuse_across_processes(),
         }
         Ok(())
     }

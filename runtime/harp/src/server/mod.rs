@@ -138,12 +138,26 @@ impl CheckpointRequest {
             }
         }
     }
+}
 
-    /// Refuses: checkpoint requests do not travel between node processes yet.
+impl ServerMsg {
+    /// Refuses a request that does not travel between node processes yet: checkpoint
+    /// requests and fault injection (across processes a server fails by its process dying).
+    /// Other requests are dropped, which their senders see as an unreachable server.
     pub(crate) fn refuse_across_processes(self) {
-        self.refuse(HarpError::InvalidConfig(
-            "SCAR checkpoint requests are not carried between node processes yet".into(),
-        ));
+        let refusal = || {
+            HarpError::InvalidConfig(
+                "SCAR checkpoint requests and fault injection by message are not carried between node processes yet".into(),
+            )
+        };
+        match self {
+            ServerMsg::Checkpoint(request) => request.refuse(refusal()),
+            ServerMsg::Reset { reply, .. } => {
+                let _ = reply.send(Err(refusal()));
+            }
+            // A crash request has no reply to refuse: dropping it is the answer.
+            _ => tracing::warn!("{}", refusal()),
+        }
     }
 }
 

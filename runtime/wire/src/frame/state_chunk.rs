@@ -24,7 +24,7 @@
 //!   pieces ([`ReceivedStateChunk`]), for the caller to copy once, into place. Every frame
 //!   and every rejection is counted in [`WireCounters`], like the generic decoder does.
 
-use super::{FrameLimits, FRAME_HEADER_BYTES};
+use super::{frame_body_len, FrameLimits, FRAME_HEADER_BYTES};
 use crate::error::{WireCounters, WireError};
 use crate::message::{ArchivedMessage, Message, MessageKind};
 use bytes::Bytes;
@@ -311,17 +311,8 @@ impl StateChunkReader {
     }
 
     fn check_header(&mut self) -> Result<(), WireError> {
-        let [a, b, c, d, kind] = self.header;
-        let frame_bytes = u32::from_le_bytes([a, b, c, d]) as usize;
-        if frame_bytes < 2 {
-            return Err(WireError::EmptyFrame);
-        }
-        if frame_bytes > self.limits.frame_bytes_max {
-            return Err(WireError::FrameTooLarge {
-                frame_bytes: frame_bytes as u64,
-                frame_bytes_max: self.limits.frame_bytes_max,
-            });
-        }
+        let body_len = frame_body_len(self.header, &self.limits)?;
+        let [.., kind] = self.header;
         match MessageKind::from_u8(kind) {
             None => return Err(WireError::UnknownKind(kind)),
             Some(MessageKind::StateChunk) => {}
@@ -331,7 +322,7 @@ impl StateChunkReader {
                 )))
             }
         }
-        self.payload_len = Some(frame_bytes - 1);
+        self.payload_len = Some(body_len);
         Ok(())
     }
 

@@ -9,4 +9,8 @@ bash scripts/install-test-deps.sh
 # (dlopen), and NVRTC itself loads libnvrtc-builtins from the same directory; with the feature
 # on, the NVRTC compile test runs for real (the CUDA conformance suite skips without a GPU).
 export LD_LIBRARY_PATH="$PWD/target/nvrtc/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A fresh clone (CI) gains nothing from incremental compilation and its caches cost disk.
+if [ "${CI:-}" = "true" ]; then
+    export CARGO_INCREMENTAL=0
+fi
 cargo test --workspace --locked --features harp-kernels/cuda "$@"

@@ -50,7 +50,8 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub metrics_out: Option<std::path::PathBuf>,
     /// Keep SCAR's running checkpoint, saving this fraction r of the parameters every r·C
-    /// iterations (in (0, 1]); a failed server is then recovered from it (in one process).
+    /// iterations (in (0, 1]); a failed server is then recovered from it (across processes:
+    /// a node with only a server role that dies).
     #[arg(long)]
     pub scar_fraction: Option<f64>,
     /// C: the full-checkpoint period in iterations that sets the budget of the running
@@ -74,6 +75,22 @@ pub struct ClusterArgs {
     /// picks the draw.
     #[arg(long, value_parser = parse_injection)]
     pub inject: Vec<harp::Injection>,
+    /// Write a consistent checkpoint (driver, held micro-tasks, executors, every shard) into
+    /// this directory every --checkpoint-every iterations (in one process for now).
+    #[arg(long)]
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// Iterations between consistent checkpoints (MLR: an epoch; counter: one task per
+    /// executor).
+    #[arg(long, default_value_t = 1)]
+    pub checkpoint_every: u64,
+    /// Complete checkpoints kept in the directory.
+    #[arg(long, default_value_t = 3)]
+    pub checkpoint_keep: usize,
+    /// Resume from the newest complete checkpoint in this directory (a damaged one is passed
+    /// over for the previous one); the job must have the checkpoint's layout. Checkpoints
+    /// go on into this directory unless --checkpoint-dir names another.
+    #[arg(long)]
+    pub resume: Option<std::path::PathBuf>,
 }
 
 /// `--scar-recovery`.
@@ -161,6 +178,21 @@ impl ClusterArgs {
                 ScarRecovery::Full => harp::Recovery::Full,
             },
             inject: self.inject.clone(),
+        })
+    }
+
+    /// Consistent checkpoints as the command line asks for them (`None`: neither
+    /// --checkpoint-dir nor --resume). A resumed job writes into its resume directory by
+    /// default.
+    pub fn consistent_options(&self) -> Option<harp::ConsistentOptions> {
+        if self.checkpoint_dir.is_none() && self.resume.is_none() {
+            return None;
+        }
+        Some(harp::ConsistentOptions {
+            checkpoint_dir: self.checkpoint_dir.clone().or_else(|| self.resume.clone()),
+            every: self.checkpoint_every,
+            keep: self.checkpoint_keep,
+            resume_from: self.resume.clone(),
         })
     }
 

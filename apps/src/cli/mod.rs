@@ -1,5 +1,6 @@
 //! The `harp` command line: argument parsing and the `run` subcommands.
 
+mod checkpoints;
 mod cluster;
 mod processes;
 mod run_counter;

@@ -80,16 +80,24 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         .transpose()?
         .map(Arc::new);
     let write_error = Arc::new(std::sync::Mutex::new(None));
-    let outcome = {
-        let (writer, write_error) = (writer.clone(), write_error.clone());
-        super::processes::execute(app.clone(), &args.cluster, true, move |e| {
-            if let Some(Err(err)) = writer.as_ref().map(|w| w.write(e)) {
-                write_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(err);
-            }
-        })?
+    let (outcome, checkpoints) = match args.cluster.consistent_options() {
+        Some(options) => {
+            let (outcome, report) =
+                super::checkpoints::execute(app.clone(), &args.cluster, true, &options)?;
+            (outcome, Some(report))
+        }
+        None => {
+            let (writer, write_error) = (writer.clone(), write_error.clone());
+            let outcome = super::processes::execute(app.clone(), &args.cluster, true, move |e| {
+                if let Some(Err(err)) = writer.as_ref().map(|w| w.write(e)) {
+                    write_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(err);
+                }
+            })?;
+            (outcome, None)
+        }
     };
     if let Some(err) = write_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(err.context("cannot write the metrics file"));
@@ -107,6 +115,9 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         stats: outcome.stats,
     };
     super::scar_report::report(&report.stats, writer.as_deref())?;
+    if let Some(checkpoints) = &checkpoints {
+        super::checkpoints::report(checkpoints, writer.as_deref())?;
+    }
     if let Some(writer) = &writer {
         writer.write(&report)?;
     }

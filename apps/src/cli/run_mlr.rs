@@ -204,11 +204,19 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let outcome = {
-        let observer = observer.clone();
-        super::processes::execute(app, &args.cluster, false, move |event| {
-            observer.scale_event(event)
-        })?
+    let (outcome, checkpoints) = match args.cluster.consistent_options() {
+        Some(options) => {
+            let (outcome, report) =
+                super::checkpoints::execute(app, &args.cluster, false, &options)?;
+            (outcome, Some(report))
+        }
+        None => {
+            let observer = observer.clone();
+            let outcome = super::processes::execute(app, &args.cluster, false, move |event| {
+                observer.scale_event(event)
+            })?;
+            (outcome, None)
+        }
     };
     bar.finish_and_clear();
     if let Some(e) = observer
@@ -230,5 +238,8 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         );
     }
     super::scar_report::report(&outcome.stats, observer.metrics.as_ref())?;
+    if let Some(checkpoints) = &checkpoints {
+        super::checkpoints::report(checkpoints, observer.metrics.as_ref())?;
+    }
     Ok(())
 }

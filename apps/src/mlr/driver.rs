@@ -191,18 +191,86 @@ impl Driver<super::MlrApp> for MlrDriver {
         Ok(())
     }
 
+    /// Saves everything the driver needs to go on exactly where it is: the epoch, its
+    /// running tally, the history, the schedule's position (complete prefix and dispatched
+    /// iterations) and the elapsed time. Refused in the middle of an iteration (some but not
+    /// all of an iteration's tasks completed), which the schedule cannot be rebuilt from;
+    /// the runtime saves at iteration boundaries.
     fn save_state(&self) -> Result<Vec<u8>, AppError> {
-        Ok(serde_json::to_vec(&(self.epoch, &self.history))?)
+        let epoch_start = u64::from(self.epoch) * u64::from(self.iterations_per_epoch);
+        let prefix = self.schedule.completed_prefix();
+        let whole = prefix.saturating_sub(epoch_start) * u64::from(self.executors);
+        if self.tally.train_tasks != whole {
+            return Err(format!(
+                "the MLR driver's state cannot be saved in the middle of an iteration \
+                 ({} training tasks completed in epoch {}, {whole} in whole iterations)",
+                self.tally.train_tasks,
+                self.epoch + 1
+            )
+            .into());
+        }
+        let saved = SavedMlrDriver {
+            epoch: self.epoch,
+            tally: &self.tally,
+            history: &self.history,
+            completed_prefix: prefix,
+            dispatched: self.schedule.dispatched(),
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+        };
+        Ok(serde_json::to_vec(&saved)?)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
-        let (epoch, history): (u32, Vec<EpochMetrics>) = serde_json::from_slice(state)?;
-        self.epoch = epoch;
-        self.history = history;
-        // The saved state is taken between epochs: resume at the start of `epoch`.
-        self.schedule = self
-            .schedule
-            .restarted_at(epoch as u64 * self.iterations_per_epoch as u64);
+        let saved: RestoredMlrDriver = serde_json::from_slice(state)?;
+        if saved.epoch > self.epochs {
+            return Err(format!(
+                "saved MLR driver is at epoch {} of a job with {} epochs",
+                saved.epoch, self.epochs
+            )
+            .into());
+        }
+        self.epoch = saved.epoch;
+        self.tally = saved.tally;
+        self.history = saved.history;
+        // Every iteration below the prefix is complete and none above it has a completion:
+        // restart there, open the epoch, and advance to what was dispatched.
+        let mut schedule = self.schedule.restarted_at(saved.completed_prefix);
+        schedule.allow_until(self.epoch_end());
+        let _already_dispatched = schedule.ready();
+        if schedule.dispatched() != saved.dispatched {
+            return Err(format!(
+                "saved MLR schedule does not match: {} iterations dispatched, {} rebuilt",
+                saved.dispatched,
+                schedule.dispatched()
+            )
+            .into());
+        }
+        self.schedule = schedule;
+        self.started = Instant::now()
+            .checked_sub(std::time::Duration::from_secs_f64(saved.elapsed_s.max(0.0)))
+            .unwrap_or_else(Instant::now);
         Ok(())
     }
+}
+
+/// The MLR driver's saved form.
+#[derive(Serialize)]
+struct SavedMlrDriver<'a> {
+    epoch: u32,
+    tally: &'a EpochTally,
+    history: &'a [EpochMetrics],
+    completed_prefix: u64,
+    dispatched: u64,
+    elapsed_s: f64,
+}
+
+/// [`SavedMlrDriver`], read back.
+#[derive(Deserialize)]
+struct RestoredMlrDriver {
+    epoch: u32,
+    tally: EpochTally,
+    history: Vec<EpochMetrics>,
+    completed_prefix: u64,
+    dispatched: u64,
+    elapsed_s: f64,
 }

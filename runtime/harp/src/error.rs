@@ -75,6 +75,17 @@ pub enum HarpError {
     Unrecoverable { server: ServerId, reason: String },
     #[error("node {node} died ({detail})")]
     NodeDied { node: u32, detail: String },
+    /// Checkpoint storage refused or failed (missing or unwritable directory, another
+    /// app's or job's checkpoints, nothing complete to resume from, ...).
+    #[error(transparent)]
+    Checkpoint(#[from] harp_checkpoint::CheckpointError),
+    /// A checkpoint cannot be resumed by this job: `what` says what differs.
+    #[error("cannot resume from checkpoint {seq} in {}: {what}", .dir.display())]
+    ResumeMismatch {
+        dir: std::path::PathBuf,
+        seq: u64,
+        what: String,
+    },
     #[error(transparent)]
     Net(#[from] harp_net::NetError),
     #[error(transparent)]

@@ -3,11 +3,14 @@
 //! [`run_job`] starts M server actors, the master actor and N worker actors (each hosting
 //! `executors_per_worker` executors) on the caller's tokio runtime, all of them on one node
 //! (one parameter cache, one update log). It returns when the driver finishes, with the
-//! driver itself, counters, and optionally every parameter row.
+//! driver itself, counters, and optionally every parameter row. [`run_job_consistent`]
+//! also takes consistent checkpoints and resumes from them (`consistent.rs`, `resume.rs`).
 
-use crate::app::{App, JobInfo};
+use crate::app::{App, Driver, JobInfo};
+use crate::consistent::{CheckpointLayout, ConsistentOptions, ConsistentReport};
 use crate::error::HarpError;
-use crate::master::{MasterActor, MasterArgs, MasterMsg};
+use crate::master::{ConsistentSetup, MasterActor, MasterArgs, MasterMsg, ResumeStart, WriteSetup};
+use crate::resume::ResumePoint;
 use crate::node::{NodeStats, ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
 use crate::table::{Element, Table};
@@ -156,8 +159,44 @@ pub async fn run_job_controlled<A: App>(
     config: &JobConfig,
     control: crate::control::ControlInbox,
 ) -> Result<JobOutcome<A>, HarpError> {
+    let none = ConsistentOptions::default();
+    run_job_inner(app, config, control, &none)
+        .await
+        .map(|(outcome, _)| outcome)
+}
+
+/// Like [`run_job`], taking consistent checkpoints into `options.checkpoint_dir` and/or
+/// resuming from the newest complete one in `options.resume_from` (see
+/// [`ConsistentOptions`]); returns what the checkpoints did too. A resume needs the
+/// checkpoint's layout (workers, executors per worker, servers, shards per server).
+pub async fn run_job_consistent<A: App>(
+    app: Arc<A>,
+    config: &JobConfig,
+    options: &ConsistentOptions,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    let (_, inbox) = crate::control::job_control();
+    run_job_inner(app, config, inbox, options).await
+}
+
+async fn run_job_inner<A: App>(
+    app: Arc<A>,
+    config: &JobConfig,
+    control: crate::control::ControlInbox,
+    options: &ConsistentOptions,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
     config.validate()?;
+    options.validate()?;
     let started = Instant::now();
+    let layout = CheckpointLayout::of(config);
+    let mut resume = match &options.resume_from {
+        Some(dir) => Some(crate::resume::load(&*app, dir, options.keep, layout)?),
+        None => None,
+    };
+    let write = checkpoint_writer(&*app, options, layout, resume.as_ref())?;
+    let report = Arc::new(Mutex::new(ConsistentReport {
+        resumed: resume.as_ref().map(|r| r.record.clone()),
+        ..ConsistentReport::default()
+    }));
     let tables = Arc::new(app.tables().clone());
     let info = JobInfo {
         num_executors: config.num_executors(),
@@ -183,8 +222,20 @@ pub async fn run_job_controlled<A: App>(
         Some(_) => store.with_server_recovery(),
         None => store,
     });
+    if let Some(point) = resume.as_mut() {
+        let rows = std::mem::take(&mut point.rows);
+        if let Err(e) = crate::resume::restore_rows(&servers, &shard_map, rows).await {
+            stop_servers(&store);
+            return Err(e);
+        }
+    }
 
-    let driver = match app.create_driver(&info) {
+    let driver = match app.create_driver(&info).and_then(|mut driver| {
+        if let Some(point) = &resume {
+            driver.restore_state(&point.driver)?;
+        }
+        Ok(driver)
+    }) {
         Ok(d) => d,
         Err(e) => {
             stop_servers(&store);
@@ -210,6 +261,31 @@ pub async fn run_job_controlled<A: App>(
             return Err(e);
         }
     };
+    let mut executor_states = BTreeMap::new();
+    if write.is_some() || resume.is_some() {
+        let resume_start = resume.map(|point| {
+            executor_states = point.executors;
+            ResumeStart {
+                held: point.held,
+                iteration: point.meta.iteration,
+                version: harp_core::Version(point.meta.version),
+                next_task: point.meta.next_task,
+                tasks_completed: point.meta.tasks_completed,
+            }
+        });
+        let setup = ConsistentSetup {
+            write,
+            resume: resume_start,
+            report: report.clone(),
+        };
+        if master
+            .send_message(MasterMsg::Consistent(Box::new(setup)))
+            .is_err()
+        {
+            stop_servers(&store);
+            return Err(HarpError::MasterUnreachable);
+        }
+    }
     let node = Arc::new(NodeShared {
         store: store.clone(),
         book: Mutex::new(FlushBook::new()),
@@ -220,7 +296,13 @@ pub async fn run_job_controlled<A: App>(
     let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
     let mut workers = BTreeMap::new();
     for id in &worker_ids {
-        let hosted = match create_executors(&*app, &executors.executors_on(*id), &info) {
+        let ids = executors.executors_on(*id);
+        let hosted = if executor_states.is_empty() {
+            create_executors(&*app, &ids, &info)
+        } else {
+            restore_executors(&*app, &ids, &info, &mut executor_states)
+        };
+        let hosted = match hosted {
             Ok(hosted) => hosted,
             Err(e) => {
                 shut_down(&master, workers.values(), &store);
@@ -278,13 +360,19 @@ pub async fn run_job_controlled<A: App>(
     for w in &added.workers {
         w.stop(None);
     }
-    let end = match end {
+    let mut end = match end {
         Ok(end) => end,
         Err(e) => {
             shut_down(&master, workers.values(), &store);
             return Err(e);
         }
     };
+    // The last checkpoint's write finishes before the job reports.
+    if let Some(writing) = end.consistent.take().and_then(|c| c.writing) {
+        if let Err(e) = writing.await {
+            tracing::warn!(error = %e, "the last consistent checkpoint's write did not finish");
+        }
+    }
     let params = if config.collect_params {
         Some(dump_params(&store).await?)
     } else {
@@ -301,11 +389,81 @@ pub async fn run_job_controlled<A: App>(
         injections: end.injections,
     };
     shut_down(&master, workers.values(), &store);
-    Ok(JobOutcome {
-        driver: end.driver,
-        stats,
-        params,
-    })
+    let report = report.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Ok((
+        JobOutcome {
+            driver: end.driver,
+            stats,
+            params,
+        },
+        report,
+    ))
+}
+
+/// The store consistent checkpoints are written to: the resumed directory when
+/// `checkpoint_dir` names it too (the stored job id continues), else a new directory (under
+/// the resumed job's id, or a fresh one).
+fn checkpoint_writer<A: App>(
+    app: &A,
+    options: &ConsistentOptions,
+    layout: CheckpointLayout,
+    resume: Option<&ResumePoint<A::Args>>,
+) -> Result<Option<WriteSetup>, HarpError> {
+    let Some(dir) = &options.checkpoint_dir else {
+        return Ok(None);
+    };
+    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let store = match resume {
+        Some(point) if same_dir(point.store.dir(), dir) => point.store.clone(),
+        Some(point) => harp_checkpoint::CheckpointStore::create(
+            dir,
+            point.store.identity().clone(),
+            options.keep,
+        )?,
+        None => harp_checkpoint::CheckpointStore::create(
+            dir,
+            harp_checkpoint::JobIdentity::new(fresh_job_id(app.name()), app.name()),
+            options.keep,
+        )?,
+    };
+    Ok(Some(WriteSetup {
+        store,
+        every: options.every,
+        layout,
+    }))
+}
+
+/// A job id for a new checkpoint directory: the app, the time and the process.
+fn fresh_job_id(app: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{app}-{nanos:x}-{:x}", std::process::id())
+}
+
+/// Re-creates executors from a checkpoint's saved states (`App::restore_executor`).
+fn restore_executors<A: App>(
+    app: &A,
+    ids: &[harp_core::ExecutorId],
+    info: &JobInfo,
+    states: &mut BTreeMap<harp_core::ExecutorId, Vec<u8>>,
+) -> Result<Vec<(harp_core::ExecutorId, A::Executor)>, HarpError> {
+    ids.iter()
+        .map(|&id| {
+            let state = states.remove(&id).ok_or_else(|| {
+                HarpError::InvalidConfig(format!("the checkpoint holds no state for {id}"))
+            })?;
+            app.restore_executor(id, info, state)
+                .map(|e| (id, e))
+                .map_err(|source| HarpError::ExecutorCreation {
+                    executor: id,
+                    source,
+                })
+        })
+        .collect()
 }
 
 /// Creates the executors a worker hosts (the app loads their input partitions).

@@ -16,6 +16,7 @@
 //! [`JobControl`] while it runs.
 
 pub mod app;
+pub mod consistent;
 pub mod control;
 pub mod error;
 pub mod job;
@@ -23,12 +24,16 @@ mod master;
 mod node;
 pub mod param_client;
 pub mod remote;
+mod resume;
 pub mod scar;
 mod server;
 pub mod table;
 mod worker;
 
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
+pub use consistent::{
+    CheckpointOutcome, CheckpointRecord, ConsistentOptions, ConsistentReport, ResumeRecord,
+};
 pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};
 pub use harp_core::scar::{Norm, Selection};
@@ -36,7 +41,8 @@ pub use harp_core::{shard_of, NodeRoles, ServerId, ShardId, WorkerId};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
-pub use job::{run_job, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};
+pub use job::{
+    run_job, run_job_consistent, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump};
 pub use master::{MoveRecord, ScaleReport};
 pub use node::NodeStats;
 pub use param_client::{ParamClient, Row};

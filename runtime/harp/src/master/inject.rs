@@ -63,6 +63,7 @@ impl<A: App> MasterState<A> {
             .collect();
         let tables = self.tables.clone();
         self.held = Some(Vec::new());
+        self.injecting = true;
         self.deferred_iteration = Some(iteration);
         let myself = myself.clone();
         tokio::spawn(async move {
@@ -83,25 +84,19 @@ impl<A: App> MasterState<A> {
     }
 
     /// The injections ended: route the held micro-tasks, then run the deferred iteration's
-    /// checkpoint round. A failed injection ends the job.
+    /// checkpoint round (unless a consistent checkpoint waits to capture first; see
+    /// [`MasterState::release_held`]). A failed injection ends the job.
     pub(super) fn on_injected(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         injected: Injected,
     ) -> Result<(), HarpError> {
+        self.injecting = false;
         for report in injected? {
             tracing::info!(?report, "fault injected");
             self.injections.push(report);
         }
-        for (dispatched, version) in self.held.take().unwrap_or_default() {
-            let count = dispatched.len() as u64;
-            self.in_flight = self.in_flight.saturating_sub(count);
-            self.route(dispatched, version)?;
-        }
-        if let Some(iteration) = self.deferred_iteration.take() {
-            self.iteration_completed(myself, iteration);
-        }
-        Ok(())
+        self.release_held(myself)
     }
 }
 

@@ -6,13 +6,17 @@
 //!
 //! Scale events (moving executors and shards while the job runs) live in [`moves`]; SCAR's
 //! running checkpoint in [`checkpoints`]; the partial recovery of a failed server in
-//! [`recovery`].
+//! [`recovery`]; consistent checkpoints (hold, capture, background write, resume start) in
+//! [`consistent`].
 
 mod checkpoints;
+mod consistent;
 mod inject;
 mod moves;
 mod recovery;
 
+pub(crate) use consistent::{ConsistentEnd, ConsistentSetup, ResumeStart, WriteSetup};
+pub(crate) use inject::Held;
 pub(crate) use moves::ExecutorInMotion;
 pub use moves::{MoveRecord, ScaleReport};
 
@@ -27,7 +31,7 @@ use checkpoints::{RoundDone, RunningCheckpoint};
 use harp_core::{
     ExecutorId, ExecutorMap, ServerId, ShardId, ShardMap, TaskId, Version, VersionClock, WorkerId,
 };
-use inject::{Held, Injected};
+use inject::Injected;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use recovery::{Recovered, RecoveryReply};
 use std::collections::BTreeMap;
@@ -112,6 +116,8 @@ pub(crate) enum MasterMsg<A: App> {
     Recovered(Recovered),
     /// Injected faults are in place (internal).
     Injected(Injected),
+    /// Consistent checkpoints and the resume point (in-process jobs, before `Start`).
+    Consistent(Box<ConsistentSetup<A>>),
     /// Something the job cannot continue after.
     Failed(HarpError),
 }
@@ -157,6 +163,8 @@ pub(crate) struct MasterEnd<A: App> {
     pub checkpoints: CheckpointStats,
     pub recoveries: Vec<ServerRecovery>,
     pub injections: Vec<crate::scar::InjectionReport>,
+    /// The consistent checkpoint still being written, if any.
+    pub consistent: Option<ConsistentEnd>,
 }
 
 pub(crate) struct MasterArgs<A: App> {
@@ -193,6 +201,10 @@ pub(crate) struct MasterState<A: App> {
     held: Option<Held<A::Args>>,
     /// The iteration whose checkpoint round waits for the injections to end.
     deferred_iteration: Option<u64>,
+    /// Injected faults are being applied (dispatches are held).
+    injecting: bool,
+    /// Consistent checkpoints, if the job takes them or resumed from one.
+    consistent: Option<consistent::ConsistentCheckpoint<A>>,
     injections: Vec<crate::scar::InjectionReport>,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
@@ -234,6 +246,10 @@ impl<A: App> MasterState<A> {
             Some(i) if self.held.is_none() => self.start_injections(myself, i),
             _ => false,
         };
+        if let Some(i) = iteration {
+            // Holds what follows if a consistent checkpoint is due.
+            self.consistent_due(i);
+        }
         if self.held.is_some() {
             // Faults are being injected: these tasks run once they are in place.
             self.hold(dispatched, version);
@@ -395,6 +411,7 @@ impl<A: App> MasterState<A> {
                     .unwrap_or_default(),
                 recoveries: std::mem::take(&mut self.recoveries),
                 injections: std::mem::take(&mut self.injections),
+                consistent: self.consistent.as_mut().map(|c| c.end()),
             }),
             (Err(e), _) => Err(e),
             (Ok(()), None) => Err(HarpError::MasterUnreachable),
@@ -436,6 +453,8 @@ impl<A: App> Actor for MasterActor<A> {
             recoveries: Vec::new(),
             held: None,
             deferred_iteration: None,
+            injecting: false,
+            consistent: None,
             injections: Vec::new(),
             done: Some(args.done),
         })
@@ -465,7 +484,7 @@ impl<A: App> Actor for MasterActor<A> {
                 state.shards = shards;
                 state.routes = routes;
                 state.server_places = server_places.into_iter().map(|p| (p.server, p)).collect();
-                state.drive(&myself, |d, ctx| d.dispatch_initial_tasks(ctx))
+                state.start_driver(&myself)
             }
             MasterMsg::AddWorker(id, actor) => {
                 state.workers.insert(id, actor);
@@ -548,7 +567,17 @@ impl<A: App> Actor for MasterActor<A> {
                 .map(|_| false),
             MasterMsg::Recovered(done) => state.on_recovered(done).map(|_| false),
             MasterMsg::Injected(injected) => state.on_injected(&myself, injected).map(|_| false),
+            MasterMsg::Consistent(setup) => {
+                state.configure_consistent(*setup);
+                Ok(false)
+            }
             MasterMsg::Failed(e) => Err(e),
+        };
+        // A consistent checkpoint captures once nothing is in flight (awaited here: nothing
+        // the capture waits for needs the master).
+        let step = match step {
+            Ok(false) if state.capture_ready() => state.capture(&myself).await.map(|()| false),
+            other => other,
         };
         match step {
             Ok(false) => {}

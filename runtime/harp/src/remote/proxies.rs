@@ -686,7 +686,8 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::CrashServer { .. }
             | MasterMsg::ServerLost { .. }
             | MasterMsg::Recovered(..)
-            | MasterMsg::Injected(..) => {
+            | MasterMsg::Injected(..)
+            | MasterMsg::Consistent(..) => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }
         }

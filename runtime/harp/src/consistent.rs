@@ -1,0 +1,248 @@
+//! Consistent checkpoints (Litz §4.4, DESIGN §2.4 and G1): what a user asks for
+//! ([`ConsistentOptions`]), what the job reports ([`ConsistentReport`]), and the on-disk
+//! contents of one checkpoint, shared by the master that writes it
+//! (`master/consistent.rs`) and the resume that reads it (`resume.rs`).
+//!
+//! A checkpoint is taken at an iteration boundary the driver reports
+//! (`DriverContext::iteration_completed`), every [`ConsistentOptions::every`] iterations:
+//! the master holds new dispatches, waits until nothing is in flight, captures the driver,
+//! the held micro-tasks, every executor and every shard, then lets training go on while the
+//! files are written in the background through `harp-checkpoint` (one write at a time; a
+//! checkpoint due while the previous one is still being written is skipped and counted).
+//!
+//! Files of one checkpoint: `driver` (`Driver::save_state`), `held` (the held micro-tasks
+//! with their versions, postcard), `rows` (every parameter row, postcard), `executor-<id>`
+//! (`Executor::save_state`), and the manifest's metadata ([`CheckpointMeta`], JSON).
+
+use crate::error::HarpError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Format of [`CheckpointMeta`]; a resume refuses any other.
+pub(crate) const META_FORMAT: u32 = 1;
+/// File holding the driver's saved state.
+pub(crate) const DRIVER_FILE: &str = "driver";
+/// File holding the held micro-tasks.
+pub(crate) const HELD_FILE: &str = "held";
+/// File holding every parameter row.
+pub(crate) const ROWS_FILE: &str = "rows";
+
+/// File holding executor `id`'s saved state.
+pub(crate) fn executor_file(id: u32) -> String {
+    format!("executor-{id}")
+}
+
+/// Consistent checkpoints of an in-process job, and resuming from them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsistentOptions {
+    /// Write checkpoints into this directory (created if missing; it must not hold another
+    /// job's checkpoints unless it is also [`resume_from`](Self::resume_from)). `None`:
+    /// write none.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// A checkpoint every this many iterations (the driver's `iteration_completed`), at
+    /// least 1.
+    pub every: u64,
+    /// Complete checkpoints kept in the directory, at least 1.
+    pub keep: usize,
+    /// Resume from the newest complete checkpoint in this directory instead of starting
+    /// afresh.
+    pub resume_from: Option<PathBuf>,
+}
+
+impl Default for ConsistentOptions {
+    fn default() -> Self {
+        Self {
+            checkpoint_dir: None,
+            every: 1,
+            keep: 3,
+            resume_from: None,
+        }
+    }
+}
+
+impl ConsistentOptions {
+    /// Refuses `every == 0` and `keep == 0`.
+    pub fn validate(&self) -> Result<(), HarpError> {
+        if self.every == 0 {
+            return Err(HarpError::InvalidConfig(
+                "a checkpoint every 0 iterations: --checkpoint-every must be at least 1".into(),
+            ));
+        }
+        if self.keep == 0 {
+            return Err(HarpError::InvalidConfig(
+                "keeping 0 checkpoints: --checkpoint-keep must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What happened to one due checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointOutcome {
+    /// Committed to the directory.
+    Written,
+    /// Captured or written with an error (the error says which); training went on.
+    Failed,
+    /// Not taken: the previous checkpoint was still being written.
+    Skipped,
+}
+
+/// One due checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CheckpointRecord {
+    /// The checkpoint's sequence number in the directory: its iteration.
+    pub seq: u64,
+    pub iteration: u64,
+    pub outcome: CheckpointOutcome,
+    /// Bytes of its files (0 unless written).
+    pub bytes: u64,
+    /// How long new dispatches were held (from the boundary to the end of the capture).
+    pub pause_ms: f64,
+    /// How long writing and committing took, in the background.
+    pub write_ms: f64,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// The checkpoint a job resumed from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResumeRecord {
+    pub dir: PathBuf,
+    /// The seq (= iteration) loaded.
+    pub seq: u64,
+    /// The version clock at the checkpoint.
+    pub version: u64,
+    /// Newer checkpoints passed over, newest first: `(seq, why)`.
+    pub skipped: Vec<(u64, String)>,
+}
+
+/// What the job's consistent checkpoints did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ConsistentReport {
+    pub written: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    /// Bytes of every written checkpoint.
+    pub bytes: u64,
+    /// Every due checkpoint, in order.
+    pub checkpoints: Vec<CheckpointRecord>,
+    /// The checkpoint the job started from, if it resumed.
+    pub resumed: Option<ResumeRecord>,
+}
+
+impl ConsistentReport {
+    /// Adds `record` and counts it.
+    pub(crate) fn record(&mut self, record: CheckpointRecord) {
+        match record.outcome {
+            CheckpointOutcome::Written => {
+                self.written += 1;
+                self.bytes += record.bytes;
+            }
+            CheckpointOutcome::Failed => self.failed += 1,
+            CheckpointOutcome::Skipped => self.skipped += 1,
+        }
+        self.checkpoints.push(record);
+    }
+}
+
+/// The job's shape, which a resume must repeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CheckpointLayout {
+    pub workers: u32,
+    pub executors_per_worker: u32,
+    pub servers: u32,
+    pub shards_per_server: u32,
+}
+
+impl CheckpointLayout {
+    pub(crate) fn of(config: &crate::JobConfig) -> Self {
+        Self {
+            workers: config.workers,
+            executors_per_worker: config.executors_per_worker,
+            servers: config.servers,
+            shards_per_server: config.shards_per_server,
+        }
+    }
+
+    /// Every field that differs from `job`'s, as `"name: checkpoint A, this job B"`.
+    pub(crate) fn differences(&self, job: &Self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, saved: u32, now: u32| {
+            if saved != now {
+                out.push(format!("{name}: checkpoint {saved}, this job {now}"));
+            }
+        };
+        check("workers", self.workers, job.workers);
+        check(
+            "executors per worker",
+            self.executors_per_worker,
+            job.executors_per_worker,
+        );
+        check("servers", self.servers, job.servers);
+        check(
+            "shards per server",
+            self.shards_per_server,
+            job.shards_per_server,
+        );
+        out
+    }
+}
+
+/// The manifest metadata of one consistent checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CheckpointMeta {
+    pub format: u32,
+    pub iteration: u64,
+    /// The version clock when it was captured.
+    pub version: u64,
+    /// The next task id the master hands out.
+    pub next_task: u64,
+    /// Completions handed to the driver so far.
+    pub tasks_completed: u64,
+    pub layout: CheckpointLayout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_differences_name_each_field() {
+        let a = CheckpointLayout {
+            workers: 2,
+            executors_per_worker: 1,
+            servers: 2,
+            shards_per_server: 8,
+        };
+        assert!(a.differences(&a).is_empty());
+        let b = CheckpointLayout {
+            servers: 3,
+            shards_per_server: 4,
+            ..a
+        };
+        assert_eq!(
+            a.differences(&b),
+            vec![
+                "servers: checkpoint 2, this job 3".to_string(),
+                "shards per server: checkpoint 8, this job 4".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn options_refuse_zero_every_and_keep() {
+        assert!(ConsistentOptions::default().validate().is_ok());
+        let zero_every = ConsistentOptions {
+            every: 0,
+            ..Default::default()
+        };
+        assert!(zero_every.validate().is_err());
+        let zero_keep = ConsistentOptions {
+            keep: 0,
+            ..Default::default()
+        };
+        assert!(zero_keep.validate().is_err());
+    }
+}

@@ -1,0 +1,466 @@
+//! The master's side of consistent checkpoints (Litz §4.4): when one is due, holding new
+//! dispatches until nothing is in flight, capturing the job, and writing it in the
+//! background; and starting a resumed job from its held micro-tasks.
+//!
+//! When the driver reports an iteration that is due (every `every`-th), the master holds
+//! what the driver dispatches from then on (the same hold fault injection uses,
+//! [`MasterState::hold`]). Once no routed micro-task is in flight (every completion applied
+//! and handed to the driver), no injection runs and no scale event moves anything, the
+//! master captures: the driver's state, the held micro-tasks, the version clock and task
+//! counter (at once), then every executor's state (each is released by its worker, saved
+//! and adopted back, as a move to the same worker) and every server's rows. It then routes
+//! the held micro-tasks — training goes on — and writes the files on a blocking thread.
+//! One write runs at a time; a checkpoint due meanwhile is skipped and counted. A failed
+//! capture or write is counted with its error and training goes on; only an executor that
+//! cannot be given back to its worker ends the job.
+
+use super::inject::Held;
+use super::{MasterMsg, MasterState};
+use crate::app::{App, Driver, Executor};
+use crate::consistent::{
+    executor_file, CheckpointLayout, CheckpointMeta, CheckpointOutcome, CheckpointRecord,
+    ConsistentReport, DRIVER_FILE, HELD_FILE, META_FORMAT, ROWS_FILE,
+};
+use crate::error::HarpError;
+use crate::server::ServerMsg;
+use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
+use harp_checkpoint::CheckpointStore;
+use harp_core::{ExecutorId, ParamKey, RowData, ServerId, Version, VersionClock, WorkerId};
+use ractor::ActorRef;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Where and how often the master writes checkpoints.
+pub(crate) struct WriteSetup {
+    pub store: CheckpointStore,
+    pub every: u64,
+    pub layout: CheckpointLayout,
+}
+
+/// Where a resumed job starts.
+pub(crate) struct ResumeStart<Args> {
+    /// The micro-tasks held at the checkpoint, routed instead of the initial dispatch.
+    pub held: Held<Args>,
+    pub iteration: u64,
+    pub version: Version,
+    pub next_task: u64,
+    pub tasks_completed: u64,
+}
+
+/// What the job hands the master before it starts (`MasterMsg::Consistent`).
+pub(crate) struct ConsistentSetup<A: App> {
+    pub write: Option<WriteSetup>,
+    pub resume: Option<ResumeStart<A::Args>>,
+    pub report: Arc<Mutex<ConsistentReport>>,
+}
+
+/// What the job waits for after the master ends: the write still running, if any.
+pub(crate) struct ConsistentEnd {
+    pub writing: Option<JoinHandle<()>>,
+}
+
+/// The master's consistent-checkpoint state.
+pub(crate) struct ConsistentCheckpoint<A: App> {
+    write: Option<WriteSetup>,
+    resume: Option<Held<A::Args>>,
+    /// The iteration whose checkpoint waits for the in-flight micro-tasks, and when the
+    /// hold began.
+    pending: Option<(u64, Instant)>,
+    last_iteration: Option<u64>,
+    writing: Option<JoinHandle<()>>,
+    report: Arc<Mutex<ConsistentReport>>,
+}
+
+impl<A: App> ConsistentCheckpoint<A> {
+    /// Whether a checkpoint is due at `iteration` (some multiple of `every` in
+    /// `(last reported, iteration]`); records `iteration` as reported.
+    fn due(&mut self, iteration: u64) -> bool {
+        let Some(write) = &self.write else {
+            return false;
+        };
+        let last = self.last_iteration;
+        if last.is_some_and(|last| iteration <= last) {
+            return false;
+        }
+        self.last_iteration = Some(iteration);
+        let first = last.map_or(1, |l| l + 1);
+        let every = write.every.max(1);
+        // The first multiple of `every` at or after `first`.
+        let next_multiple = first.div_ceil(every).saturating_mul(every);
+        next_multiple <= iteration
+    }
+
+    fn record(&self, record: CheckpointRecord) {
+        lock(&self.report).record(record);
+    }
+
+    /// The state to hand back when the job ends.
+    pub(crate) fn end(&mut self) -> ConsistentEnd {
+        ConsistentEnd {
+            writing: self.writing.take(),
+        }
+    }
+}
+
+fn lock(report: &Mutex<ConsistentReport>) -> std::sync::MutexGuard<'_, ConsistentReport> {
+    report
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a capture collected, ready to write.
+struct Captured {
+    meta: CheckpointMeta,
+    driver: Vec<u8>,
+    held: Vec<u8>,
+    executors: Vec<(ExecutorId, Vec<u8>)>,
+    rows: Vec<u8>,
+}
+
+impl<A: App> MasterState<A> {
+    /// Installs consistent checkpoints (and the resume point, if any) before the start.
+    pub(super) fn configure_consistent(&mut self, setup: ConsistentSetup<A>) {
+        let mut last_iteration = None;
+        let mut resume = None;
+        if let Some(start) = setup.resume {
+            self.clock = VersionClock::starting_at(start.version);
+            self.next_task = start.next_task;
+            self.completed = start.tasks_completed;
+            last_iteration = Some(start.iteration);
+            resume = Some(start.held);
+        }
+        self.consistent = Some(ConsistentCheckpoint {
+            write: setup.write,
+            resume,
+            pending: None,
+            last_iteration,
+            writing: None,
+            report: setup.report,
+        });
+    }
+
+    /// Starts the driver: routes a resumed job's held micro-tasks, or runs the initial
+    /// dispatch. Returns whether the job is over.
+    pub(super) fn start_driver(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+    ) -> Result<bool, HarpError> {
+        let resumed = self.consistent.as_mut().and_then(|c| c.resume.take());
+        match resumed {
+            Some(held) => {
+                for (dispatched, version) in held {
+                    self.route(dispatched, version)?;
+                }
+                Ok(self.in_flight == 0)
+            }
+            None => self.drive(myself, |d, ctx| d.dispatch_initial_tasks(ctx)),
+        }
+    }
+
+    /// The driver reported `iteration`: if a checkpoint is due, hold new dispatches from now
+    /// on (the caller holds what this callback dispatched) and return true. A checkpoint due
+    /// while the previous one is still being written is skipped and counted.
+    pub(super) fn consistent_due(&mut self, iteration: u64) -> bool {
+        let Some(consistent) = self.consistent.as_mut() else {
+            return false;
+        };
+        if consistent.pending.is_some() || !consistent.due(iteration) {
+            return false;
+        }
+        if consistent
+            .writing
+            .as_ref()
+            .is_some_and(|w| !w.is_finished())
+        {
+            tracing::warn!(
+                iteration,
+                "consistent checkpoint skipped: the previous one is still being written"
+            );
+            consistent.record(CheckpointRecord {
+                seq: iteration,
+                iteration,
+                outcome: CheckpointOutcome::Skipped,
+                bytes: 0,
+                pause_ms: 0.0,
+                write_ms: 0.0,
+                error: None,
+            });
+            return false;
+        }
+        consistent.pending = Some((iteration, Instant::now()));
+        self.held.get_or_insert_with(Vec::new);
+        true
+    }
+
+    /// Routes the held micro-tasks and runs the deferred iteration's SCAR round — unless a
+    /// consistent checkpoint still waits for its capture, which releases them itself.
+    pub(super) fn release_held(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+    ) -> Result<(), HarpError> {
+        if self
+            .consistent
+            .as_ref()
+            .is_some_and(|c| c.pending.is_some())
+        {
+            return Ok(());
+        }
+        for (dispatched, version) in self.held.take().unwrap_or_default() {
+            let count = dispatched.len() as u64;
+            self.in_flight = self.in_flight.saturating_sub(count);
+            self.route(dispatched, version)?;
+        }
+        if let Some(iteration) = self.deferred_iteration.take() {
+            self.iteration_completed(myself, iteration);
+        }
+        Ok(())
+    }
+
+    /// A checkpoint waits and nothing else is in flight or moving: capture now.
+    pub(super) fn capture_ready(&self) -> bool {
+        let pending = self
+            .consistent
+            .as_ref()
+            .is_some_and(|c| c.pending.is_some());
+        if !pending || self.injecting || self.scale.is_some() || !self.moving.is_empty() {
+            return false;
+        }
+        let held: u64 = self
+            .held
+            .iter()
+            .flatten()
+            .map(|(dispatched, _)| dispatched.len() as u64)
+            .sum();
+        self.in_flight == held
+    }
+
+    /// Captures the job, releases the hold and starts the background write. An error is
+    /// returned only when the job cannot go on (an executor could not be given back).
+    pub(super) async fn capture(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+    ) -> Result<(), HarpError> {
+        let Some((iteration, held_since)) = self.consistent.as_mut().and_then(|c| c.pending.take())
+        else {
+            return Ok(());
+        };
+        let captured = self.collect(iteration).await;
+        let pause_ms = held_since.elapsed().as_secs_f64() * 1e3;
+        self.release_held(myself)?;
+        let captured = match captured {
+            Ok(captured) => captured,
+            Err(CaptureError::Fatal(e)) => return Err(e),
+            Err(CaptureError::Failed(why)) => {
+                tracing::warn!(iteration, error = %why, "consistent checkpoint failed; training goes on");
+                if let Some(c) = &self.consistent {
+                    c.record(failed(iteration, pause_ms, 0.0, why));
+                }
+                return Ok(());
+            }
+        };
+        let Some(consistent) = self.consistent.as_mut() else {
+            return Ok(());
+        };
+        let Some(write) = &consistent.write else {
+            return Ok(());
+        };
+        let store = write.store.clone();
+        let report = consistent.report.clone();
+        consistent.writing = Some(tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let result = write_checkpoint(&store, iteration, captured);
+            let write_ms = started.elapsed().as_secs_f64() * 1e3;
+            let record = match result {
+                Ok(bytes) => {
+                    tracing::info!(
+                        iteration,
+                        bytes,
+                        pause_ms,
+                        write_ms,
+                        "consistent checkpoint written"
+                    );
+                    CheckpointRecord {
+                        seq: iteration,
+                        iteration,
+                        outcome: CheckpointOutcome::Written,
+                        bytes,
+                        pause_ms,
+                        write_ms,
+                        error: None,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(iteration, error = %e, "writing a consistent checkpoint failed; training goes on");
+                    failed(iteration, pause_ms, write_ms, e)
+                }
+            };
+            lock(&report).record(record);
+        }));
+        Ok(())
+    }
+
+    /// Collects everything a checkpoint holds; nothing is in flight.
+    async fn collect(&mut self, iteration: u64) -> Result<Captured, CaptureError> {
+        let Some(layout) = self
+            .consistent
+            .as_ref()
+            .and_then(|c| c.write.as_ref())
+            .map(|w| w.layout)
+        else {
+            return Err(CaptureError::Failed("no checkpoint directory".into()));
+        };
+        let driver = match self.driver.as_ref().map(Driver::save_state) {
+            Some(Ok(state)) => state,
+            Some(Err(e)) => return Err(CaptureError::Failed(format!("the driver's state: {e}"))),
+            None => return Err(CaptureError::Failed("the driver is gone".into())),
+        };
+        let empty = Vec::new();
+        let held = postcard::to_allocvec(self.held.as_ref().unwrap_or(&empty))
+            .map_err(|e| CaptureError::Failed(format!("the held micro-tasks: {e}")))?;
+        let meta = CheckpointMeta {
+            format: META_FORMAT,
+            iteration,
+            version: self.clock.current().0,
+            next_task: self.next_task,
+            tasks_completed: self.completed,
+            layout,
+        };
+        let executors = self.save_executors().await?;
+        let servers: Vec<(ServerId, ActorRef<ServerMsg>)> = self
+            .servers
+            .iter()
+            .map(|(id, actor)| (*id, actor.clone()))
+            .collect();
+        let rows = dump_rows(servers).await.map_err(CaptureError::Failed)?;
+        let rows = postcard::to_allocvec(&rows)
+            .map_err(|e| CaptureError::Failed(format!("the parameter rows: {e}")))?;
+        Ok(Captured {
+            meta,
+            driver,
+            held,
+            executors,
+            rows,
+        })
+    }
+
+    /// Every executor's saved state: each is released by its worker, saved here and adopted
+    /// back by the same worker (it has no micro-task queued).
+    async fn save_executors(&mut self) -> Result<Vec<(ExecutorId, Vec<u8>)>, CaptureError> {
+        let placed: Vec<(ExecutorId, WorkerId)> = self.executors.iter().collect();
+        let mut releases = Vec::with_capacity(placed.len());
+        for (executor, worker) in placed {
+            let actor = self
+                .workers
+                .get(&worker)
+                .ok_or(CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
+            let (reply, released) = oneshot::channel();
+            actor
+                .send_message(WorkerMsg::Release { executor, reply })
+                .map_err(|_| CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
+            releases.push((executor, worker, actor.clone(), released));
+        }
+        let mut states = Vec::with_capacity(releases.len());
+        let mut failure = None;
+        for (executor, worker, actor, released) in releases {
+            let released = released
+                .await
+                .map_err(|_| HarpError::WorkerUnreachable(worker))
+                .and_then(|r| r)
+                .map_err(CaptureError::Fatal)?;
+            let ReleasedExecutor {
+                executor: body,
+                pending,
+            } = released;
+            let ExecutorBody::Live(live) = body else {
+                return Err(CaptureError::Fatal(HarpError::InvalidConfig(format!(
+                    "{executor} came back as saved state; consistent checkpoints run in one process"
+                ))));
+            };
+            match live.save_state() {
+                Ok(state) => states.push((executor, state)),
+                Err(e) => {
+                    failure.get_or_insert(format!("the state of {executor}: {e}"));
+                }
+            }
+            let (adopted, answer) = oneshot::channel();
+            actor
+                .send_message(WorkerMsg::Adopt {
+                    executor,
+                    released: ReleasedExecutor {
+                        executor: ExecutorBody::Live(live),
+                        pending,
+                    },
+                    adopted,
+                })
+                .map_err(|_| CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
+            answer
+                .await
+                .map_err(|_| HarpError::WorkerUnreachable(worker))
+                .and_then(|r| r)
+                .map_err(CaptureError::Fatal)?;
+        }
+        match failure {
+            Some(why) => Err(CaptureError::Failed(why)),
+            None => Ok(states),
+        }
+    }
+}
+
+/// Every row of every server.
+async fn dump_rows(
+    servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
+) -> Result<Vec<(ParamKey, RowData)>, String> {
+    let mut rows = Vec::new();
+    for (id, server) in servers {
+        {
+            let (reply, dump) = oneshot::channel();
+            server
+                .send_message(ServerMsg::Dump { reply })
+                .map_err(|_| format!("{id} is unreachable"))?;
+            rows.extend(dump.await.map_err(|_| format!("{id} did not answer"))?);
+        }
+    }
+    rows.sort_unstable_by_key(|(key, _)| *key);
+    Ok(rows)
+}
+
+/// Why a capture did not produce a checkpoint.
+enum CaptureError {
+    /// The checkpoint is lost; training goes on.
+    Failed(String),
+    /// The job cannot go on.
+    Fatal(HarpError),
+}
+
+fn failed(iteration: u64, pause_ms: f64, write_ms: f64, why: String) -> CheckpointRecord {
+    CheckpointRecord {
+        seq: iteration,
+        iteration,
+        outcome: CheckpointOutcome::Failed,
+        bytes: 0,
+        pause_ms,
+        write_ms,
+        error: Some(why),
+    }
+}
+
+/// Writes and commits checkpoint `seq`; returns its bytes.
+fn write_checkpoint(store: &CheckpointStore, seq: u64, captured: Captured) -> Result<u64, String> {
+    let meta =
+        serde_json::to_value(&captured.meta).map_err(|e| format!("checkpoint metadata: {e}"))?;
+    let write = || -> Result<u64, harp_checkpoint::CheckpointError> {
+        let mut writer = store.begin(seq)?;
+        writer.write_file(DRIVER_FILE, &captured.driver)?;
+        writer.write_file(HELD_FILE, &captured.held)?;
+        writer.write_file(ROWS_FILE, &captured.rows)?;
+        for (executor, state) in &captured.executors {
+            writer.write_file(&executor_file(executor.0), state)?;
+        }
+        let bytes = writer.files().iter().map(|f| f.size).sum();
+        writer.commit(meta)?;
+        Ok(bytes)
+    };
+    write().map_err(|e| e.to_string())
+}

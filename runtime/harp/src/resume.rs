@@ -1,0 +1,149 @@
+//! Resuming a job from its newest complete consistent checkpoint (`--resume DIR`): opening
+//! the directory for the app, loading and verifying the checkpoint (a damaged one is passed
+//! over for the previous one, with a warning), checking it against the job's layout,
+//! decoding its files ([`ResumePoint`]), and putting its rows into the servers before
+//! anything runs. `job.rs` builds the executors and driver from it and the master routes
+//! its held micro-tasks (`master/consistent.rs`).
+
+use crate::app::App;
+use crate::consistent::{
+    executor_file, CheckpointLayout, CheckpointMeta, ResumeRecord, DRIVER_FILE, HELD_FILE,
+    META_FORMAT, ROWS_FILE,
+};
+use crate::error::HarpError;
+use crate::master::Held;
+use crate::server::ServerMsg;
+use harp_checkpoint::{CheckpointStore, LoadedCheckpoint};
+use harp_core::{ExecutorId, ParamKey, RowData, ServerId, ShardMap};
+use ractor::ActorRef;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A loaded, verified and decoded checkpoint.
+pub(crate) struct ResumePoint<Args> {
+    /// The store it came from (it adopted the stored job id).
+    pub store: CheckpointStore,
+    pub meta: CheckpointMeta,
+    pub driver: Vec<u8>,
+    pub held: Held<Args>,
+    /// Every executor's saved state, by id.
+    pub executors: BTreeMap<ExecutorId, Vec<u8>>,
+    pub rows: Vec<(ParamKey, RowData)>,
+    pub record: ResumeRecord,
+}
+
+/// Loads the newest complete checkpoint of `app` in `dir` for a job shaped `layout`.
+pub(crate) fn load<A: App>(
+    app: &A,
+    dir: &Path,
+    keep: usize,
+    layout: CheckpointLayout,
+) -> Result<ResumePoint<A::Args>, HarpError> {
+    let store = CheckpointStore::open_for_resume(dir, app.name(), keep)?;
+    let loaded = store.load_latest()?;
+    let skipped: Vec<(u64, String)> = store
+        .skipped()
+        .into_iter()
+        .map(|s| (s.seq, s.reason.to_string()))
+        .collect();
+    for (seq, why) in &skipped {
+        tracing::warn!(seq, reason = %why, "resume passes over a damaged checkpoint");
+    }
+    let seq = loaded.seq();
+    let mismatch = |what: String| HarpError::ResumeMismatch {
+        dir: dir.to_path_buf(),
+        seq,
+        what,
+    };
+    let meta: CheckpointMeta = serde_json::from_value(loaded.metadata().clone()).map_err(|e| {
+        mismatch(format!(
+            "its metadata is not a harp consistent checkpoint ({e})"
+        ))
+    })?;
+    if meta.format != META_FORMAT {
+        return Err(mismatch(format!(
+            "format {} (this harp reads format {META_FORMAT})",
+            meta.format
+        )));
+    }
+    let differences = meta.layout.differences(&layout);
+    if !differences.is_empty() {
+        return Err(mismatch(format!(
+            "the job's layout differs ({}); run with the checkpoint's layout",
+            differences.join("; ")
+        )));
+    }
+    let driver = loaded.read(DRIVER_FILE)?;
+    let held: Held<A::Args> = postcard::from_bytes(&loaded.read(HELD_FILE)?).map_err(|e| {
+        mismatch(format!(
+            "its held micro-tasks are not {}'s task arguments ({e})",
+            app.name()
+        ))
+    })?;
+    let rows: Vec<(ParamKey, RowData)> = postcard::from_bytes(&loaded.read(ROWS_FILE)?)
+        .map_err(|e| mismatch(format!("its parameter rows do not decode ({e})")))?;
+    let executors = read_executors(&loaded, layout, &mismatch)?;
+    let record = ResumeRecord {
+        dir: dir.to_path_buf(),
+        seq,
+        version: meta.version,
+        skipped,
+    };
+    tracing::info!(seq, iteration = meta.iteration, dir = %dir.display(), "resuming from consistent checkpoint");
+    Ok(ResumePoint {
+        store,
+        meta,
+        driver,
+        held,
+        executors,
+        rows,
+        record,
+    })
+}
+
+fn read_executors(
+    loaded: &LoadedCheckpoint,
+    layout: CheckpointLayout,
+    mismatch: &dyn Fn(String) -> HarpError,
+) -> Result<BTreeMap<ExecutorId, Vec<u8>>, HarpError> {
+    let count = layout.workers.saturating_mul(layout.executors_per_worker);
+    let mut executors = BTreeMap::new();
+    for id in 0..count {
+        let name = executor_file(id);
+        if loaded.info().file(&name).is_none() {
+            return Err(mismatch(format!("it holds no state for executor {id}")));
+        }
+        executors.insert(ExecutorId(id), loaded.read(&name)?);
+    }
+    Ok(executors)
+}
+
+/// Puts `rows` into the servers that own their shards (before anything runs).
+pub(crate) async fn restore_rows(
+    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    shards: &ShardMap,
+    rows: Vec<(ParamKey, RowData)>,
+) -> Result<(), HarpError> {
+    let mut per_server: BTreeMap<ServerId, Vec<(ParamKey, Option<Arc<RowData>>)>> = BTreeMap::new();
+    for (key, value) in rows {
+        per_server
+            .entry(shards.server_of_key(key))
+            .or_default()
+            .push((key, Some(Arc::new(value))));
+    }
+    let mut acks = Vec::new();
+    for (id, rows) in per_server {
+        let server = servers.get(&id).ok_or(HarpError::ServerUnreachable(id))?;
+        let (reply, ack) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Reset { rows, reply })
+            .map_err(|_| HarpError::ServerUnreachable(id))?;
+        acks.push((id, ack));
+    }
+    for (id, ack) in acks {
+        ack.await.map_err(|_| HarpError::ServerUnreachable(id))??;
+    }
+    Ok(())
+}

@@ -6,6 +6,12 @@ use harp_core::{CoreError, ExecutorId, ServerId, TableId, TaskId, WorkerId};
 /// `std::error::Error` converts into it with `?`.
 pub type AppError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+impl From<harp_checkpoint::CheckpointError> for HarpError {
+    fn from(e: harp_checkpoint::CheckpointError) -> Self {
+        HarpError::Checkpoint(Box::new(e))
+    }
+}
+
 /// Errors of the harp runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum HarpError {
@@ -78,7 +84,7 @@ pub enum HarpError {
     /// Checkpoint storage refused or failed (missing or unwritable directory, another
     /// app's or job's checkpoints, nothing complete to resume from, ...).
     #[error(transparent)]
-    Checkpoint(#[from] harp_checkpoint::CheckpointError),
+    Checkpoint(Box<harp_checkpoint::CheckpointError>),
     /// A checkpoint cannot be resumed by this job: `what` says what differs.
     #[error("cannot resume from checkpoint {seq} in {}: {what}", .dir.display())]
     ResumeMismatch {

@@ -10,8 +10,8 @@ use crate::app::{App, Driver, JobInfo};
 use crate::consistent::{CheckpointLayout, ConsistentOptions, ConsistentReport};
 use crate::error::HarpError;
 use crate::master::{ConsistentSetup, MasterActor, MasterArgs, MasterMsg, ResumeStart, WriteSetup};
-use crate::resume::ResumePoint;
 use crate::node::{NodeStats, ParamStore, Routing};
+use crate::resume::ResumePoint;
 use crate::server::{ServerActor, ServerMsg};
 use crate::table::{Element, Table};
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs};
@@ -412,10 +412,11 @@ fn checkpoint_writer<A: App>(
     let Some(dir) = &options.checkpoint_dir else {
         return Ok(None);
     };
-    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    };
+    let same_dir =
+        |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        };
     let store = match resume {
         Some(point) if same_dir(point.store.dir(), dir) => point.store.clone(),
         Some(point) => harp_checkpoint::CheckpointStore::create(

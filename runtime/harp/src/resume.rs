@@ -120,13 +120,16 @@ fn read_executors(
     Ok(executors)
 }
 
+/// Rows to set on one server (`ServerMsg::Reset`).
+type ResetRows = Vec<(ParamKey, Option<Arc<RowData>>)>;
+
 /// Puts `rows` into the servers that own their shards (before anything runs).
 pub(crate) async fn restore_rows(
     servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
     shards: &ShardMap,
     rows: Vec<(ParamKey, RowData)>,
 ) -> Result<(), HarpError> {
-    let mut per_server: BTreeMap<ServerId, Vec<(ParamKey, Option<Arc<RowData>>)>> = BTreeMap::new();
+    let mut per_server: BTreeMap<ServerId, ResetRows> = BTreeMap::new();
     for (key, value) in rows {
         per_server
             .entry(shards.server_of_key(key))

@@ -22,9 +22,6 @@ pub fn execute<A: App>(
 ) -> Result<JobOutcome<A>> {
     let runtime = cluster.runtime()?;
     cluster.validate_scar()?;
-    if cluster.scar_fraction.is_some() && cluster.node_count()?.is_some() {
-        anyhow::bail!("--scar-fraction runs in one process for now (SCAR checkpoint requests are not carried between node processes yet); drop --nodes/--processes");
-    }
     let Some(nodes) = cluster.node_count()? else {
         let job: JobConfig = cluster.job_config(collect_params);
         return Ok(runtime.block_on(harp::run_job(app, &job))?);
@@ -56,6 +53,7 @@ pub fn execute<A: App>(
         launcher: spawn_children.then(|| launcher(children.clone(), creds_dir.clone())),
         events: Some(events_tx),
         desired_nodes: cluster.etcd.is_some().then_some(desired_rx),
+        scar: cluster.scar_options(),
         ..ClusterOptions::default()
     };
     let reporting = runtime.spawn(async move {

@@ -90,6 +90,10 @@ pub struct Assignment {
     /// The server this node runs, and the shards it owns.
     pub server: Option<u32>,
     pub shards: Vec<u32>,
+    /// The job recovers failed servers (SCAR's running checkpoint is on): keep each flush
+    /// part until its server acknowledged it, and send what a failed server left
+    /// unanswered to its shards' new owners once the master reroutes them.
+    pub server_recovery: bool,
 }
 
 /// One shard's owner.
@@ -338,6 +342,28 @@ pub enum OptStateWire {
     Adam { m: Vec<f32>, v: Vec<f32>, step: u64 },
 }
 
+/// A server's answer to [`Message::CheckpointDistances`]: the distance of every row it owns
+/// from its saved value, ascending by key, or why it could not measure them.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum DistancesResult {
+    Ok(Vec<(ParamKeyWire, f64)>),
+    Err(String),
+}
+
+/// A server's answer to [`Message::CheckpointSave`]: the rows it saved (their values now
+/// saved, ascending by key) and the keys of shards it no longer owns (not saved, not
+/// forwarded), or why it saved nothing.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum SaveResult {
+    Ok {
+        saved: Vec<(ParamKeyWire, RowWire)>,
+        not_owned: Vec<ParamKeyWire>,
+    },
+    Err(String),
+}
+
 /// Everything one node sends another. Requests carry a `request_id` chosen by the sender,
 /// echoed in the reply.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -482,6 +508,43 @@ pub enum Message {
     ScaleCommand { add: u32, remove: Vec<u32> },
     /// master → `harp scale`: how the command ended.
     ScaleDone { ok: bool, message: String },
+
+    // ---- SCAR's running checkpoint and fault injection ----
+    /// master → server node: the distance of every row `server` owns from its saved value
+    /// (a checkpoint round's first step). Answered with [`Message::Distances`].
+    CheckpointDistances { request_id: u64, server: u32 },
+    /// server node → master: the answer to [`Message::CheckpointDistances`].
+    Distances {
+        request_id: u64,
+        result: DistancesResult,
+    },
+    /// master → server node: make the current values of `keys` their saved values and send
+    /// them back (a checkpoint round's last step). Answered with [`Message::Saved`].
+    CheckpointSave {
+        request_id: u64,
+        server: u32,
+        keys: Vec<ParamKeyWire>,
+    },
+    /// server node → master: the answer to [`Message::CheckpointSave`].
+    Saved { request_id: u64, result: SaveResult },
+    /// master → server node (fault injection): set these rows of `server` to these values
+    /// (`None`: the table's initial value), all or none. Answered with
+    /// [`Message::ResetDone`].
+    ResetRows {
+        request_id: u64,
+        server: u32,
+        rows: Vec<(ParamKeyWire, Option<RowWire>)>,
+    },
+    /// server node → master: the answer to [`Message::ResetRows`]; `error` is `None` when
+    /// every row was set.
+    ResetDone {
+        request_id: u64,
+        error: Option<String>,
+    },
+    /// master → every node: `server` failed and its shards were re-created elsewhere (sent
+    /// after their [`Message::Reroute`]s): stop waiting for its answers, so what it left
+    /// unanswered goes to the new owners, and forget it.
+    ServerLost { server: u32 },
 }
 
 impl RowWire {
@@ -521,6 +584,19 @@ impl Message {
                 ..
             } => pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
             Message::StateChunk { data, .. } => data.len(),
+            Message::Saved {
+                result: SaveResult::Ok { saved, not_owned },
+                ..
+            } => keyed(saved) + not_owned.len() * PER_ROW,
+            Message::Distances {
+                result: DistancesResult::Ok(distances),
+                ..
+            } => distances.len() * PER_ROW,
+            Message::CheckpointSave { keys, .. } => keys.len() * PER_ROW,
+            Message::ResetRows { rows, .. } => rows
+                .iter()
+                .map(|(_, r)| r.as_ref().map_or(0, RowWire::value_bytes) + PER_ROW)
+                .sum(),
             Message::TakeOverShard { rows, .. } => rows
                 .iter()
                 .map(|r| {
@@ -576,15 +652,26 @@ impl Message {
             Message::ExecutorAdopted { .. } => MessageKind::ExecutorAdopted,
             Message::FetchState { .. } => MessageKind::FetchState,
             Message::StateChunk { .. } => MessageKind::StateChunk,
+            Message::CheckpointDistances { .. } => MessageKind::CheckpointDistances,
+            Message::Distances { .. } => MessageKind::Distances,
+            Message::CheckpointSave { .. } => MessageKind::CheckpointSave,
+            Message::Saved { .. } => MessageKind::Saved,
+            Message::ResetRows { .. } => MessageKind::ResetRows,
+            Message::ResetDone { .. } => MessageKind::ResetDone,
+            Message::ServerLost { .. } => MessageKind::ServerLost,
         }
     }
 
-    /// The typed server id of a `Get`, `Apply` or `Dump`.
+    /// The typed server id of a request to a server (`Get`, `Apply`, `Dump`, a checkpoint
+    /// request, `ResetRows`).
     pub fn server_id(&self) -> Option<ServerId> {
         match self {
             Message::Get { server, .. }
             | Message::Apply { server, .. }
-            | Message::Dump { server, .. } => Some(ServerId(*server)),
+            | Message::Dump { server, .. }
+            | Message::CheckpointDistances { server, .. }
+            | Message::CheckpointSave { server, .. }
+            | Message::ResetRows { server, .. } => Some(ServerId(*server)),
             _ => None,
         }
     }
@@ -629,6 +716,13 @@ impl ArchivedMessage {
             ArchivedMessage::ExecutorAdopted { .. } => MessageKind::ExecutorAdopted,
             ArchivedMessage::FetchState { .. } => MessageKind::FetchState,
             ArchivedMessage::StateChunk { .. } => MessageKind::StateChunk,
+            ArchivedMessage::CheckpointDistances { .. } => MessageKind::CheckpointDistances,
+            ArchivedMessage::Distances { .. } => MessageKind::Distances,
+            ArchivedMessage::CheckpointSave { .. } => MessageKind::CheckpointSave,
+            ArchivedMessage::Saved { .. } => MessageKind::Saved,
+            ArchivedMessage::ResetRows { .. } => MessageKind::ResetRows,
+            ArchivedMessage::ResetDone { .. } => MessageKind::ResetDone,
+            ArchivedMessage::ServerLost { .. } => MessageKind::ServerLost,
         }
     }
 }
@@ -684,11 +778,18 @@ pub enum MessageKind {
     ExecutorAdopted = 33,
     FetchState = 34,
     StateChunk = 35,
+    CheckpointDistances = 36,
+    Distances = 37,
+    CheckpointSave = 38,
+    Saved = 39,
+    ResetRows = 40,
+    ResetDone = 41,
+    ServerLost = 42,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 35;
+    pub const COUNT: usize = 42;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -727,6 +828,13 @@ impl MessageKind {
         MessageKind::ExecutorAdopted,
         MessageKind::FetchState,
         MessageKind::StateChunk,
+        MessageKind::CheckpointDistances,
+        MessageKind::Distances,
+        MessageKind::CheckpointSave,
+        MessageKind::Saved,
+        MessageKind::ResetRows,
+        MessageKind::ResetDone,
+        MessageKind::ServerLost,
     ];
 
     /// The kind a header byte names, if any.
@@ -782,6 +890,13 @@ impl MessageKind {
             MessageKind::ExecutorAdopted => "executor_adopted",
             MessageKind::FetchState => "fetch_state",
             MessageKind::StateChunk => "state_chunk",
+            MessageKind::CheckpointDistances => "checkpoint_distances",
+            MessageKind::Distances => "distances",
+            MessageKind::CheckpointSave => "checkpoint_save",
+            MessageKind::Saved => "saved",
+            MessageKind::ResetRows => "reset_rows",
+            MessageKind::ResetDone => "reset_done",
+            MessageKind::ServerLost => "server_lost",
         }
     }
 }
@@ -824,6 +939,22 @@ mod tests {
                 Message::Rows {
                     request_id: 9,
                     rows: RowsResult::Ok(rows(n, values).into_iter().map(|(_, r)| r).collect()),
+                },
+                Message::Saved {
+                    request_id: 4,
+                    result: SaveResult::Ok {
+                        saved: rows(n, values),
+                        not_owned: rows(n, 1).into_iter().map(|(k, _)| k).collect(),
+                    },
+                },
+                Message::ResetRows {
+                    request_id: 5,
+                    server: 1,
+                    rows: rows(n, values)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (k, r))| (k, (i % 3 != 0).then_some(r)))
+                        .collect(),
                 },
             ] {
                 let frame = crate::encode(&message).unwrap();

@@ -149,8 +149,11 @@ impl RouteTarget {
     fn forget_server(&self, server: ServerId) {
         match self {
             RouteTarget::Local(store) => store.forget_server(server),
-            // Across processes a failed server's node is gone from the job's links.
-            RouteTarget::Remote(_) => {}
+            // After the reroutes, on the same ordered stream. A node that is gone no longer
+            // routes anything.
+            RouteTarget::Remote(link) => {
+                let _ = link.send(&harp_wire::Message::ServerLost { server: server.0 });
+            }
         }
     }
 }

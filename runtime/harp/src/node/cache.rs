@@ -235,6 +235,16 @@ impl ParamCache {
         });
     }
 
+    /// Forgets the fetches of `keys` that failed, so a read retried after a reroute sends a
+    /// new request instead of waiting on the failed one again (the clean-up task that
+    /// removes them may not have run yet).
+    pub(crate) fn forget_failed_fetches(&self, keys: &[ParamKey]) {
+        for key in keys {
+            self.pending
+                .remove_if(key, |_, p| matches!(p.fetch.peek(), Some(Err(_))));
+        }
+    }
+
     /// Rows currently cached (any version).
     pub(crate) fn len(&self) -> usize {
         self.entries.len()

@@ -108,7 +108,11 @@ impl ParamStore {
                     if !self.wait_rerouted_away(server, keys, deadline).await {
                         return Err(HarpError::ServerUnreachable(server));
                     }
+                    // Not the failed fetch again: without this the retry would find it
+                    // pending, fail at once and loop without ever yielding its thread.
+                    self.cache.forget_failed_fetches(keys);
                     NodeCounters::add(&self.counters.requests_resent, 1);
+                    tokio::task::yield_now().await;
                 }
                 other => return other,
             }

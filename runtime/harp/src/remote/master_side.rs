@@ -1,6 +1,7 @@
 //! The master process of a job across processes: waits for its nodes, assigns them work,
 //! runs the driver, watches the nodes' leases, and collects the parameters at the end.
 
+use super::failures::node_died;
 use super::job_id;
 use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
@@ -53,6 +54,10 @@ pub struct ClusterOptions {
     /// `launcher` or lets the most recently joined nodes leave; one value is applied at a
     /// time and the latest one wins; `None` asks for nothing.
     pub desired_nodes: Option<watch::Receiver<Option<u32>>>,
+    /// SCAR's running checkpoint (rounds over the node processes' servers, fault
+    /// injection); with it, the death of a node that holds only a server is recovered from
+    /// the checkpoint instead of ending the job.
+    pub scar: Option<crate::scar::ScarOptions>,
 }
 
 impl Default for ClusterOptions {
@@ -68,6 +73,7 @@ impl Default for ClusterOptions {
             launcher: None,
             events: None,
             desired_nodes: None,
+            scar: None,
         }
     }
 }
@@ -222,6 +228,7 @@ pub async fn run_job_across_controlled<A: App>(
                 .iter()
                 .map(|s| s.0)
                 .collect(),
+            server_recovery: options.scar.is_some(),
         };
         node.link.send(&Message::Assign(assignment))?;
         node.link.send(&Message::Placement(placement.clone()))?;
@@ -236,7 +243,7 @@ pub async fn run_job_across_controlled<A: App>(
             driver,
             info: info.clone(),
             tables: Arc::new(app.tables().clone()),
-            scar: None,
+            scar: options.scar.clone(),
             done: done_tx,
         },
     )
@@ -278,6 +285,7 @@ pub async fn run_job_across_controlled<A: App>(
         launcher: options.launcher.clone(),
         events,
         leaving: leaving_tx,
+        server_recovery: options.scar.is_some(),
     });
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
     // The master reaches each node's server only to hand shards over.
@@ -314,26 +322,15 @@ pub async fn run_job_across_controlled<A: App>(
         tokio::spawn(read_node::<A>(node.id, incoming, ctx.clone(), pending));
     }
     drop(nodes);
-    {
+    let outside_failures = {
         let ctx = ctx.clone();
         tokio::spawn(async move {
             while let Some((node, seen)) = failures.recv().await {
-                let held = {
-                    let roster = roster::lock(&ctx.roster);
-                    if roster.has_left(node) {
-                        continue; // it left the job: its membership record goes with it
-                    }
-                    roster.holdings(node)
-                };
-                let detail = format!("{seen}; it held {held}");
-                let _ = ctx
-                    .master
-                    .send_message(MasterMsg::Failed(HarpError::NodeDied { node, detail }));
-                return;
+                node_died(&ctx, node, &seen);
             }
-        });
-    }
-    tokio::spawn(watch_leases::<A>(ctx.clone()));
+        })
+    };
+    let leases = tokio::spawn(watch_leases::<A>(ctx.clone()));
     let control = tokio::spawn(crate::control::serve_across(
         control,
         master.clone(),
@@ -357,6 +354,10 @@ pub async fn run_job_across_controlled<A: App>(
         .map(|(desired, joins)| tokio::spawn(roster::follow_desired(ctx.clone(), desired, joins)));
 
     let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+    // Nodes exit once the job ended: that is no death.
+    roster::lock(&ctx.roster).end_job();
+    outside_failures.abort();
+    leases.abort();
     control.abort();
     accepting.abort();
     leaves.abort();
@@ -541,20 +542,10 @@ pub(crate) async fn read_node<A: App>(
         }
     };
     pending.fail_all();
-    let held = {
-        let roster = roster::lock(&ctx.roster);
-        if roster.has_left(node) {
-            return;
-        }
-        roster.holdings(node)
-    };
-    let _ = master.send_message(MasterMsg::Failed(HarpError::NodeDied {
-        node,
-        detail: format!("{cause}; it held {held}"),
-    }));
+    node_died(&ctx, node, &cause);
 }
 
-/// Ticks the membership view at its next lease deadline and reports the first death (a node
+/// Ticks the membership view at its next lease deadline and reports every death (a node
 /// that left is no longer in the view).
 async fn watch_leases<A: App>(ctx: Arc<RosterContext<A>>) {
     loop {
@@ -562,7 +553,7 @@ async fn watch_leases<A: App>(ctx: Arc<RosterContext<A>>) {
         let (next, died) = {
             let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
             view.tick(now);
-            let mut died = None;
+            let mut died = Vec::new();
             while let Some(event) = view.poll_event() {
                 if let MembershipEvent::Died {
                     node,
@@ -571,21 +562,14 @@ async fn watch_leases<A: App>(ctx: Arc<RosterContext<A>>) {
                     ..
                 } = event
                 {
-                    died.get_or_insert((node, detected_at_ms.saturating_sub(last_seen_ms)));
+                    died.push((node, detected_at_ms.saturating_sub(last_seen_ms)));
                 }
             }
             (view.next_deadline_ms(), died)
         };
-        if let Some((node, silent_ms)) = died {
-            let held = roster::lock(&ctx.roster).holdings(node.0);
-            let error = HarpError::NodeDied {
-                node: node.0,
-                detail: format!(
-                    "its lease expired after {silent_ms} ms without a heartbeat; it held {held}"
-                ),
-            };
-            let _ = ctx.master.send_message(MasterMsg::Failed(error));
-            return;
+        for (node, silent_ms) in died {
+            let cause = format!("its lease expired after {silent_ms} ms without a heartbeat");
+            node_died(&ctx, node.0, &cause);
         }
         // With no member left to watch, look again later (a node may join).
         let wait = match next {

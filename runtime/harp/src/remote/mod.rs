@@ -10,7 +10,14 @@
 //! `Placement` (which server holds which shard, and where it listens). Nodes dial the nodes
 //! whose servers they need, create their executors, and report `Ready`; then the driver
 //! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
-//! connection breaks, is reported dead with what it held, and the job ends with that error.
+//! connection breaks, is dead ([`failures`]): a server-only node of a job with SCAR's
+//! running checkpoint is recovered from it (its shards re-created on the live servers);
+//! any other death ends the job with an error naming the node and what it held.
+//!
+//! SCAR's checkpoint rounds and fault injection reach the servers of node processes through
+//! the master's link to each node (`CheckpointDistances`/`Distances`,
+//! `CheckpointSave`/`Saved`, `ResetRows`/`ResetDone`, `Dump`/`DumpRows`; the re-created
+//! shards of a failed server as `TakeOverShard`/`TookOver`).
 //!
 //! While the job runs ([`roster`]): a node may join (it gets an empty assignment, the other
 //! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node
@@ -20,6 +27,7 @@
 //! `ScaleCommand`.
 
 mod codec;
+mod failures;
 mod master_side;
 mod node_side;
 mod proxies;

@@ -167,6 +167,7 @@ pub async fn run_node_leaving<A: App>(
     let outbox = Arc::new(StateOutbox::default());
     let dialer = Dialer {
         endpoint: endpoint.clone(),
+        me,
         hello: hello(me),
         counters: counters.clone(),
     };
@@ -299,13 +300,20 @@ async fn start_node<A: App>(
     for place in &placement.shards {
         shard_map.assign(ShardId(place.shard), ServerId(place.server))?;
     }
-    let store = Arc::new(ParamStore::new(
+    let store = ParamStore::new(
         tables,
         Routing {
             shard_map,
             servers: servers.clone(),
         },
-    ));
+    );
+    // With SCAR's running checkpoint the master recovers failed servers: a flush part or a
+    // read a failed server left unanswered goes to its shards' new owners.
+    let store = Arc::new(if assignment.server_recovery {
+        store.with_server_recovery()
+    } else {
+        store
+    });
     let master = spawn(MasterProxy::<A>::new(), master_link).await?;
     let info = JobInfo {
         num_executors: assignment.job.num_executors,
@@ -334,6 +342,8 @@ async fn start_node<A: App>(
 #[derive(Clone)]
 struct Dialer {
     endpoint: NetEndpoint,
+    /// This node's id.
+    me: u32,
     /// This node's hello, the first message on every link it opens.
     hello: Message,
     counters: Arc<WireCounters>,
@@ -378,7 +388,7 @@ impl Dialer {
     /// A proxy for server `id`, listening at `addr`.
     async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
         let (link, incoming) = self.open(addr, &id.to_string()).await?;
-        spawn(ServerProxy, (id, link, incoming)).await
+        spawn(ServerProxy, (id, self.me, link, incoming)).await
     }
 }
 
@@ -401,6 +411,21 @@ async fn reach_new_servers(
         tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined");
     }
     Ok(())
+}
+
+/// `server` failed and its shards are on other servers now (the master rerouted them
+/// first): forget it and stop its proxy, which drops every reply still awaited from it, so
+/// the reads and flush parts it left unanswered go to the new owners.
+fn forget_server(
+    store: &ParamStore,
+    servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    server: ServerId,
+) {
+    store.forget_server(server);
+    if let Some(proxy) = servers.remove(&server) {
+        proxy.stop(Some("server lost".into()));
+    }
+    tracing::warn!(%server, "a server failed; its shards were re-created on the others");
 }
 
 /// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered.
@@ -820,6 +845,21 @@ async fn serve_master<A: App>(
             Message::Reroute { shard, server } => {
                 store.reroute(ShardId(shard), ServerId(server))?;
             }
+            Message::ServerLost { server } => forget_server(store, servers, ServerId(server)),
+            message @ (Message::CheckpointDistances { .. }
+            | Message::CheckpointSave { .. }
+            | Message::ResetRows { .. }
+            | Message::TakeOverShard { .. }) => match local_server {
+                Some(server) => {
+                    if !serve_server_request(master_link, message, server) {
+                        tracing::warn!(node = me, "the local server stopped");
+                    }
+                }
+                // Its reply is never sent: the master sees the request fail with the link.
+                None => {
+                    tracing::warn!(node = me, kind = ?message.kind(), "a server request to a node without a server")
+                }
+            },
             Message::Placement(placement) => {
                 reach_new_servers(&placement, store, servers, dialer).await?;
             }

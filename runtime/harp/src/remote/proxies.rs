@@ -7,12 +7,17 @@ use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
-use crate::server::{ServerMsg, ShardMoved, ShardRows};
+use crate::server::{
+    CheckpointRequest, DistancesReply, SaveAnswer, SaveReply, ServerMsg, ShardMoved, ShardRows,
+};
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{CompletionWire, HandOffResult, Message, ReleaseResult, RowsResult, TaskEnvelope};
+use harp_wire::{
+    CompletionWire, DistancesResult, HandOffResult, Message, ReleaseResult, RowsResult, SaveResult,
+    TaskEnvelope,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +55,12 @@ pub(crate) enum Pending {
     TookOver(oneshot::Sender<()>),
     /// A node has nothing in flight to a leaving server any more.
     Drained(oneshot::Sender<()>),
+    /// A server node's answer to `CheckpointDistances`.
+    Distances(DistancesReply),
+    /// A server node's answer to `CheckpointSave`.
+    Saved(SaveReply),
+    /// A server node's answer to `ResetRows`.
+    ResetDone(oneshot::Sender<Result<(), HarpError>>),
 }
 
 /// Replies in flight on one link.
@@ -126,6 +137,38 @@ impl PendingReplies {
                 }
                 None
             }
+            Message::Distances { request_id, result } => {
+                if let Some((_, Pending::Distances(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(match result {
+                        DistancesResult::Ok(d) => {
+                            Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
+                        }
+                        DistancesResult::Err(e) => Err(HarpError::Remote(e)),
+                    });
+                }
+                None
+            }
+            Message::Saved { request_id, result } => {
+                if let Some((_, Pending::Saved(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(match result {
+                        SaveResult::Ok { saved, not_owned } => Ok(SaveAnswer {
+                            saved: saved
+                                .into_iter()
+                                .map(|(k, r)| (k.into(), Arc::new(RowData::from(r))))
+                                .collect(),
+                            not_owned: not_owned.into_iter().map(Into::into).collect(),
+                        }),
+                        SaveResult::Err(e) => Err(HarpError::Remote(e)),
+                    });
+                }
+                None
+            }
+            Message::ResetDone { request_id, error } => {
+                if let Some((_, Pending::ResetDone(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
             other => Some(other),
         }
     }
@@ -153,6 +196,8 @@ pub(crate) struct ServerProxy;
 
 pub(crate) struct ServerProxyState {
     server: ServerId,
+    /// The node this proxy runs on: flushes carry it, with their flush id, as their batch id.
+    node: u32,
     link: Link,
     pending: Arc<PendingReplies>,
 }
@@ -160,12 +205,12 @@ pub(crate) struct ServerProxyState {
 impl Actor for ServerProxy {
     type Msg = ServerMsg;
     type State = ServerProxyState;
-    type Arguments = (ServerId, Link, mpsc::UnboundedReceiver<Incoming>);
+    type Arguments = (ServerId, u32, Link, mpsc::UnboundedReceiver<Incoming>);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<ServerMsg>,
-        (server, link, mut incoming): Self::Arguments,
+        (server, node, link, mut incoming): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let pending = Arc::new(PendingReplies::default());
         let replies = pending.clone();
@@ -179,9 +224,23 @@ impl Actor for ServerProxy {
         });
         Ok(ServerProxyState {
             server,
+            node,
             link,
             pending,
         })
+    }
+
+    /// A proxy stops when its server failed: closing the link ends the reader, which drops
+    /// every awaited reply, so the requests see an unreachable server (and, with server
+    /// recovery, go to the shards' new owners).
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.link.close("server lost");
+        state.pending.fail_all();
+        Ok(())
     }
 
     async fn handle(
@@ -207,7 +266,7 @@ impl Actor for ServerProxy {
                 let message = Message::Apply {
                     request_id,
                     server,
-                    node_id: 0,
+                    node_id: state.node,
                     flush_id: request_id,
                     updates,
                 };
@@ -216,9 +275,10 @@ impl Actor for ServerProxy {
                 // A lost link is reported by the link's reader (the pending reply is dropped).
                 tokio::spawn(async move { send_sized(&link, message).await });
             }
-            ServerMsg::Dump { reply } => {
-                let request_id = state.pending.register(Pending::Dump(reply));
-                let _ = state.link.send(&Message::Dump { request_id, server });
+            message @ (ServerMsg::Dump { .. }
+            | ServerMsg::Checkpoint(_)
+            | ServerMsg::Reset { .. }) => {
+                forward_on_link(&state.link, &state.pending, state.server, message)
             }
             ServerMsg::HandOff { shard, reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(format!(
@@ -228,32 +288,12 @@ impl Actor for ServerProxy {
             ServerMsg::TakeOver { shard, rows, ack } => {
                 // The old owner holds the shard's requests until `ack`, so nothing it
                 // forwards can overtake the rows; everything else keeps flowing meanwhile.
-                let (tx, rx) = oneshot::channel();
-                let request_id = state.pending.register(Pending::TookOver(tx));
-                let (link, pending) = (state.link.clone(), state.pending.clone());
-                let message = Message::TakeOverShard {
-                    request_id,
-                    shard: shard.0,
-                    rows: rows.to_wire(),
-                };
-                // On failure `ack` is dropped, which tells the old owner the move failed, and
-                // the reply is no longer awaited (a drain must not wait for it).
-                tokio::spawn(async move {
-                    if let Err(e) = send_sized(&link, message).await {
-                        tracing::warn!(%shard, server, error = %e, "could not send a shard's rows");
-                        pending.forget(request_id);
-                        return;
-                    }
-                    match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
-                        Ok(Ok(())) => {
-                            let _ = ack.send(());
-                        }
-                        _ => {
-                            tracing::warn!(%shard, server, "the new owner did not confirm it took over the rows");
-                            pending.forget(request_id);
-                        }
-                    }
-                });
+                take_over_on_link(
+                    &state.link,
+                    &state.pending,
+                    state.server,
+                    (shard, rows, ack),
+                );
             }
             ServerMsg::HandedOver { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
@@ -267,12 +307,112 @@ impl Actor for ServerProxy {
                     let _ = reply.send(());
                 });
             }
-            message @ (ServerMsg::Checkpoint(_)
-            | ServerMsg::Crash { .. }
-            | ServerMsg::Reset { .. }) => message.refuse_across_processes(),
+            message @ ServerMsg::Crash { .. } => message.refuse_across_processes(),
         }
         Ok(())
     }
+}
+
+/// Sends a request a server answers from its rows (a dump, a checkpoint request, a reset)
+/// over `link` to `server`'s node; the answer resolves the request's reply. A link that is
+/// gone drops the reply, which its sender sees as an unreachable server.
+pub(crate) fn forward_on_link(
+    link: &Link,
+    pending: &Arc<PendingReplies>,
+    server: ServerId,
+    message: ServerMsg,
+) {
+    let (request_id, wire) = match message {
+        ServerMsg::Dump { reply } => {
+            let request_id = pending.register(Pending::Dump(reply));
+            let server = server.0;
+            (request_id, Message::Dump { request_id, server })
+        }
+        ServerMsg::Checkpoint(CheckpointRequest::Distances { reply }) => {
+            let request_id = pending.register(Pending::Distances(reply));
+            let server = server.0;
+            (
+                request_id,
+                Message::CheckpointDistances { request_id, server },
+            )
+        }
+        ServerMsg::Checkpoint(CheckpointRequest::Save { keys, reply }) => {
+            let request_id = pending.register(Pending::Saved(reply));
+            let keys = keys.into_iter().map(Into::into).collect();
+            let server = server.0;
+            (
+                request_id,
+                Message::CheckpointSave {
+                    request_id,
+                    server,
+                    keys,
+                },
+            )
+        }
+        ServerMsg::Reset { rows, reply } => {
+            let request_id = pending.register(Pending::ResetDone(reply));
+            let rows = rows
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.map(|v| harp_wire::RowWire::from(&*v))))
+                .collect();
+            let server = server.0;
+            (
+                request_id,
+                Message::ResetRows {
+                    request_id,
+                    server,
+                    rows,
+                },
+            )
+        }
+        other => {
+            tracing::debug!(%server, "not a request forwarded on a link");
+            drop(other);
+            return;
+        }
+    };
+    let (link, pending) = (link.clone(), pending.clone());
+    tokio::spawn(async move {
+        if send_sized(&link, wire).await.is_err() {
+            // The node is gone: its reader fails every waiter; this one at once.
+            pending.forget(request_id);
+        }
+    });
+}
+
+/// Sends `shard`'s rows to `server`'s node over `link` and releases `ack` once that node
+/// holds them. On failure `ack` is dropped, which tells the sender the take-over failed, and
+/// the reply is no longer awaited (a drain must not wait for it).
+fn take_over_on_link(
+    link: &Link,
+    pending: &Arc<PendingReplies>,
+    server: ServerId,
+    (shard, rows, ack): (harp_core::ShardId, ShardRows, oneshot::Sender<()>),
+) {
+    let (tx, rx) = oneshot::channel();
+    let request_id = pending.register(Pending::TookOver(tx));
+    let (link, pending) = (link.clone(), pending.clone());
+    let message = Message::TakeOverShard {
+        request_id,
+        shard: shard.0,
+        rows: rows.to_wire(),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = send_sized(&link, message).await {
+            tracing::warn!(%shard, %server, error = %e, "could not send a shard's rows");
+            pending.forget(request_id);
+            return;
+        }
+        match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
+            Ok(Ok(())) => {
+                let _ = ack.send(());
+            }
+            _ => {
+                tracing::warn!(%shard, %server, "the new owner did not confirm it took over the rows");
+                pending.forget(request_id);
+            }
+        }
+    });
 }
 
 /// Waits until no reply is awaited on `pending`, twice in a row [`DRAIN_RECHECK`] apart (a
@@ -297,8 +437,10 @@ const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long a shard's old owner waits for the new one to confirm it holds the rows.
 const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Stands (on the master) for the server of a node: only shard hand-offs go this way (the
-/// nodes read and flush to each other directly).
+/// Stands (on the master) for the server of a node: shard hand-offs, SCAR's checkpoint
+/// requests, resets and dumps (fault injection), and the take-overs of a failed server's
+/// shards go this way; reads and flushes do not (the nodes read and flush to each other
+/// directly).
 pub(crate) struct ServerNodeProxy;
 
 impl Actor for ServerNodeProxy {
@@ -362,12 +504,17 @@ impl Actor for ServerNodeProxy {
             ServerMsg::Drain { reply } => {
                 let _ = reply.send(());
             }
-            ServerMsg::Dump { .. } | ServerMsg::TakeOver { .. } | ServerMsg::HandedOver { .. } => {
+            // A failed server's shards re-created here from the running checkpoint.
+            ServerMsg::TakeOver { shard, rows, ack } => {
+                take_over_on_link(link, pending, *server, (shard, rows, ack));
+            }
+            message @ (ServerMsg::Dump { .. }
+            | ServerMsg::Checkpoint(_)
+            | ServerMsg::Reset { .. }) => forward_on_link(link, pending, *server, message),
+            ServerMsg::HandedOver { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
-            message @ (ServerMsg::Checkpoint(_)
-            | ServerMsg::Crash { .. }
-            | ServerMsg::Reset { .. }) => message.refuse_across_processes(),
+            message @ ServerMsg::Crash { .. } => message.refuse_across_processes(),
         }
         Ok(())
     }
@@ -460,6 +607,71 @@ pub(crate) fn serve_server_request(
                 if acked.await.is_ok() {
                     let _ = link.send(&Message::TookOver { request_id });
                 }
+            });
+        }
+        Message::CheckpointDistances { request_id, .. } => {
+            let (reply, rx) = oneshot::channel();
+            let request = CheckpointRequest::Distances { reply };
+            if server.send_message(ServerMsg::Checkpoint(request)).is_err() {
+                return false;
+            }
+            tokio::spawn(async move {
+                let result = match rx.await {
+                    Ok(Ok(d)) => {
+                        DistancesResult::Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
+                    }
+                    Ok(Err(e)) => DistancesResult::Err(e.to_string()),
+                    Err(_) => DistancesResult::Err("server stopped".into()),
+                };
+                let _ = send_sized(&link, Message::Distances { request_id, result }).await;
+            });
+        }
+        Message::CheckpointSave {
+            request_id, keys, ..
+        } => {
+            let (reply, rx) = oneshot::channel();
+            let keys = keys.into_iter().map(Into::into).collect();
+            let request = CheckpointRequest::Save { keys, reply };
+            if server.send_message(ServerMsg::Checkpoint(request)).is_err() {
+                return false;
+            }
+            tokio::spawn(async move {
+                let result = match rx.await {
+                    Ok(Ok(answer)) => SaveResult::Ok {
+                        saved: answer
+                            .saved
+                            .iter()
+                            .map(|(k, v)| ((*k).into(), harp_wire::RowWire::from(&**v)))
+                            .collect(),
+                        not_owned: answer.not_owned.into_iter().map(Into::into).collect(),
+                    },
+                    Ok(Err(e)) => SaveResult::Err(e.to_string()),
+                    Err(_) => SaveResult::Err("server stopped".into()),
+                };
+                let _ = send_sized(&link, Message::Saved { request_id, result }).await;
+            });
+        }
+        Message::ResetRows {
+            request_id, rows, ..
+        } => {
+            let (reply, rx) = oneshot::channel();
+            let rows = rows
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.map(|v| Arc::new(RowData::from(v)))))
+                .collect();
+            if server
+                .send_message(ServerMsg::Reset { rows, reply })
+                .is_err()
+            {
+                return false;
+            }
+            tokio::spawn(async move {
+                let error = match rx.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some("server stopped".into()),
+                };
+                let _ = link.send(&Message::ResetDone { request_id, error });
             });
         }
         other => tracing::debug!(kind = ?other.kind(), "ignored on a server link"),

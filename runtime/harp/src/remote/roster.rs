@@ -46,6 +46,11 @@ pub(crate) struct NodeEntry {
 pub(crate) struct Roster {
     nodes: BTreeMap<u32, NodeEntry>,
     departed: BTreeSet<u32>,
+    /// Nodes declared dead whose loss the job survived (a server recovered from SCAR's
+    /// running checkpoint): a second report of the same death is ignored.
+    dead: BTreeSet<u32>,
+    /// The job ended: nodes exiting now are not dying.
+    ended: bool,
     /// Nodes asked to leave whose leave is not finished.
     leaving: BTreeSet<u32>,
     next_id: u32,
@@ -75,15 +80,25 @@ impl Roster {
         self.nodes.values()
     }
 
-    pub(crate) fn has_left(&self, node: u32) -> bool {
-        self.departed.contains(&node)
+    /// Whether `node` left the job or was already declared dead.
+    pub(crate) fn is_gone(&self, node: u32) -> bool {
+        self.departed.contains(&node) || self.dead.contains(&node)
     }
 
-    pub(crate) fn holdings(&self, node: u32) -> String {
-        self.nodes
-            .get(&node)
-            .map(|n| n.holdings.clone())
-            .unwrap_or_default()
+    /// The job ended: from now on a node that goes away is not a death.
+    pub(crate) fn end_job(&mut self) {
+        self.ended = true;
+    }
+
+    /// `node` died: it is no longer part of the job; its entry, the first time (none once
+    /// the job ended).
+    pub(crate) fn bury(&mut self, node: u32) -> Option<NodeEntry> {
+        if self.ended || self.is_gone(node) {
+            return None;
+        }
+        self.dead.insert(node);
+        self.leaving.remove(&node);
+        self.nodes.remove(&node)
     }
 
     fn depart(&mut self, node: u32) -> Option<NodeEntry> {
@@ -121,6 +136,8 @@ pub(crate) struct RosterContext<A: App> {
     pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
     /// Where each node's reader reports a node asking to leave.
     pub leaving: mpsc::UnboundedSender<u32>,
+    /// The job keeps SCAR's running checkpoint: a dead server node is recovered from it.
+    pub server_recovery: bool,
 }
 
 /// How long the master waits for the other nodes to drain a leaving server.
@@ -202,6 +219,7 @@ async fn admit<A: App>(
         executors: Vec::new(),
         server: roles.server.then_some(id),
         shards: Vec::new(),
+        server_recovery: ctx.server_recovery,
     };
     let (tx, rx) = oneshot::channel();
     let asked = ctx.master.send_message(MasterMsg::AddNode {

@@ -125,39 +125,15 @@ pub(crate) enum CheckpointRequest {
 pub(crate) type DistancesReply = oneshot::Sender<Result<Vec<(ParamKey, f64)>, HarpError>>;
 pub(crate) type SaveReply = oneshot::Sender<Result<SaveAnswer, HarpError>>;
 
-impl CheckpointRequest {
-    /// Answers with `error` (a handle that does not carry checkpoint requests).
-    pub(crate) fn refuse(self, error: HarpError) {
-        // A requester that went away no longer needs the answer.
-        match self {
-            CheckpointRequest::Distances { reply } => {
-                let _ = reply.send(Err(error));
-            }
-            CheckpointRequest::Save { reply, .. } => {
-                let _ = reply.send(Err(error));
-            }
-        }
-    }
-}
-
 impl ServerMsg {
-    /// Refuses a request that does not travel between node processes yet: checkpoint
-    /// requests and fault injection (across processes a server fails by its process dying).
-    /// Other requests are dropped, which their senders see as an unreachable server.
+    /// Drops a fault-injection crash sent to a server in another node process: across
+    /// processes a server fails by its process dying (e.g. SIGKILL), which the master
+    /// detects by the node's lease or closed link. The crash's requester sees its reply
+    /// dropped.
     pub(crate) fn refuse_across_processes(self) {
-        let refusal = || {
-            HarpError::InvalidConfig(
-                "SCAR checkpoint requests and fault injection by message are not carried between node processes yet".into(),
-            )
-        };
-        match self {
-            ServerMsg::Checkpoint(request) => request.refuse(refusal()),
-            ServerMsg::Reset { reply, .. } => {
-                let _ = reply.send(Err(refusal()));
-            }
-            // A crash request has no reply to refuse: dropping it is the answer.
-            _ => tracing::warn!("{}", refusal()),
-        }
+        tracing::warn!(
+            "a crash by message is not carried between node processes: kill the node process instead"
+        );
     }
 }
 

@@ -93,9 +93,10 @@ pub fn arb_assignment() -> impl Strategy<Value = Assignment> {
         vec(any::<u32>(), 0..16),
         any::<Option<u32>>(),
         vec(any::<u32>(), 0..16),
+        any::<bool>(),
     )
         .prop_map(
-            |((e, w, s), worker, executors, server, shards)| Assignment {
+            |((e, w, s), worker, executors, server, shards, server_recovery)| Assignment {
                 job: JobInfoWire {
                     num_executors: e,
                     num_workers: w,
@@ -105,6 +106,7 @@ pub fn arb_assignment() -> impl Strategy<Value = Assignment> {
                 executors,
                 server,
                 shards,
+                server_recovery,
             },
         )
 }
@@ -370,6 +372,53 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             .boxed(),
         (any::<bool>(), arb_string())
             .prop_map(|(ok, message)| Message::ScaleDone { ok, message })
+            .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, server)| Message::CheckpointDistances { request_id, server })
+            .boxed(),
+        (
+            any::<u64>(),
+            prop_oneof![
+                vec((arb_key(), any::<u64>().prop_map(f64::from_bits)), 0..8)
+                    .prop_map(DistancesResult::Ok),
+                arb_string().prop_map(DistancesResult::Err),
+            ],
+        )
+            .prop_map(|(request_id, result)| Message::Distances { request_id, result })
+            .boxed(),
+        (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
+            .prop_map(|(request_id, server, keys)| Message::CheckpointSave {
+                request_id,
+                server,
+                keys,
+            })
+            .boxed(),
+        (
+            any::<u64>(),
+            prop_oneof![
+                (arb_updates(), vec(arb_key(), 0..8))
+                    .prop_map(|(saved, not_owned)| SaveResult::Ok { saved, not_owned }),
+                arb_string().prop_map(SaveResult::Err),
+            ],
+        )
+            .prop_map(|(request_id, result)| Message::Saved { request_id, result })
+            .boxed(),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            vec((arb_key(), proptest::option::of(arb_row())), 0..8),
+        )
+            .prop_map(|(request_id, server, rows)| Message::ResetRows {
+                request_id,
+                server,
+                rows,
+            })
+            .boxed(),
+        (any::<u64>(), proptest::option::of(arb_string()))
+            .prop_map(|(request_id, error)| Message::ResetDone { request_id, error })
+            .boxed(),
+        any::<u32>()
+            .prop_map(|server| Message::ServerLost { server })
             .boxed(),
     ])
 }

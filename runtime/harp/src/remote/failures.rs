@@ -1,0 +1,55 @@
+//! What the master does when a node process dies: its lease expired, its link closed, or an
+//! outside membership service (etcd) reported it. Every report of a death goes through
+//! [`node_died`], which buries the node once (a second report of the same death is
+//! ignored), fails every reply still awaited from it, and then either recovers or ends the
+//! job:
+//!
+//! - a node that held only a server, in a job with SCAR's running checkpoint
+//!   (`ClusterOptions::scar`): the master re-creates its shards on the live servers from the
+//!   checkpoint's image (`MasterMsg::ServerLost`, the same partial recovery as in one
+//!   process, `master/recovery.rs`), reroutes every node and then tells them the server is
+//!   lost (`Message::ServerLost`), so the reads and flush parts it left unanswered go to
+//!   the new owners (nodes of such a job keep each flush part until it is acknowledged:
+//!   `Assignment::server_recovery`). What the server applied after its rows were last
+//!   saved is lost; the values at the failure died with the process, so the recovery
+//!   report's `lost` is `None` (it lists the shards and the rows restored);
+//! - any other death ends the job with `HarpError::NodeDied`, naming the node, what it
+//!   held, and what would have let the job survive it.
+
+use super::roster::{self, RosterContext};
+use crate::app::App;
+use crate::error::HarpError;
+use crate::master::MasterMsg;
+use harp_core::ServerId;
+
+/// Node `node` died (`cause`: how the master learnt it): recover its server or end the job.
+pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
+    let Some(entry) = roster::lock(&ctx.roster).bury(node) else {
+        return; // it left the job, or this death was already handled
+    };
+    entry.pending.fail_all();
+    entry.link.close("declared dead");
+    let detail = format!("{cause}; it held {}", entry.holdings);
+    let server_only = entry.roles.server && !entry.roles.worker;
+    if ctx.server_recovery && server_only {
+        tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
+        // Nodes that join later must not dial it.
+        let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
+        let _ = ctx.master.send_message(MasterMsg::ServerLost {
+            server: ServerId(node),
+            at_failure: None,
+            reply: None,
+        });
+        return;
+    }
+    let hint = if entry.roles.worker {
+        "; a job across processes does not survive losing a worker node yet"
+    } else {
+        "; --scar-fraction (SCAR's running checkpoint) lets the job recover a server node's shards"
+    };
+    let error = HarpError::NodeDied {
+        node,
+        detail: format!("{detail}{hint}"),
+    };
+    let _ = ctx.master.send_message(MasterMsg::Failed(error));
+}

@@ -1,0 +1,378 @@
+//! SCAR across processes: the master runs here (with the counter's driver, so the test sees
+//! every expected sum) and four real `harp node` processes (two workers, two servers) run
+//! the executors and the parameter servers over QUIC. The running checkpoint's rounds reach
+//! the servers in the node processes; one server node is killed with SIGKILL mid-run.
+//!
+//! What the recovery report can claim across processes: the values the dead server held at
+//! its failure died with its process, so the report cannot say how much was lost (`lost` is
+//! `None`); it lists the dead server's shards, each re-created on the surviving server, and
+//! the rows restored from the checkpoint's image. With a full image every round
+//! (`fraction 1, period 1`) that is every row of those shards. The counter then checks what
+//! the loss can be: every row of a surviving shard exact, every row of a lost shard at most
+//! its expected sum (recovery rolls rows back to their saved values and never applies an
+//! update twice); the increments lost are printed.
+
+use harp::{
+    App, AppError, ClusterOptions, Completion, Driver, DriverContext, Executor, ExecutorId,
+    HarpError, JobCredentials, JobInfo, ParamClient, ParamKey, ScarOptions, Selection, TableSet,
+};
+use harp_apps::counter::{
+    CounterApp, CounterArgs, CounterConfig, CounterDriver, CounterExecutor, CounterOutput,
+};
+use harp_tests::{harp_binary, runtime, Threads};
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TASKS: u64 = 8_000;
+const ROWS: u64 = 400;
+const SEED: u64 = 21;
+const SHARDS_PER_SERVER: u32 = 4;
+const KILL_AFTER_COMPLETIONS: usize = 2_000;
+
+fn counter_config(losses_expected: bool) -> CounterConfig {
+    CounterConfig {
+        tasks: TASKS,
+        rows: ROWS,
+        seed: SEED,
+        task_sleep_us: 1_000,
+        losses_expected,
+        ..CounterConfig::default()
+    }
+}
+
+/// The `harp node -- run counter ...` arguments of the same counter.
+fn node_run_args(scar: bool) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "run",
+        "counter",
+        "--tasks",
+        &TASKS.to_string(),
+        "--rows",
+        &ROWS.to_string(),
+        "--seed",
+        &SEED.to_string(),
+        "--task-sleep-us",
+        "1000",
+        "--threads",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if scar {
+        // Turns the counter's probe check off: a recovered server rolls rows back.
+        args.extend(["--scar-fraction".to_string(), "1".to_string()]);
+    }
+    args
+}
+
+/// The counter, with the instant of every completion its driver is handed recorded (the
+/// test's view of training progress).
+struct Watched {
+    inner: CounterApp,
+    completions: Arc<Mutex<Vec<Instant>>>,
+}
+
+struct WatchedDriver {
+    inner: CounterDriver,
+    completions: Arc<Mutex<Vec<Instant>>>,
+}
+
+struct WatchedExecutor(CounterExecutor);
+
+impl App for Watched {
+    type Args = CounterArgs;
+    type Output = CounterOutput;
+    type Driver = WatchedDriver;
+    type Executor = WatchedExecutor;
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn tables(&self) -> &TableSet {
+        self.inner.tables()
+    }
+
+    fn create_driver(&self, job: &JobInfo) -> Result<WatchedDriver, AppError> {
+        Ok(WatchedDriver {
+            inner: self.inner.create_driver(job)?,
+            completions: self.completions.clone(),
+        })
+    }
+
+    fn create_executor(&self, id: ExecutorId, job: &JobInfo) -> Result<WatchedExecutor, AppError> {
+        Ok(WatchedExecutor(self.inner.create_executor(id, job)?))
+    }
+}
+
+impl Driver<Watched> for WatchedDriver {
+    fn dispatch_initial_tasks(
+        &mut self,
+        ctx: &mut DriverContext<'_, CounterArgs>,
+    ) -> Result<(), AppError> {
+        <CounterDriver as Driver<CounterApp>>::dispatch_initial_tasks(&mut self.inner, ctx)
+    }
+
+    fn handle_task_completion(
+        &mut self,
+        completion: Completion<CounterOutput>,
+        ctx: &mut DriverContext<'_, CounterArgs>,
+    ) -> Result<(), AppError> {
+        self.completions.lock().unwrap().push(Instant::now());
+        <CounterDriver as Driver<CounterApp>>::handle_task_completion(
+            &mut self.inner,
+            completion,
+            ctx,
+        )
+    }
+}
+
+impl Executor<Watched> for WatchedExecutor {
+    async fn run_task(
+        &mut self,
+        args: CounterArgs,
+        ps: &mut ParamClient,
+    ) -> Result<CounterOutput, AppError> {
+        <CounterExecutor as Executor<CounterApp>>::run_task(&mut self.0, args, ps).await
+    }
+}
+
+/// Log lines of this process with the instant each was written (the master's warnings mark
+/// when it declared the server dead and when the recovery ended).
+#[derive(Clone, Default)]
+struct StampedLog(Arc<Mutex<Vec<(Instant, String)>>>);
+
+impl Write for StampedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = String::from_utf8_lossy(buf).into_owned();
+        eprint!("{line}");
+        self.0.lock().unwrap().push((Instant::now(), line));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl StampedLog {
+    fn first(&self, needle: &str) -> Option<Instant> {
+        let lines = self.0.lock().unwrap();
+        lines
+            .iter()
+            .find(|(_, l)| l.contains(needle))
+            .map(|(t, _)| *t)
+    }
+}
+
+fn install_log() -> StampedLog {
+    let log = StampedLog::default();
+    let writer = log.clone();
+    // One subscriber per test binary: a second test finds it installed and shares its log.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(move || writer.clone())
+        .try_init();
+    log
+}
+
+fn node_process(addr: &str, credentials: &std::path::Path, role: &str, scar: bool) -> Child {
+    Command::new(harp_binary!())
+        .args(["node", "--role", role, "--join", addr, "--credentials"])
+        .arg(credentials)
+        .arg("--")
+        .args(node_run_args(scar))
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+fn sigkill(child: &mut Child) {
+    child.kill().unwrap(); // SIGKILL on Unix
+    let _ = child.wait();
+}
+
+struct Run {
+    outcome: Result<harp::JobOutcome<Watched>, HarpError>,
+    app: Arc<Watched>,
+    killed_at: Instant,
+}
+
+/// Runs the counter with its master here and 2 worker + 2 server node processes, and
+/// SIGKILLs the first server node once the driver has seen `KILL_AFTER_COMPLETIONS`
+/// completions.
+fn run_and_kill_a_server(scar: Option<ScarOptions>) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("creds");
+    let creds = JobCredentials::generate("scar-processes").unwrap();
+    creds.save(&credentials).unwrap();
+    let app = Arc::new(Watched {
+        inner: CounterApp::new(counter_config(scar.is_some())).unwrap(),
+        completions: Arc::new(Mutex::new(Vec::new())),
+    });
+    let with_scar = scar.is_some();
+    let options = ClusterOptions {
+        nodes: 4,
+        executors_per_worker: 4,
+        shards_per_server: SHARDS_PER_SERVER,
+        collect_params: true,
+        // Long enough that a node starved of CPU on a busy machine is not declared dead.
+        lease_timeout_ms: 3_000,
+        join_timeout_ms: 20_000,
+        scar,
+        ..ClusterOptions::default()
+    };
+    runtime(Threads::Multi(2)).block_on(async {
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let master = {
+            let app = app.clone();
+            tokio::spawn(async move {
+                harp::run_job_across(app, &creds, &options, |addr| {
+                    let _ = addr_tx.send(addr);
+                })
+                .await
+            })
+        };
+        let addr = addr_rx.await.unwrap().to_string();
+        let mut servers: Vec<Child> = (0..2)
+            .map(|_| node_process(&addr, &credentials, "server", with_scar))
+            .collect();
+        let mut workers: Vec<Child> = (0..2)
+            .map(|_| node_process(&addr, &credentials, "worker", with_scar))
+            .collect();
+        // Mid-run, observed: the driver has been handed this many completions.
+        loop {
+            let seen = app.completions.lock().unwrap().len();
+            assert!(
+                !master.is_finished(),
+                "the job ended before the kill ({seen} completions)"
+            );
+            if seen >= KILL_AFTER_COMPLETIONS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let killed_at = Instant::now();
+        sigkill(&mut servers[0]);
+        let outcome = master.await.unwrap();
+        for child in servers.iter_mut().chain(workers.iter_mut()) {
+            // Nodes exit once the job ends; one that would not is not left behind.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Run {
+            outcome,
+            app: app.clone(),
+            killed_at,
+        }
+    })
+}
+
+#[test]
+fn a_killed_server_node_is_recovered_from_the_running_checkpoint() {
+    let log = install_log();
+    let scar = ScarOptions {
+        period: 1,
+        fraction: 1.0,
+        selection: Selection::Priority,
+        ..ScarOptions::default()
+    };
+    let Run {
+        outcome,
+        app,
+        killed_at,
+    } = run_and_kill_a_server(Some(scar));
+    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
+    let stats = &outcome.stats;
+    assert_eq!(outcome.driver.inner.completed(), TASKS);
+    assert!(
+        stats.checkpoints.rounds > 0 && stats.checkpoints.rows_saved > 0,
+        "no checkpoint round reached the node processes' servers: {:?}",
+        stats.checkpoints
+    );
+
+    // The report: the dead server's shards, each re-created on the surviving server.
+    assert_eq!(stats.recoveries.len(), 1, "{:?}", stats.recoveries);
+    let report = &stats.recoveries[0];
+    let survivors: BTreeSet<u32> = report.shards.iter().map(|(_, to)| *to).collect();
+    assert_eq!(survivors.len(), 1, "{report:?}");
+    let survivor = *survivors.iter().next().unwrap();
+    assert_ne!(survivor, report.server);
+    // Shards were dealt round-robin over the two servers in id order.
+    let num_shards = 2 * SHARDS_PER_SERVER;
+    let slot = u32::from(report.server > survivor);
+    let expected_lost: BTreeSet<u32> = (0..num_shards).filter(|s| s % 2 == slot).collect();
+    let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
+    assert_eq!(lost_shards, expected_lost);
+    assert!(
+        report.lost.is_none(),
+        "values at the failure died with the process"
+    );
+
+    // The oracle.
+    let params = outcome.params.as_ref().unwrap();
+    let table = app.inner.counters();
+    let mut rows_of_lost_shards = 0;
+    let mut missing_total = 0i64;
+    for (row, want) in outcome.driver.inner.expected() {
+        let got = params.row(table, *row).unwrap_or(&[]);
+        let shard = harp::shard_of(ParamKey::new(table.id(), *row), num_shards).0;
+        if lost_shards.contains(&shard) {
+            rows_of_lost_shards += 1;
+            assert_eq!(got.len(), want.len(), "row {row}");
+            for (g, w) in got.iter().zip(want) {
+                assert!(
+                    g <= w,
+                    "row {row} of a lost shard gained updates: {got:?} > {want:?}"
+                );
+                missing_total += w - g;
+            }
+        } else {
+            assert_eq!(got, want.as_slice(), "row {row} of a surviving shard");
+        }
+    }
+    // A full image every round: every row of the lost shards came back from it.
+    assert_eq!(report.rows_restored, rows_of_lost_shards, "{report:?}");
+
+    let declared = log.first("a server node died");
+    let recovered = log.first("server recovered from the running checkpoint");
+    let resumed = recovered.and_then(|done| {
+        let completions = app.completions.lock().unwrap();
+        completions.iter().copied().find(|t| *t > done)
+    });
+    let ms = |t: Option<Instant>| {
+        t.map_or("?".to_string(), |t| {
+            format!("{:.0} ms", (t - killed_at).as_secs_f64() * 1e3)
+        })
+    };
+    println!(
+        "server {} killed: declared dead after {}, shards re-created and rerouted after {} (recovery {:.0} ms), training resumed after {}; {} checkpoint rounds, {} rows restored, {missing_total} increments lost",
+        report.server,
+        ms(declared),
+        ms(recovered),
+        report.duration_s * 1e3,
+        ms(resumed),
+        stats.checkpoints.rounds,
+        report.rows_restored,
+    );
+}
+
+#[test]
+fn without_a_running_checkpoint_a_killed_server_node_ends_the_job_with_a_clear_error() {
+    let Run { outcome, .. } = run_and_kill_a_server(None);
+    match outcome {
+        Err(HarpError::NodeDied { detail, .. }) => {
+            assert!(detail.contains("server-"), "{detail}");
+            assert!(detail.contains("--scar-fraction"), "{detail}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("the job survived a server node's death without a checkpoint"),
+    }
+}

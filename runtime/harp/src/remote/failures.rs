@@ -15,6 +15,27 @@
 //!   report's `lost` is `None` (it lists the shards and the rows restored);
 //! - any other death ends the job with `HarpError::NodeDied`, naming the node, what it
 //!   held, and what would have let the job survive it.
+//!
+//! **A worker node's death (not handled yet; the design, against DESIGN §4 G2).** Its
+//! executors would be re-created on live workers (`App::create_executor`, or
+//! `restore_executor` from a consistent checkpoint's saved state) and the micro-tasks in
+//! flight on it dispatched again. The hard part is exactly-once application. Servers
+//! could deduplicate `Apply` by `(node id, flush id)` (every flush now carries the sending
+//! node's id), but that only stops a *retransmitted* part being applied twice: a rerun
+//! task flushes from another node under a new flush id, so a task whose first flush was
+//! applied but whose completion was lost with the node would be applied twice, and
+//! skipping the rerun is no answer either, because a flush is split per server and the
+//! node may have died after some parts were applied and before others were sent (its
+//! update log died with it, so the rest cannot be resent). The master cannot tell these
+//! cases apart from completions alone. What makes it decidable is committing flushes
+//! through the master: a node *stages* each part on its server (`(node, flush)`, the task
+//! ids it covers), reports the flush staged to the master once every part is, and the
+//! master commits it (servers apply the staged parts, deduplicated by `(node, flush)`)
+//! and only then hands the tasks' completions to the driver. On a worker's death the
+//! master then knows, per task, whether its flush was committed (done, never rerun) or
+//! not (servers drop that node's uncommitted staged parts, and the task runs again): every
+//! update is applied exactly once and all-or-nothing, at the cost of one round trip
+//! through the master per flush.
 
 use super::roster::{self, RosterContext};
 use crate::app::App;

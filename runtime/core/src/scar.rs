@@ -21,7 +21,7 @@
 //! | [`selection_count`] | how many keys a round saves: `⌈r·n⌉` | §5.4.2 |
 //! | [`checkpoint_schedule`], [`due`] | the budget rule: save `r` of the parameters every `r·C` iterations | §5.4.2, §5.5.4 |
 //! | [`plan_recovery`], [`recovery_report`] | partial recovery: the restore set and the size of the perturbation it causes | §5.4.1 |
-//! | [`rework_cost`], [`iterations_to_reach`] | rework cost of a perturbed run against the failure-free run | §5.3.1, §5.5 |
+//! | [`rework_cost`], [`iterations_to_reach`], [`fractional_rework_cost`] | rework cost of a perturbed run against the failure-free run (whole or interpolated iterations) | §5.3.1, §5.5 |
 //! | [`mean_confidence_interval`], [`student_t_quantile`] | the 95% error bars of Figs. 5.7–5.10 | §5.5.3, §5.5.4 |
 //!
 //! Every function that can be handed invalid input returns a [`ScarError`]; a
@@ -36,7 +36,10 @@ mod select;
 pub use distance::{distance, Norm};
 pub use interval::{mean_confidence_interval, student_t_quantile};
 pub use recovery::{plan_recovery, recovery_report, RecoveryPlan, RecoveryReport};
-pub use rework::{iterations_to_reach, rework_cost, ConvergenceCriterion, ReworkCost};
+pub use rework::{
+    fractional_iterations_to_reach, fractional_rework_cost, iterations_to_reach, rework_cost,
+    ConvergenceCriterion, ReworkCost,
+};
 pub use select::{
     checkpoint_schedule, due, selection_count, CheckpointSelector, Selection, SplitMix64,
 };

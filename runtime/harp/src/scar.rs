@@ -12,8 +12,8 @@ use crate::error::HarpError;
 use harp_core::scar::{checkpoint_schedule, RecoveryReport, Selection};
 /// The statistics of SCAR's experiments (rework cost and its confidence intervals).
 pub use harp_core::scar::{
-    iterations_to_reach, mean_confidence_interval, rework_cost, ConvergenceCriterion, ReworkCost,
-    SplitMix64,
+    fractional_rework_cost, iterations_to_reach, mean_confidence_interval, rework_cost,
+    ConvergenceCriterion, ReworkCost, SplitMix64,
 };
 
 /// How a job keeps SCAR's running checkpoint.

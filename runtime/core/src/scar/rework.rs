@@ -104,9 +104,109 @@ pub fn rework_cost(
     })
 }
 
+/// The fractional number of iterations a run needs to reach `criterion`: the first crossing
+/// of the loss curve, linearly interpolated between the last iteration above it and the first
+/// at or below it (so `0.0` if the initial loss is already at or below it). A run that just
+/// misses the criterion at iteration `i` and passes it early in iteration `i + 1` needs a bit
+/// more than `i` iterations, not `i + 1`: whole iterations round every rework cost up by up
+/// to one, which swamps the small costs of a good recovery.
+pub fn fractional_iterations_to_reach(losses: &[f64], criterion: f64) -> Option<f64> {
+    let first = iterations_to_reach(losses, criterion)?;
+    if first == 0 {
+        return Some(0.0);
+    }
+    let (above, at_or_below) = (losses[first - 1], losses[first]);
+    // `above` > criterion >= `at_or_below` (`above` may be NaN or infinite: then the curve
+    // came from nowhere, so the crossing is taken at the first iteration at or below).
+    let drop = above - at_or_below;
+    let part = if drop.is_finite() && drop > 0.0 {
+        ((above - criterion) / drop).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    Some((first - 1) as f64 + part)
+}
+
+/// [`rework_cost`] with both crossings interpolated ([`fractional_iterations_to_reach`]):
+/// `(T + j) − i` with fractional `i` and `j`. `Ok(None)` if the perturbed curve never reaches
+/// the criterion; `Ok(Some(0.0))` if the failure-free run reached it at or before `T`. The same
+/// errors as [`rework_cost`].
+pub fn fractional_rework_cost(
+    failure_free_losses: &[f64],
+    perturbed_losses: &[f64],
+    failure_iteration: usize,
+    criterion: ConvergenceCriterion,
+) -> Result<Option<f64>, ScarError> {
+    // The whole-iteration measure checks the inputs and decides the two special cases.
+    match rework_cost(
+        failure_free_losses,
+        perturbed_losses,
+        failure_iteration,
+        criterion,
+    )? {
+        ReworkCost::NotReached { .. } => return Ok(None),
+        ReworkCost::Iterations(_) => {}
+    }
+    let criterion = match criterion {
+        ConvergenceCriterion::Loss(loss) => loss,
+        ConvergenceCriterion::FailureFreeFinal => {
+            failure_free_losses.last().copied().unwrap_or(f64::NAN)
+        }
+    };
+    let baseline = fractional_iterations_to_reach(failure_free_losses, criterion)
+        .ok_or(ScarError::BaselineNotReached { criterion })?;
+    if baseline <= failure_iteration as f64 {
+        return Ok(Some(0.0));
+    }
+    Ok(fractional_iterations_to_reach(perturbed_losses, criterion)
+        .map(|j| failure_iteration as f64 + j - baseline))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fractional_crossing_is_interpolated() {
+        // 1.0 -> 0.5 crosses 0.6 at 4/5 of the way.
+        let losses = [2.0, 1.0, 0.5, 0.1];
+        let at = fractional_iterations_to_reach(&losses, 0.6).unwrap();
+        assert!((at - 1.8).abs() < 1e-12, "{at}");
+        assert_eq!(fractional_iterations_to_reach(&losses, 2.0), Some(0.0));
+        assert_eq!(fractional_iterations_to_reach(&losses, 0.5), Some(2.0));
+        assert_eq!(fractional_iterations_to_reach(&losses, 0.05), None);
+        // Coming from NaN, the crossing is the first finite iteration at or below.
+        assert_eq!(
+            fractional_iterations_to_reach(&[f64::NAN, 0.5], 0.6),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn fractional_rework_is_below_the_rounded_up_one() {
+        // Failure-free: 100 - 10 i reaches 50 at exactly 5.
+        let free: Vec<f64> = (0..12).map(|i| 100.0 - 10.0 * i as f64).collect();
+        // Failure at T = 2, knocked back by 1.2 iterations' worth: 92, 82, ...
+        let perturbed: Vec<f64> = (0..10).map(|j| 92.0 - 10.0 * j as f64).collect();
+        let criterion = ConvergenceCriterion::Loss(50.0);
+        assert_eq!(
+            rework_cost(&free, &perturbed, 2, criterion).unwrap(),
+            ReworkCost::Iterations(2)
+        );
+        let fractional = fractional_rework_cost(&free, &perturbed, 2, criterion)
+            .unwrap()
+            .unwrap();
+        assert!((fractional - 1.2).abs() < 1e-9, "{fractional}");
+        // Never reached: None; reached before the failure: 0.
+        assert_eq!(
+            fractional_rework_cost(&free, &[99.0; 3], 2, criterion).unwrap(),
+            None
+        );
+        assert_eq!(
+            fractional_rework_cost(&free, &[99.0; 3], 7, criterion).unwrap(),
+            Some(0.0)
+        );
+    }
 
     /// A failure-free run whose loss is 100 − 10·i: reaches 50 after 5 iterations.
     fn baseline() -> Vec<f64> {

@@ -520,6 +520,16 @@ impl Actor for ServerNodeProxy {
     }
 }
 
+/// The local server's answer to one request, with its error (or its having stopped) as the
+/// text the wire carries.
+async fn server_answer<T>(answer: oneshot::Receiver<Result<T, HarpError>>) -> Result<T, String> {
+    match answer.await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("server stopped".into()),
+    }
+}
+
 /// Serves one request that arrived on `link` with the local server `server`; `false` once
 /// that server stopped.
 pub(crate) fn serve_server_request(
@@ -541,12 +551,9 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let rows = match rx.await {
-                    Ok(Ok(rows)) => {
-                        RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect())
-                    }
-                    Ok(Err(e)) => RowsResult::Err(e.to_string()),
-                    Err(_) => RowsResult::Err("server stopped".into()),
+                let rows = match server_answer(rx).await {
+                    Ok(rows) => RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect()),
+                    Err(e) => RowsResult::Err(e),
                 };
                 let _ = send_sized(&link, Message::Rows { request_id, rows }).await;
             });
@@ -565,11 +572,7 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let error = match rx.await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some("server stopped".into()),
-                };
+                let error = server_answer(rx).await.err();
                 let _ = link.send(&Message::Applied { request_id, error });
             });
         }
@@ -616,12 +619,11 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let result = match rx.await {
-                    Ok(Ok(d)) => {
+                let result = match server_answer(rx).await {
+                    Ok(d) => {
                         DistancesResult::Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
                     }
-                    Ok(Err(e)) => DistancesResult::Err(e.to_string()),
-                    Err(_) => DistancesResult::Err("server stopped".into()),
+                    Err(e) => DistancesResult::Err(e),
                 };
                 let _ = send_sized(&link, Message::Distances { request_id, result }).await;
             });
@@ -636,8 +638,8 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let result = match rx.await {
-                    Ok(Ok(answer)) => SaveResult::Ok {
+                let result = match server_answer(rx).await {
+                    Ok(answer) => SaveResult::Ok {
                         saved: answer
                             .saved
                             .iter()
@@ -645,8 +647,7 @@ pub(crate) fn serve_server_request(
                             .collect(),
                         not_owned: answer.not_owned.into_iter().map(Into::into).collect(),
                     },
-                    Ok(Err(e)) => SaveResult::Err(e.to_string()),
-                    Err(_) => SaveResult::Err("server stopped".into()),
+                    Err(e) => SaveResult::Err(e),
                 };
                 let _ = send_sized(&link, Message::Saved { request_id, result }).await;
             });
@@ -666,11 +667,7 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let error = match rx.await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some("server stopped".into()),
-                };
+                let error = server_answer(rx).await.err();
                 let _ = link.send(&Message::ResetDone { request_id, error });
             });
         }

@@ -12,7 +12,7 @@ use crate::error::HarpError;
 use crate::master::{ConsistentSetup, MasterActor, MasterArgs, MasterMsg, ResumeStart, WriteSetup};
 use crate::node::{NodeStats, ParamStore, Routing};
 use crate::resume::ResumePoint;
-use crate::server::{ServerActor, ServerMsg};
+use crate::server::ServerActor;
 use crate::table::{Element, Table};
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs};
 use harp_core::{ExecutorMap, FlushBook, ParamKey, RowData, ServerId, ShardMap, WorkerId};
@@ -297,11 +297,8 @@ async fn run_job_inner<A: App>(
     let mut workers = BTreeMap::new();
     for id in &worker_ids {
         let ids = executors.executors_on(*id);
-        let hosted = if executor_states.is_empty() {
-            create_executors(&*app, &ids, &info)
-        } else {
-            restore_executors(&*app, &ids, &info, &mut executor_states)
-        };
+        let saved = (!executor_states.is_empty()).then_some(&mut executor_states);
+        let hosted = create_executors(&*app, &ids, &info, saved);
         let hosted = match hosted {
             Ok(hosted) => hosted,
             Err(e) => {
@@ -445,37 +442,26 @@ fn fresh_job_id(app: &str) -> String {
     format!("{app}-{nanos:x}-{:x}", std::process::id())
 }
 
-/// Re-creates executors from a checkpoint's saved states (`App::restore_executor`).
-fn restore_executors<A: App>(
-    app: &A,
-    ids: &[harp_core::ExecutorId],
-    info: &JobInfo,
-    states: &mut BTreeMap<harp_core::ExecutorId, Vec<u8>>,
-) -> Result<Vec<(harp_core::ExecutorId, A::Executor)>, HarpError> {
-    ids.iter()
-        .map(|&id| {
-            let state = states.remove(&id).ok_or_else(|| {
-                HarpError::InvalidConfig(format!("the checkpoint holds no state for {id}"))
-            })?;
-            app.restore_executor(id, info, state)
-                .map(|e| (id, e))
-                .map_err(|source| HarpError::ExecutorCreation {
-                    executor: id,
-                    source,
-                })
-        })
-        .collect()
-}
-
-/// Creates the executors a worker hosts (the app loads their input partitions).
+/// Creates the executors a worker hosts (the app loads their input partitions), or, given
+/// a checkpoint's saved states, re-creates them from those (`App::restore_executor`).
 pub(crate) fn create_executors<A: App>(
     app: &A,
     ids: &[harp_core::ExecutorId],
     info: &JobInfo,
+    mut saved: Option<&mut BTreeMap<harp_core::ExecutorId, Vec<u8>>>,
 ) -> Result<Vec<(harp_core::ExecutorId, A::Executor)>, HarpError> {
     ids.iter()
         .map(|&id| {
-            app.create_executor(id, info)
+            let created = match saved.as_deref_mut() {
+                None => app.create_executor(id, info),
+                Some(states) => {
+                    let state = states.remove(&id).ok_or_else(|| {
+                        HarpError::InvalidConfig(format!("the checkpoint holds no state for {id}"))
+                    })?;
+                    app.restore_executor(id, info, state)
+                }
+            };
+            created
                 .map(|e| (id, e))
                 .map_err(|source| HarpError::ExecutorCreation {
                     executor: id,
@@ -487,12 +473,7 @@ pub(crate) fn create_executors<A: App>(
 
 async fn dump_params(store: &ParamStore) -> Result<ParamDump, HarpError> {
     let mut dump = ParamDump::default();
-    for (id, server) in store.servers() {
-        let (tx, rx) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Dump { reply: tx })
-            .map_err(|_| HarpError::ServerUnreachable(id))?;
-        let rows = rx.await.map_err(|_| HarpError::ServerUnreachable(id))?;
+    for rows in crate::server::dump_servers(store.servers()).await? {
         dump.rows.extend(rows);
     }
     Ok(dump)

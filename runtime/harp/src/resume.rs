@@ -12,14 +12,13 @@ use crate::consistent::{
 };
 use crate::error::HarpError;
 use crate::master::Held;
-use crate::server::ServerMsg;
+use crate::server::{reset_on_servers, RowsToReset, ServerMsg};
 use harp_checkpoint::{CheckpointStore, LoadedCheckpoint};
 use harp_core::{ExecutorId, ParamKey, RowData, ServerId, ShardMap};
 use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// A loaded, verified and decoded checkpoint.
 pub(crate) struct ResumePoint<Args> {
@@ -120,33 +119,23 @@ fn read_executors(
     Ok(executors)
 }
 
-/// Rows to set on one server (`ServerMsg::Reset`).
-type ResetRows = Vec<(ParamKey, Option<Arc<RowData>>)>;
-
 /// Puts `rows` into the servers that own their shards (before anything runs).
 pub(crate) async fn restore_rows(
     servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
     shards: &ShardMap,
     rows: Vec<(ParamKey, RowData)>,
 ) -> Result<(), HarpError> {
-    let mut per_server: BTreeMap<ServerId, ResetRows> = BTreeMap::new();
+    let mut per_server: BTreeMap<ServerId, RowsToReset> = BTreeMap::new();
     for (key, value) in rows {
         per_server
             .entry(shards.server_of_key(key))
             .or_default()
             .push((key, Some(Arc::new(value))));
     }
-    let mut acks = Vec::new();
+    let mut resets = Vec::with_capacity(per_server.len());
     for (id, rows) in per_server {
         let server = servers.get(&id).ok_or(HarpError::ServerUnreachable(id))?;
-        let (reply, ack) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Reset { rows, reply })
-            .map_err(|_| HarpError::ServerUnreachable(id))?;
-        acks.push((id, ack));
+        resets.push((id, server.clone(), rows));
     }
-    for (id, ack) in acks {
-        ack.await.map_err(|_| HarpError::ServerUnreachable(id))??;
-    }
-    Ok(())
+    reset_on_servers(resets).await
 }

@@ -22,10 +22,10 @@ use crate::consistent::{
     ConsistentReport, DRIVER_FILE, HELD_FILE, META_FORMAT, ROWS_FILE,
 };
 use crate::error::HarpError;
-use crate::server::ServerMsg;
+use crate::server::dump_servers;
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_checkpoint::CheckpointStore;
-use harp_core::{ExecutorId, ParamKey, RowData, ServerId, Version, VersionClock, WorkerId};
+use harp_core::{ExecutorId, ParamKey, RowData, Version, VersionClock, WorkerId};
 use ractor::ActorRef;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -328,12 +328,14 @@ impl<A: App> MasterState<A> {
             layout,
         };
         let executors = self.save_executors().await?;
-        let servers: Vec<(ServerId, ActorRef<ServerMsg>)> = self
-            .servers
-            .iter()
-            .map(|(id, actor)| (*id, actor.clone()))
+        let servers = self.servers.iter().map(|(id, actor)| (*id, actor.clone()));
+        let mut rows: Vec<(ParamKey, RowData)> = dump_servers(servers)
+            .await
+            .map_err(|e| CaptureError::Failed(format!("the parameter rows: {e}")))?
+            .into_iter()
+            .flatten()
             .collect();
-        let rows = dump_rows(servers).await.map_err(CaptureError::Failed)?;
+        rows.sort_unstable_by_key(|(key, _)| *key);
         let rows = postcard::to_allocvec(&rows)
             .map_err(|e| CaptureError::Failed(format!("the parameter rows: {e}")))?;
         Ok(Captured {
@@ -406,24 +408,6 @@ impl<A: App> MasterState<A> {
             None => Ok(states),
         }
     }
-}
-
-/// Every row of every server.
-async fn dump_rows(
-    servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
-) -> Result<Vec<(ParamKey, RowData)>, String> {
-    let mut rows = Vec::new();
-    for (id, server) in servers {
-        {
-            let (reply, dump) = oneshot::channel();
-            server
-                .send_message(ServerMsg::Dump { reply })
-                .map_err(|_| format!("{id} is unreachable"))?;
-            rows.extend(dump.await.map_err(|_| format!("{id} did not answer"))?);
-        }
-    }
-    rows.sort_unstable_by_key(|(key, _)| *key);
-    Ok(rows)
 }
 
 /// Why a capture did not produce a checkpoint.

@@ -15,14 +15,13 @@ use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
 use crate::scar::{Fault, InjectionReport, Recovery};
-use crate::server::ServerMsg;
+use crate::server::{dump_servers, reset_on_servers, RowsToReset, ServerMsg};
 use crate::table::{initial_row, TableSet};
 use harp_core::scar::{selection_count, SplitMix64};
 use harp_core::{ExecutorId, ParamKey, RowData, ServerId, Version};
 use ractor::ActorRef;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// Dispatches held back while an injection is applied, in dispatch order.
 pub(crate) type Held<Args> = Vec<(Vec<(ExecutorId, Args)>, Version)>;
@@ -110,13 +109,9 @@ async fn inject(
     recovery: Recovery,
 ) -> Result<InjectionReport, HarpError> {
     // Every row, with the index of the server that holds it, in key order.
+    let dumps = dump_servers(servers.iter().map(|(id, server)| (*id, server.clone()))).await?;
     let mut rows: Vec<(ParamKey, RowData, usize)> = Vec::new();
-    for (index, (id, server)) in servers.iter().enumerate() {
-        let (reply, dump) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Dump { reply })
-            .map_err(|_| HarpError::ServerUnreachable(*id))?;
-        let dump = dump.await.map_err(|_| HarpError::ServerUnreachable(*id))?;
+    for (index, dump) in dumps.into_iter().enumerate() {
         rows.extend(dump.into_iter().map(|(key, value)| (key, value, index)));
     }
     rows.sort_unstable_by_key(|(key, _, _)| *key);
@@ -182,8 +177,7 @@ async fn inject(
     }
 
     let mut squared = 0.0;
-    let mut per_server: Vec<Vec<(ParamKey, Option<Arc<RowData>>)>> =
-        vec![Vec::new(); servers.len()];
+    let mut per_server: Vec<RowsToReset> = vec![Vec::new(); servers.len()];
     for (i, value) in replaced {
         let (key, old, server) = &rows[i];
         squared += scalar_differences(old, &value).map(|d| d * d).sum::<f64>();
@@ -191,20 +185,13 @@ async fn inject(
         report.rows_replaced += 1;
     }
     report.perturbation_l2 = squared.sqrt();
-    let mut acks = Vec::new();
-    for ((id, server), rows) in servers.iter().zip(per_server) {
-        if rows.is_empty() {
-            continue;
-        }
-        let (reply, ack) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Reset { rows, reply })
-            .map_err(|_| HarpError::ServerUnreachable(*id))?;
-        acks.push((*id, ack));
-    }
-    for (id, ack) in acks {
-        ack.await.map_err(|_| HarpError::ServerUnreachable(id))??;
-    }
+    reset_on_servers(
+        servers
+            .iter()
+            .zip(per_server)
+            .map(|((id, server), rows)| (*id, server.clone(), rows)),
+    )
+    .await?;
     Ok(report)
 }
 

@@ -320,7 +320,12 @@ async fn start_node<A: App>(
         num_workers: assignment.job.num_workers,
         num_servers: assignment.job.num_servers,
     };
-    let executors = create_executors(&*app, &assignment.executor_ids().collect::<Vec<_>>(), &info)?;
+    let executors = create_executors(
+        &*app,
+        &assignment.executor_ids().collect::<Vec<_>>(),
+        &info,
+        None,
+    )?;
     let node = Arc::new(NodeShared {
         store: store.clone(),
         book: Mutex::new(FlushBook::new()),

@@ -101,7 +101,7 @@ pub(crate) enum ServerMsg {
     /// rows "lost" and restored from the running checkpoint. Rows of shards given away are
     /// left alone. All or nothing: a value of the wrong shape refuses the whole request.
     Reset {
-        rows: Vec<(ParamKey, Option<Arc<RowData>>)>,
+        rows: RowsToReset,
         reply: oneshot::Sender<Result<(), HarpError>>,
     },
 }
@@ -135,6 +135,53 @@ impl ServerMsg {
             "a crash by message is not carried between node processes: kill the node process instead"
         );
     }
+}
+
+/// Every row of every server in `servers`, one list per server in the given order. The
+/// requests go out together, so the servers dump at the same time; a server that cannot be
+/// reached or does not answer is an error naming it.
+pub(crate) async fn dump_servers(
+    servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
+) -> Result<Vec<Vec<(ParamKey, RowData)>>, HarpError> {
+    let mut answers = Vec::new();
+    for (id, server) in servers {
+        let (reply, dump) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Dump { reply })
+            .map_err(|_| HarpError::ServerUnreachable(id))?;
+        answers.push((id, dump));
+    }
+    let mut dumps = Vec::with_capacity(answers.len());
+    for (id, dump) in answers {
+        dumps.push(dump.await.map_err(|_| HarpError::ServerUnreachable(id))?);
+    }
+    Ok(dumps)
+}
+
+/// Rows to set on one server (`ServerMsg::Reset`): a new value, or `None` for the row's
+/// initial value.
+pub(crate) type RowsToReset = Vec<(ParamKey, Option<Arc<RowData>>)>;
+
+/// Sets rows on several servers at once (`ServerMsg::Reset` to each, then every answer);
+/// a server with nothing to set is not asked. Each server sets all its rows or none.
+pub(crate) async fn reset_on_servers(
+    resets: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>, RowsToReset)>,
+) -> Result<(), HarpError> {
+    let mut acks = Vec::new();
+    for (id, server, rows) in resets {
+        if rows.is_empty() {
+            continue;
+        }
+        let (reply, ack) = oneshot::channel();
+        server
+            .send_message(ServerMsg::Reset { rows, reply })
+            .map_err(|_| HarpError::ServerUnreachable(id))?;
+        acks.push((id, ack));
+    }
+    for (id, ack) in acks {
+        ack.await.map_err(|_| HarpError::ServerUnreachable(id))??;
+    }
+    Ok(())
 }
 
 /// What a server answers to [`CheckpointRequest::Save`].
@@ -248,7 +295,7 @@ impl ServerState {
     }
 
     /// [`ServerMsg::Reset`]: checks every value first, then sets them.
-    fn reset(&mut self, rows: Vec<(ParamKey, Option<Arc<RowData>>)>) -> Result<(), HarpError> {
+    fn reset(&mut self, rows: RowsToReset) -> Result<(), HarpError> {
         let rows: Vec<_> = rows.into_iter().filter(|(k, _)| self.owns(*k)).collect();
         for (key, value) in &rows {
             if let Some(value) = value {

@@ -4,7 +4,8 @@
 //! injection is reported.
 
 use harp::{
-    Fault, HarpError, Injection, InjectionReport, JobConfig, Recovery, ScarOptions, Selection,
+    Fault, FaultTiming, HarpError, Injection, InjectionReport, JobConfig, Recovery, ScarOptions,
+    Selection,
 };
 use harp_apps::counter::{CounterApp, CounterConfig};
 use harp_apps::data::synthetic_classification;
@@ -55,6 +56,7 @@ fn scar_with(fault: Fault, at_iteration: u64, recovery: Recovery) -> ScarOptions
         inject: vec![Injection {
             at_iteration,
             fault,
+            timing: FaultTiming::BeforeRound,
         }],
     }
 }
@@ -139,6 +141,44 @@ fn a_full_recovery_restores_every_row_and_a_partial_one_only_the_lost() {
 }
 
 #[test]
+fn a_fault_after_its_iterations_round_recovers_from_that_rounds_image() {
+    let (baseline, _) = mlr_losses(None);
+    let at = 6u64;
+    let lose = |period: u64, timing: FaultTiming| {
+        let mut scar = scar_with(
+            Fault::Lose {
+                fraction: 0.5,
+                seed: 9,
+            },
+            at,
+            Recovery::Partial,
+        );
+        scar.period = period;
+        scar.inject[0].timing = timing;
+        let (losses, reports) = mlr_losses(Some(scar));
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].timing, timing);
+        (losses, reports[0].perturbation_l2)
+    };
+    // Every row saved at every iteration: after the round, the image holds the values at
+    // the failure, so recovering loses nothing and training goes on as if nothing failed.
+    let (after, after_l2) = lose(1, FaultTiming::AfterRound);
+    assert_eq!(after_l2, 0.0);
+    for (k, (l, b)) in after.iter().zip(&baseline).enumerate() {
+        assert!((l - b).abs() < 1e-6, "iteration {k}: {l} vs {b}");
+    }
+    // Before it, the image is one iteration old.
+    let (before, before_l2) = lose(1, FaultTiming::BeforeRound);
+    assert!(before_l2 > 0.0);
+    assert!(before[at as usize] > baseline[at as usize] + 1e-4);
+    // No round due at that iteration (every 4th): the fault does not wait for one, and
+    // recovers from the older image. (The values a background round saves depend on how it
+    // interleaves with the next iteration, so the two timings are not compared here.)
+    let (_, late_l2) = lose(4, FaultTiming::AfterRound);
+    assert!(late_l2 > 0.0);
+}
+
+#[test]
 fn a_lost_fraction_of_counters_goes_back_to_its_saved_values() {
     // Counters only grow, so a restored row is never above its expected sum; with a
     // checkpoint of every row at every iteration, only increments after the last round
@@ -163,6 +203,7 @@ fn a_lost_fraction_of_counters_goes_back_to_its_saved_values() {
                 fraction: 0.5,
                 seed: 3,
             },
+            timing: FaultTiming::BeforeRound,
         }],
     };
     let outcome = runtime(Threads::Multi(2))

@@ -75,6 +75,10 @@ pub struct ClusterArgs {
     /// picks the draw.
     #[arg(long, value_parser = parse_injection)]
     pub inject: Vec<harp::Injection>,
+    /// When the --inject faults strike: before their iteration's running-checkpoint round
+    /// (the image is one round old) or after it has saved.
+    #[arg(long, value_enum, default_value_t = InjectTiming::BeforeRound)]
+    pub inject_timing: InjectTiming,
     /// Write a consistent checkpoint (driver, held micro-tasks, executors, every shard) into
     /// this directory every --checkpoint-every iterations (in one process for now).
     #[arg(long)]
@@ -91,6 +95,13 @@ pub struct ClusterArgs {
     /// go on into this directory unless --checkpoint-dir names another.
     #[arg(long)]
     pub resume: Option<std::path::PathBuf>,
+}
+
+/// `--inject-timing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InjectTiming {
+    BeforeRound,
+    AfterRound,
 }
 
 /// `--scar-recovery`.
@@ -129,6 +140,7 @@ pub fn parse_injection(spec: &str) -> Result<harp::Injection, String> {
     Ok(harp::Injection {
         at_iteration,
         fault,
+        timing: harp::FaultTiming::BeforeRound,
     })
 }
 
@@ -177,7 +189,17 @@ impl ClusterArgs {
                 ScarRecovery::Partial => harp::Recovery::Partial,
                 ScarRecovery::Full => harp::Recovery::Full,
             },
-            inject: self.inject.clone(),
+            inject: self
+                .inject
+                .iter()
+                .map(|injection| harp::Injection {
+                    timing: match self.inject_timing {
+                        InjectTiming::BeforeRound => harp::FaultTiming::BeforeRound,
+                        InjectTiming::AfterRound => harp::FaultTiming::AfterRound,
+                    },
+                    ..injection.clone()
+                })
+                .collect(),
         })
     }
 

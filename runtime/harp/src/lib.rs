@@ -52,7 +52,7 @@ pub use remote::{
     run_node_with, send_scale_command, ClusterOptions, NodeFailure, NodeLauncher,
 };
 pub use scar::{
-    CheckpointStats, Fault, Injection, InjectionReport, LostValues, Recovery, ScarOptions,
-    ServerRecovery,
+    CheckpointStats, Fault, FaultTiming, Injection, InjectionReport, LostValues, Recovery,
+    ScarOptions, ServerRecovery,
 };
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -49,6 +49,24 @@ pub enum Recovery {
 pub struct Injection {
     pub at_iteration: u64,
     pub fault: Fault,
+    /// Whether it strikes before or after that iteration's checkpoint round.
+    pub timing: FaultTiming,
+}
+
+/// When an injected fault strikes, against the checkpoint round due at the end of its
+/// iteration. A real failure strikes at some moment of an iteration; these are the two ends
+/// of that interval, and a rework cost measured at both brackets it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum FaultTiming {
+    /// Before the round (a failure at the very end of the iteration): the image it
+    /// recovers from is one round older than the iteration.
+    #[default]
+    BeforeRound,
+    /// After the round has saved (a failure at the very start of the next iteration): the
+    /// image includes what that round saved. A round that is not due at that iteration
+    /// changes nothing; one that was skipped because an earlier round still ran is run
+    /// first, once that round ends.
+    AfterRound,
 }
 
 /// What an [`Injection`] does to the parameters (each choice of rows is uniform at random,
@@ -109,13 +127,17 @@ pub struct InjectionReport {
     pub rows_replaced: usize,
     /// `‖new − old‖₂` over every scalar replaced: the size of the perturbation.
     pub perturbation_l2: f64,
+    /// Whether it struck before or after its iteration's checkpoint round.
+    pub timing: FaultTiming,
 }
 
 impl InjectionReport {
-    pub(crate) fn new(at_iteration: u64, fault: &Fault, recovery: Recovery) -> Self {
+    pub(crate) fn new(injection: &Injection, recovery: Recovery) -> Self {
+        let fault = &injection.fault;
         Self {
             event: "fault",
-            at_iteration,
+            at_iteration: injection.at_iteration,
+            timing: injection.timing,
             fault: fault.name(),
             recovery: matches!(fault, Fault::Lose { .. }).then_some(recovery),
             rows_chosen: 0,

@@ -27,7 +27,7 @@ use harp::scar::{
     fractional_rework_cost, mean_confidence_interval, rework_cost, ConvergenceCriterion,
     ReworkCost, SplitMix64,
 };
-use harp::{Fault, Injection, JobConfig, Recovery, ScarOptions, Selection};
+use harp::{Fault, FaultTiming, Injection, JobConfig, Recovery, ScarOptions, Selection};
 use harp_apps::data::Dataset;
 use harp_apps::mlr::{EpochMetrics, MlrApp, MlrConfig, Quiet};
 use serde_json::json;
@@ -77,6 +77,11 @@ struct Args {
     lr: f32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// When the failure strikes: just before its iteration's checkpoint round (the image
+    /// is one round old) or just after it (a failure at the start of the next iteration).
+    /// A real failure falls between the two; measuring both brackets its rework.
+    #[arg(long, value_enum, default_value_t = Timing::BeforeRound)]
+    fault_timing: Timing,
     /// `--figure overhead`: runs with checkpoints on and off, interleaved, per setting.
     #[arg(long, default_value_t = 3)]
     repeats: u32,
@@ -84,6 +89,22 @@ struct Args {
     /// curve (`<figure>-curves.json`, to check a point by eye) are written.
     #[arg(long, default_value = "target/harp-scar")]
     out: std::path::PathBuf,
+}
+
+/// `--fault-timing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Timing {
+    BeforeRound,
+    AfterRound,
+}
+
+impl Timing {
+    fn fault_timing(self) -> FaultTiming {
+        match self {
+            Timing::BeforeRound => FaultTiming::BeforeRound,
+            Timing::AfterRound => FaultTiming::AfterRound,
+        }
+    }
 }
 
 /// One experiment setting.
@@ -298,7 +319,7 @@ fn main() -> Result<()> {
                 "bench": "scar", "figure": format!("{:?}", args.figure), "setting": name,
                 "selection": format!("{:?}", setting.selection), "fraction": setting.fraction,
                 "recovery": format!("{:?}", setting.recovery), "lost": setting.lost,
-                "trials": args.trials, "rework_mean": mean, "rework_ci95": half,
+                "fault_timing": format!("{:?}", args.fault_timing), "trials": args.trials, "rework_mean": mean, "rework_ci95": half,
                 "rework": costs, "unreached": unreached, "ratio_vs_first": ratio,
                 "reduction_vs_first": 1.0 - ratio, "criterion": criterion,
                 "rework_interpolated_mean": f_mean, "rework_interpolated_ci95": f_half,
@@ -347,8 +368,8 @@ fn write_outputs(
         .map_err(|e| anyhow!("creating {}: {e}", args.out.display()))?;
     let path = |ext: &str| args.out.join(format!("{stem}{ext}"));
     let mut markdown = format!(
-        "# harp-scar --figure {stem}: MLR, {} trials per point, C = {}, lr {}\n\n",
-        args.trials, args.period, args.lr
+        "# harp-scar --figure {stem}: MLR, {} trials per point, C = {}, lr {}, faults {:?}\n\n",
+        args.trials, args.period, args.lr, args.fault_timing
     );
     markdown.push_str(&table.join("\n"));
     markdown.push('\n');
@@ -388,6 +409,7 @@ fn losses(args: &Args, data: &Data, failure: Option<(Setting, u64, u32)>) -> Res
                 fraction: setting.lost,
                 seed: args.seed.wrapping_mul(1_000_003) ^ u64::from(trial),
             },
+            timing: args.fault_timing.fault_timing(),
         }],
     });
     let (history, stats) = run_mlr(args, data, scar)?;

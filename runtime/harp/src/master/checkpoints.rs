@@ -7,14 +7,20 @@
 //! servers measure and save; the round hands its selector back with its outcome. One round
 //! runs at a time: a round due while another runs is skipped and counted.
 //!
+//! Injected faults wait here for their iteration ([`RunningCheckpoint::take_faults`]); one
+//! that strikes after its iteration's round ([`FaultTiming::AfterRound`]) waits for that
+//! round to end ([`RunningCheckpoint::wait_for_round`], [`RunningCheckpoint::round_done`]).
+//!
 //! The *image* is what persistent storage holds in SCAR: the last saved value of every row
 //! that a round ever saved (a row absent from it is at its initial value). The master keeps
 //! it in memory, outside the servers, so it survives any server's failure: a partial
 //! recovery re-creates a failed server's shards from it ([`super::recovery`]). A round that
 //! fails saves nothing and is counted; training goes on.
 
+use super::MasterMsg;
+use crate::app::App;
 use crate::error::HarpError;
-use crate::scar::{CheckpointStats, Fault, Recovery, ScarOptions};
+use crate::scar::{CheckpointStats, FaultTiming, Injection, Recovery, ScarOptions};
 use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
 use crate::server::ServerMsg;
 use harp_core::scar::{due, CheckpointSelector};
@@ -27,9 +33,24 @@ use std::time::Instant;
 
 /// What a finished round hands back to the master.
 pub(crate) struct RoundDone {
+    /// The iteration the round was started for.
+    pub iteration: u64,
     pub selector: CheckpointSelector,
     pub result: Result<RoundOutcome, HarpError>,
     pub started: Instant,
+}
+
+/// Runs `round` on a task of its own; the master hears `CheckpointRoundDone` when it ends.
+pub(crate) fn spawn_round<A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    round: impl Future<Output = RoundDone> + Send + 'static,
+) {
+    let master = master.clone();
+    tokio::spawn(async move {
+        let done = round.await;
+        // The job may have ended meanwhile.
+        let _ = master.send_message(MasterMsg::CheckpointRoundDone(done));
+    });
 }
 
 /// The running checkpoint's schedule, selector and image.
@@ -41,7 +62,22 @@ pub(crate) struct RunningCheckpoint {
     image: HashMap<ParamKey, Arc<RowData>>,
     stats: CheckpointStats,
     /// Faults still to inject, by iteration.
-    faults: BTreeMap<u64, Vec<Fault>>,
+    faults: BTreeMap<u64, Vec<Injection>>,
+    /// Faults that strike after the round of their iteration, and that iteration, while
+    /// that round is still to run or running.
+    waiting: Option<(u64, Vec<Injection>)>,
+    /// The iteration of the last round that ended.
+    last_round: Option<u64>,
+}
+
+/// What to do with the faults due at an iteration.
+pub(crate) enum FaultsDue {
+    /// None are due.
+    None,
+    /// Inject these now.
+    Now(Vec<Injection>),
+    /// They wait for the round of `iteration`: start it if it is not running.
+    AfterRound { iteration: u64 },
 }
 
 impl RunningCheckpoint {
@@ -49,12 +85,12 @@ impl RunningCheckpoint {
     pub(crate) fn new(options: ScarOptions) -> Result<Self, HarpError> {
         options.validate()?;
         let interval = options.interval()?;
-        let mut faults: BTreeMap<u64, Vec<Fault>> = BTreeMap::new();
+        let mut faults: BTreeMap<u64, Vec<Injection>> = BTreeMap::new();
         for injection in &options.inject {
             faults
                 .entry(injection.at_iteration)
                 .or_default()
-                .push(injection.fault.clone());
+                .push(injection.clone());
         }
         Ok(Self {
             selector: Some(CheckpointSelector::new(options.selection)),
@@ -63,17 +99,51 @@ impl RunningCheckpoint {
             image: HashMap::new(),
             stats: CheckpointStats::default(),
             faults,
+            waiting: None,
+            last_round: None,
         })
     }
 
     /// The faults to inject once `iteration` is complete (those of earlier iterations not
-    /// injected yet too), in iteration order; each is handed out once.
-    pub(crate) fn take_faults(&mut self, iteration: u64) -> Vec<(u64, Fault)> {
+    /// injected yet too), in iteration order; each is handed out once. If any strikes after
+    /// the round and a round is due at `iteration`, they all wait for that round.
+    pub(crate) fn take_faults(&mut self, iteration: u64) -> FaultsDue {
         let later = self.faults.split_off(&(iteration.saturating_add(1)));
-        let due = std::mem::replace(&mut self.faults, later);
-        due.into_iter()
-            .flat_map(|(at, faults)| faults.into_iter().map(move |f| (at, f)))
-            .collect()
+        let due_faults: Vec<Injection> = std::mem::replace(&mut self.faults, later)
+            .into_values()
+            .flatten()
+            .collect();
+        if due_faults.is_empty() {
+            return FaultsDue::None;
+        }
+        let after_round = due_faults
+            .iter()
+            .any(|f| f.timing == FaultTiming::AfterRound);
+        let first = self.stats.last_iteration.map_or(0, |l| l + 1);
+        let round_due = (first..=iteration).any(|i| due(i, self.interval));
+        if after_round && round_due {
+            self.waiting = Some((iteration, due_faults));
+            FaultsDue::AfterRound { iteration }
+        } else {
+            FaultsDue::Now(due_faults)
+        }
+    }
+
+    /// Faults wait for the round of an iteration: `Some(iteration)` when that round must
+    /// still be started (none runs now and it has not run), `None` otherwise.
+    pub(crate) fn wait_for_round(&self) -> Option<u64> {
+        let (iteration, _) = self.waiting.as_ref()?;
+        let ran = self.last_round.is_some_and(|last| last >= *iteration);
+        (!ran && self.selector.is_some()).then_some(*iteration)
+    }
+
+    /// The faults that waited for a round, once it has ended.
+    pub(crate) fn faults_after_round(&mut self) -> Option<Vec<Injection>> {
+        let (iteration, _) = self.waiting.as_ref()?;
+        if self.last_round.is_none_or(|last| last < *iteration) {
+            return None;
+        }
+        self.waiting.take().map(|(_, faults)| faults)
     }
 
     /// What a loss of parameters restores.
@@ -104,6 +174,16 @@ impl RunningCheckpoint {
         if !due_now {
             return None;
         }
+        self.start_round(iteration, servers)
+    }
+
+    /// Starts a round for `iteration` now, whatever the schedule says, unless one runs
+    /// (then it is skipped and counted).
+    pub(crate) fn start_round(
+        &mut self,
+        iteration: u64,
+        servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
+    ) -> Option<impl Future<Output = RoundDone> + Send + 'static> {
         let Some(mut selector) = self.selector.take() else {
             self.stats.rounds_skipped += 1;
             return None;
@@ -113,6 +193,7 @@ impl RunningCheckpoint {
             let started = Instant::now();
             let result = checkpoint_round(&servers, &mut selector, fraction).await;
             RoundDone {
+                iteration,
                 selector,
                 result,
                 started,
@@ -123,6 +204,7 @@ impl RunningCheckpoint {
     /// A round ended: keep what it saved.
     pub(crate) fn round_done(&mut self, done: RoundDone) {
         self.selector = Some(done.selector);
+        self.last_round = self.last_round.max(Some(done.iteration));
         match done.result {
             Ok(outcome) => {
                 self.stats.rounds += 1;

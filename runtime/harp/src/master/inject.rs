@@ -8,13 +8,16 @@
 //! dispatches from then on ([`MasterState::hold`]), runs [`inject`] (read every row from
 //! the servers, choose rows with the fault's seed, send each server a `Reset` of its rows),
 //! and only then routes the held tasks: every task after the boundary sees the fault, none
-//! before it does. The checkpoint round of that iteration, if due, starts afterwards.
+//! before it does. The checkpoint round of that iteration, if due, starts afterwards, or,
+//! for a fault that strikes after it ([`crate::scar::FaultTiming::AfterRound`]), first:
+//! the faults are applied once it has ended.
 
+use super::checkpoints::{spawn_round, FaultsDue};
 use super::recovery::scalar_differences;
 use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
-use crate::scar::{Fault, InjectionReport, Recovery};
+use crate::scar::{Fault, Injection, InjectionReport, Recovery};
 use crate::server::{dump_servers, reset_on_servers, RowsToReset, ServerMsg};
 use crate::table::{initial_row, TableSet};
 use harp_core::scar::{selection_count, SplitMix64};
@@ -40,7 +43,8 @@ impl<A: App> MasterState<A> {
     }
 
     /// Starts the injections due at `iteration`, if any; says whether it did (the caller
-    /// then holds what the driver dispatched).
+    /// then holds what the driver dispatched). Faults that strike after the iteration's
+    /// checkpoint round start once it has ended ([`MasterState::after_round_done`]).
     pub(super) fn start_injections(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
@@ -49,27 +53,66 @@ impl<A: App> MasterState<A> {
         let Some(checkpoint) = self.checkpoint.as_mut() else {
             return false;
         };
-        let faults = checkpoint.take_faults(iteration);
-        if faults.is_empty() {
-            return false;
+        match checkpoint.take_faults(iteration) {
+            FaultsDue::None => false,
+            FaultsDue::Now(faults) => {
+                self.spawn_injections(myself, faults);
+                // The iteration's round runs once the faults are in place.
+                self.deferred_iteration = Some(iteration);
+                true
+            }
+            FaultsDue::AfterRound { iteration } => {
+                self.held = Some(Vec::new());
+                self.injecting = true;
+                // Starts the round now, or is skipped while an earlier one runs: then
+                // `after_round_done` starts it once that one ends.
+                self.iteration_completed(myself, iteration);
+                true
+            }
         }
-        let image = checkpoint.image_snapshot();
-        let recovery = checkpoint.recovery();
-        let servers: Vec<(ServerId, ActorRef<ServerMsg>)> = self
-            .servers
+    }
+
+    /// A checkpoint round ended: start the round that faults wait for, if it was skipped,
+    /// or inject those faults, if it was theirs.
+    pub(super) fn after_round_done(&mut self, myself: &ActorRef<MasterMsg<A>>) {
+        let servers = self.server_list();
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            return;
+        };
+        if let Some(iteration) = checkpoint.wait_for_round() {
+            if let Some(round) = checkpoint.start_round(iteration, servers) {
+                spawn_round(myself, round);
+            }
+        } else if let Some(faults) = checkpoint.faults_after_round() {
+            self.spawn_injections(myself, faults);
+        }
+    }
+
+    fn server_list(&self) -> Vec<(ServerId, ActorRef<ServerMsg>)> {
+        self.servers
             .iter()
             .map(|(id, actor)| (*id, actor.clone()))
-            .collect();
+            .collect()
+    }
+
+    /// Holds what the driver dispatches and applies `faults` on a task of their own, with
+    /// the image as it is now.
+    fn spawn_injections(&mut self, myself: &ActorRef<MasterMsg<A>>, faults: Vec<Injection>) {
+        let Some(checkpoint) = self.checkpoint.as_ref() else {
+            return;
+        };
+        let image = checkpoint.image_snapshot();
+        let recovery = checkpoint.recovery();
+        let servers = self.server_list();
         let tables = self.tables.clone();
-        self.held = Some(Vec::new());
+        self.held.get_or_insert_with(Vec::new);
         self.injecting = true;
-        self.deferred_iteration = Some(iteration);
         let myself = myself.clone();
         tokio::spawn(async move {
             let mut reports = Vec::with_capacity(faults.len());
             let mut result = Ok(());
-            for (at, fault) in faults {
-                match inject(&servers, &fault, at, &image, &tables, recovery).await {
+            for injection in faults {
+                match inject(&servers, &injection, &image, &tables, recovery).await {
                     Ok(report) => reports.push(report),
                     Err(e) => {
                         result = Err(e);
@@ -79,7 +122,6 @@ impl<A: App> MasterState<A> {
             }
             let _ = myself.send_message(MasterMsg::Injected(result.map(|()| reports)));
         });
-        true
     }
 
     /// The injections ended: route the held micro-tasks, then run the deferred iteration's
@@ -102,8 +144,7 @@ impl<A: App> MasterState<A> {
 /// Applies one fault to the rows of `servers`; see [`Fault`].
 async fn inject(
     servers: &[(ServerId, ActorRef<ServerMsg>)],
-    fault: &Fault,
-    at_iteration: u64,
+    injection: &Injection,
     image: &HashMap<ParamKey, Arc<RowData>>,
     tables: &TableSet,
     recovery: Recovery,
@@ -116,7 +157,8 @@ async fn inject(
     }
     rows.sort_unstable_by_key(|(key, _, _)| *key);
 
-    let mut report = InjectionReport::new(at_iteration, fault, recovery);
+    let fault = &injection.fault;
+    let mut report = InjectionReport::new(injection, recovery);
     let saved_or_initial = |key: ParamKey| -> Result<Arc<RowData>, HarpError> {
         match image.get(&key) {
             Some(value) => Ok(value.clone()),

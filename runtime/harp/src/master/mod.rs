@@ -279,12 +279,7 @@ impl<A: App> MasterState<A> {
             .map(|(id, actor)| (*id, actor.clone()))
             .collect();
         if let Some(round) = checkpoint.iteration_completed(iteration, servers) {
-            let myself = myself.clone();
-            tokio::spawn(async move {
-                let done = round.await;
-                // The job may have ended meanwhile.
-                let _ = myself.send_message(MasterMsg::CheckpointRoundDone(done));
-            });
+            checkpoints::spawn_round(myself, round);
         }
     }
 
@@ -555,6 +550,7 @@ impl<A: App> Actor for MasterActor<A> {
                 if let Some(checkpoint) = state.checkpoint.as_mut() {
                     checkpoint.round_done(done);
                 }
+                state.after_round_done(&myself);
                 Ok(false)
             }
             MasterMsg::CrashServer { server, reply } => {

@@ -20,6 +20,7 @@ pub fn execute<A: App>(
         bail!("--checkpoint-dir and --resume run in one process for now (consistent checkpoints are not taken across node processes yet); drop --nodes/--processes");
     }
     cluster.validate_scar()?;
+    cluster.validate_worker_recovery()?;
     let runtime = cluster.runtime()?;
     let job = cluster.job_config(collect_params);
     Ok(runtime.block_on(harp::run_job_consistent(app, &job, options))?)

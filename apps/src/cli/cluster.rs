@@ -90,6 +90,13 @@ pub struct ClusterArgs {
     /// Complete checkpoints kept in the directory.
     #[arg(long, default_value_t = 3)]
     pub checkpoint_keep: usize,
+    /// Survive the death of worker nodes (across processes): each flush is staged on the
+    /// servers and committed by the master (one more round trip per flush), so a dead
+    /// worker's executors are created again on the live workers and exactly the micro-tasks
+    /// whose updates were not committed run again. A node that also holds a server needs
+    /// --scar-fraction too (every node of --processes does).
+    #[arg(long)]
+    pub recover_workers: bool,
     /// Resume from the newest complete checkpoint in this directory (a damaged one is passed
     /// over for the previous one); the job must have the checkpoint's layout. Checkpoints
     /// go on into this directory unless --checkpoint-dir names another.
@@ -223,6 +230,22 @@ impl ClusterArgs {
     pub fn validate_scar(&self) -> Result<()> {
         if !self.inject.is_empty() && self.scar_fraction.is_none() {
             anyhow::bail!("--inject needs --scar-fraction (faults are recovered from SCAR's running checkpoint)");
+        }
+        Ok(())
+    }
+
+    /// Refuses `--recover-workers` where it cannot help: in one process (workers cannot die
+    /// apart from the master there) and with `--processes` but no `--scar-fraction` (each
+    /// of those nodes holds a server too, whose loss would still end the job).
+    pub fn validate_worker_recovery(&self) -> Result<()> {
+        if !self.recover_workers {
+            return Ok(());
+        }
+        if self.processes.is_none() && self.nodes.is_none() {
+            anyhow::bail!("--recover-workers recovers worker node processes: it needs --processes or --nodes (in one process, workers cannot die apart from the master)");
+        }
+        if self.processes.is_some() && self.scar_fraction.is_none() {
+            anyhow::bail!("--recover-workers with --processes: every node there holds a server too, and recovering its shards needs --scar-fraction (or start worker-only nodes with --nodes and harp node --role worker)");
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ pub fn execute<A: App>(
 ) -> Result<JobOutcome<A>> {
     let runtime = cluster.runtime()?;
     cluster.validate_scar()?;
+    cluster.validate_worker_recovery()?;
     let Some(nodes) = cluster.node_count()? else {
         let job: JobConfig = cluster.job_config(collect_params);
         return Ok(runtime.block_on(harp::run_job(app, &job))?);
@@ -54,6 +55,7 @@ pub fn execute<A: App>(
         events: Some(events_tx),
         desired_nodes: cluster.etcd.is_some().then_some(desired_rx),
         scar: cluster.scar_options(),
+        worker_recovery: cluster.recover_workers,
         ..ClusterOptions::default()
     };
     let reporting = runtime.spawn(async move {

@@ -1,5 +1,6 @@
 //! What SCAR did during a `harp run`: one line per checkpoint summary, injected fault and
-//! server recovery on the terminal, and the same records in the metrics file.
+//! server recovery on the terminal, and the same records in the metrics file; also each
+//! dead worker node recovered from (`--recover-workers`).
 
 use crate::metrics::MetricsWriter;
 use anyhow::Result;
@@ -8,6 +9,7 @@ use harp::JobStats;
 /// Prints and records `stats`' checkpoint rounds, injections and recoveries (nothing when
 /// the job kept no running checkpoint).
 pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
+    worker_recoveries(stats, metrics)?;
     let c = &stats.checkpoints;
     if c.rounds + c.rounds_failed + c.rounds_skipped == 0
         && stats.injections.is_empty()
@@ -48,6 +50,30 @@ pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
         }
         for r in &stats.recoveries {
             w.write(&serde_json::json!({ "event": "recovery", "report": r }))?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints and records each dead worker node the job recovered from.
+fn worker_recoveries(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
+    for r in &stats.worker_recoveries {
+        let moved: Vec<String> = r
+            .executors
+            .iter()
+            .map(|(executor, worker)| format!("executor {executor} -> worker {worker}"))
+            .collect();
+        eprintln!(
+            "worker recovery: node {} died at {:.3}s ({}); re-created {}; {} micro-tasks run again; executors running again after {:.3}s",
+            r.node,
+            r.detected_at_s,
+            r.cause,
+            moved.join(", "),
+            r.tasks_rerun,
+            r.duration_s
+        );
+        if let Some(w) = metrics {
+            w.write(&serde_json::json!({ "event": "worker_recovery", "report": r }))?;
         }
     }
     Ok(())

@@ -97,6 +97,9 @@ pub struct JobStats {
     pub checkpoints: crate::scar::CheckpointStats,
     /// Every failed server recovered from, in order.
     pub recoveries: Vec<crate::scar::ServerRecovery>,
+    /// Every dead worker node recovered from, in order (jobs across processes with
+    /// `ClusterOptions::worker_recovery`; empty in one process).
+    pub worker_recoveries: Vec<crate::scar::WorkerRecovery>,
     /// Every fault injected (`ScarOptions::inject`), in order.
     pub injections: Vec<crate::scar::InjectionReport>,
 }
@@ -250,6 +253,8 @@ async fn run_job_inner<A: App>(
             info: info.clone(),
             tables: tables.clone(),
             scar: config.scar.clone(),
+            // In one process workers cannot die apart from the master.
+            worker_recovery: false,
             done: done_tx,
         },
     )
@@ -290,6 +295,7 @@ async fn run_job_inner<A: App>(
         store: store.clone(),
         book: Mutex::new(FlushBook::new()),
         master: master.clone(),
+        staging: None,
     });
 
     let worker_ids: Vec<WorkerId> = (0..config.workers).map(WorkerId).collect();
@@ -383,6 +389,7 @@ async fn run_job_inner<A: App>(
         node: store.stats(),
         checkpoints: end.checkpoints,
         recoveries: end.recoveries,
+        worker_recoveries: end.worker_recoveries,
         injections: end.injections,
     };
     shut_down(&master, workers.values(), &store);

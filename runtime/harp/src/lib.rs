@@ -53,6 +53,6 @@ pub use remote::{
 };
 pub use scar::{
     CheckpointStats, Fault, FaultTiming, Injection, InjectionReport, LostValues, Recovery,
-    ScarOptions, ServerRecovery,
+    ScarOptions, ServerRecovery, WorkerRecovery,
 };
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -229,3 +229,23 @@ pub struct LostValues {
     /// tables updated by addition only, the sum of the updates the failure lost.
     pub lost_sum: f64,
 }
+
+/// One worker node's death survived (`ClusterOptions::worker_recovery`, jobs across
+/// processes): its executors re-created on the live workers and every micro-task of theirs
+/// whose updates were not committed dispatched again, so each update is applied exactly
+/// once (DESIGN §4, G2).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WorkerRecovery {
+    /// The node (its worker has the same id) that died.
+    pub node: u32,
+    /// How the master learnt it (its lease expired, its link closed, etcd reported it).
+    pub cause: String,
+    /// `(executor, new worker)` for each executor it hosted, created afresh there.
+    pub executors: Vec<(u32, u32)>,
+    /// Micro-tasks dispatched again (their flush was not committed when it died).
+    pub tasks_rerun: usize,
+    /// Seconds from the job's start to the master handling the death.
+    pub detected_at_s: f64,
+    /// Seconds from handling the death to every executor running on its new worker.
+    pub duration_s: f64,
+}

@@ -7,6 +7,15 @@
 //! flush book then releases the completions whose updates are applied, and those go to the
 //! master.
 //!
+//! **Staged flushes** (a job that recovers worker nodes: [`NodeShared::staging`]): a node
+//! stages one flush at a time, and only when no micro-task is half-way through its updates,
+//! so each flush carries exactly the updates of the tasks it covers, all of them. Once every
+//! part is staged, the node reports the flush, the servers that hold its parts and those
+//! tasks' completions to the master ([`MasterMsg::FlushStaged`]), which commits the flush
+//! and only then hands the completions to the driver. A task is thus applied entirely or not
+//! at all: if the node dies, the master either commits the flush as a whole or drops it and
+//! runs its tasks again (`remote/failures.rs`).
+//!
 //! Executors move between workers (Litz §4.4): [`WorkerMsg::Release`] lets the executor's
 //! running micro-task finish, takes its pending ones back out of its queue and hands the
 //! executor and those tasks to the master, which gives them to the new worker with
@@ -56,6 +65,14 @@ pub(crate) enum WorkerMsg<A: App> {
     /// the micro-tasks dispatched to it until [`WorkerMsg::Adopt`] brings it.
     Expect {
         executor: ExecutorId,
+    },
+    /// Create `executor` afresh here: its worker died with it (worker recovery across
+    /// processes). The node creates it (`App::create_executor`) and answers on `created`
+    /// once it runs there; micro-tasks sent after this run on it. Only a worker node's
+    /// proxy carries it: a worker in the master's process refuses.
+    Create {
+        executor: ExecutorId,
+        created: oneshot::Sender<Result<(), HarpError>>,
     },
 }
 
@@ -145,6 +162,29 @@ pub(crate) struct NodeShared<A: App> {
     pub store: Arc<ParamStore>,
     pub book: Mutex<FlushBook<Completion<A::Output>>>,
     pub master: ActorRef<MasterMsg<A>>,
+    /// With worker recovery: flushes are staged and committed by the master (module doc).
+    pub staging: Option<StagedFlushes>,
+}
+
+/// How a node of a job that recovers worker nodes flushes (see the module doc).
+pub(crate) struct StagedFlushes {
+    /// This node's id: servers keep its parts under it.
+    node: u32,
+    /// One flush is staged at a time, so each report carries exactly its flush's tasks.
+    turn: tokio::sync::Mutex<()>,
+    /// Micro-tasks running now (they may have recorded part of their updates). Changed and
+    /// read under the flush book's lock, so no task starts while a flush drains the log.
+    in_progress: AtomicUsize,
+}
+
+impl StagedFlushes {
+    pub(crate) fn new(node: u32) -> Self {
+        Self {
+            node,
+            turn: tokio::sync::Mutex::new(()),
+            in_progress: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl<A: App> NodeShared<A> {
@@ -159,6 +199,9 @@ impl<A: App> NodeShared<A> {
 
     /// Flushes the update log and reports the completions it releases.
     async fn flush_and_report(self: Arc<Self>) {
+        if let Some(staging) = &self.staging {
+            return self.stage_and_report(staging).await;
+        }
         // Beginning the flush and draining the log must happen as one step: if a later flush
         // could drain first, it would carry updates of tasks this flush covers, and this
         // flush's ack would release them before their updates were applied.
@@ -187,6 +230,66 @@ impl<A: App> NodeShared<A> {
                 }
             }
             Err(e) => self.fail(e.into()),
+        }
+    }
+}
+
+impl<A: App> NodeShared<A> {
+    /// The staged flush (worker recovery): stages the update log on the servers, then
+    /// reports the flush and its tasks' completions to the master, which commits it.
+    async fn stage_and_report(&self, staging: &StagedFlushes) {
+        let _turn = staging.turn.lock().await;
+        let (flush, batches) = {
+            let mut book = self.book();
+            // A running task may have recorded part of its updates: this flush waits for
+            // it (when it ends, the worker's count of held tasks drops to zero again and
+            // another flush begins), so no task's updates are split between two flushes.
+            if book.unflushed_tasks() == 0 || staging.in_progress.load(Ordering::Acquire) > 0 {
+                return;
+            }
+            let flush = book.begin_flush();
+            (flush, self.store.drain_log())
+        };
+        let servers = match self.store.stage(batches, staging.node, flush).await {
+            Ok(servers) => servers,
+            Err(e) => return self.fail(e),
+        };
+        let released = self.book().flush_applied(flush);
+        match released {
+            // One flush at a time: exactly the tasks this flush covers.
+            Ok(released) => {
+                let completions = released.into_iter().map(|(_, c)| c).collect();
+                let report = MasterMsg::FlushStaged {
+                    node: staging.node,
+                    flush,
+                    servers,
+                    completions,
+                };
+                if self.master.send_message(report).is_err() {
+                    tracing::debug!("master gone; a staged flush was not reported");
+                }
+            }
+            Err(e) => self.fail(e.into()),
+        }
+    }
+
+    /// A micro-task begins: counted, under the book's lock, while flushes are staged.
+    fn task_begins(&self) {
+        if let Some(staging) = &self.staging {
+            let _book = self.book();
+            staging.in_progress.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A micro-task ended (`finished`: its completion, if it succeeded): recorded in the
+    /// flush book and no longer counted as running, in one step.
+    fn task_ends(&self, task: TaskId, finished: Option<Completion<A::Output>>) {
+        let mut book = self.book();
+        if let Some(completion) = finished {
+            book.task_finished(task, completion);
+        }
+        if let Some(staging) = &self.staging {
+            staging.in_progress.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -357,6 +460,12 @@ impl<A: App> Actor for WorkerActor<A> {
             } => {
                 let _ = adopted.send(state.adopt(executor, released));
             }
+            WorkerMsg::Create { executor, created } => {
+                let _ = created.send(Err(HarpError::InvalidConfig(format!(
+                    "{} cannot create {executor}: executors are re-created only on worker nodes",
+                    state.id
+                ))));
+            }
         }
         Ok(())
     }
@@ -414,24 +523,29 @@ async fn executor_loop<A: App>(
             args,
         } = envelope;
         let mut ps = ParamClient::new(node.store.clone(), version, task, id);
+        node.task_begins();
         let outcome = AssertUnwindSafe(executor.run_task(args, &mut ps))
             .catch_unwind()
             .await;
         let failure = match outcome {
             Ok(Ok(output)) => {
-                node.book().task_finished(
+                let completion = Completion {
                     task,
-                    Completion {
-                        task,
-                        executor: id,
-                        dispatched_at: version,
-                        output,
-                    },
-                );
+                    executor: id,
+                    dispatched_at: version,
+                    output,
+                };
+                node.task_ends(task, Some(completion));
                 None
             }
-            Ok(Err(source)) => Some(source),
-            Err(panic) => Some(panic_message(panic).into()),
+            Ok(Err(source)) => {
+                node.task_ends(task, None);
+                Some(source)
+            }
+            Err(panic) => {
+                node.task_ends(task, None);
+                Some(panic_message(panic).into())
+            }
         };
         if let Some(source) = failure {
             node.fail(HarpError::TaskFailed {

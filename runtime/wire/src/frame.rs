@@ -498,6 +498,7 @@ mod tests {
             server: 1,
             node_id: 2,
             flush_id: 3,
+            staged: false,
             updates: vec![
                 (
                     ParamKeyWire { table: 1, row: 9 },

@@ -94,6 +94,10 @@ pub struct Assignment {
     /// part until its server acknowledged it, and send what a failed server left
     /// unanswered to its shards' new owners once the master reroutes them.
     pub server_recovery: bool,
+    /// The job survives losing a worker node: stage each flush on the servers
+    /// ([`Message::Apply`] with `staged`) and report it to the master
+    /// ([`Message::FlushStaged`]), which commits it, instead of applying it at once.
+    pub worker_recovery: bool,
 }
 
 /// One shard's owner.
@@ -404,14 +408,19 @@ pub enum Message {
     Rows { request_id: u64, rows: RowsResult },
     /// node → server node: apply one flush's aggregated deltas for `server`'s shards, all of
     /// them or none. `(node_id, flush_id)` identifies the batch (for exactly-once apply).
+    /// With `staged` (a job that recovers worker nodes) the server only keeps the deltas as
+    /// the staged part `(node_id, flush_id)` until the master commits it
+    /// ([`Message::CommitFlush`]) or drops it ([`Message::DropStaged`]).
     Apply {
         request_id: u64,
         server: u32,
         node_id: u32,
         flush_id: u64,
+        staged: bool,
         updates: Vec<(ParamKeyWire, RowWire)>,
     },
-    /// server node → node: the answer to [`Message::Apply`]; `error` is `None` when applied.
+    /// server node → node: the answer to [`Message::Apply`]; `error` is `None` when applied
+    /// (or, for a staged part, kept).
     Applied {
         request_id: u64,
         error: Option<String>,
@@ -545,6 +554,38 @@ pub enum Message {
     /// after their [`Message::Reroute`]s): stop waiting for its answers, so what it left
     /// unanswered goes to the new owners, and forget it.
     ServerLost { server: u32 },
+
+    // ---- worker recovery: staged flushes committed by the master ----
+    /// worker node → master: every part of flush `flush_id` is staged (on `servers`); the
+    /// master commits it and only then hands `completions` (the tasks whose updates that
+    /// flush carries) to the driver.
+    FlushStaged {
+        flush_id: u64,
+        servers: Vec<u32>,
+        completions: Vec<CompletionWire>,
+    },
+    /// master → server node: apply the part that node `node_id` staged for flush
+    /// `flush_id` on `server` (a second commit of it is a no-op). Answered with
+    /// [`Message::FlushCommitted`].
+    CommitFlush {
+        request_id: u64,
+        server: u32,
+        node_id: u32,
+        flush_id: u64,
+    },
+    /// server node → master: the answer to [`Message::CommitFlush`]; `error` is `None` when
+    /// the part is applied.
+    FlushCommitted {
+        request_id: u64,
+        error: Option<String>,
+    },
+    /// master → server node: worker node `node_id` died; drop every part it staged on
+    /// `server` and not committed, and refuse the parts it stages from now on.
+    DropStaged { server: u32, node_id: u32 },
+    /// master → worker node: create `executor` afresh (`App::create_executor`: its worker
+    /// died with it), then run the micro-tasks sent to it. Answered with
+    /// [`Message::ExecutorAdopted`] once it runs there.
+    CreateExecutor { request_id: u64, executor: u32 },
 }
 
 impl RowWire {
@@ -659,11 +700,16 @@ impl Message {
             Message::ResetRows { .. } => MessageKind::ResetRows,
             Message::ResetDone { .. } => MessageKind::ResetDone,
             Message::ServerLost { .. } => MessageKind::ServerLost,
+            Message::FlushStaged { .. } => MessageKind::FlushStaged,
+            Message::CommitFlush { .. } => MessageKind::CommitFlush,
+            Message::FlushCommitted { .. } => MessageKind::FlushCommitted,
+            Message::DropStaged { .. } => MessageKind::DropStaged,
+            Message::CreateExecutor { .. } => MessageKind::CreateExecutor,
         }
     }
 
     /// The typed server id of a request to a server (`Get`, `Apply`, `Dump`, a checkpoint
-    /// request, `ResetRows`).
+    /// request, `ResetRows`, `CommitFlush`, `DropStaged`).
     pub fn server_id(&self) -> Option<ServerId> {
         match self {
             Message::Get { server, .. }
@@ -671,7 +717,9 @@ impl Message {
             | Message::Dump { server, .. }
             | Message::CheckpointDistances { server, .. }
             | Message::CheckpointSave { server, .. }
-            | Message::ResetRows { server, .. } => Some(ServerId(*server)),
+            | Message::ResetRows { server, .. }
+            | Message::CommitFlush { server, .. }
+            | Message::DropStaged { server, .. } => Some(ServerId(*server)),
             _ => None,
         }
     }
@@ -723,6 +771,11 @@ impl ArchivedMessage {
             ArchivedMessage::ResetRows { .. } => MessageKind::ResetRows,
             ArchivedMessage::ResetDone { .. } => MessageKind::ResetDone,
             ArchivedMessage::ServerLost { .. } => MessageKind::ServerLost,
+            ArchivedMessage::FlushStaged { .. } => MessageKind::FlushStaged,
+            ArchivedMessage::CommitFlush { .. } => MessageKind::CommitFlush,
+            ArchivedMessage::FlushCommitted { .. } => MessageKind::FlushCommitted,
+            ArchivedMessage::DropStaged { .. } => MessageKind::DropStaged,
+            ArchivedMessage::CreateExecutor { .. } => MessageKind::CreateExecutor,
         }
     }
 }
@@ -785,11 +838,16 @@ pub enum MessageKind {
     ResetRows = 40,
     ResetDone = 41,
     ServerLost = 42,
+    FlushStaged = 43,
+    CommitFlush = 44,
+    FlushCommitted = 45,
+    DropStaged = 46,
+    CreateExecutor = 47,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 42;
+    pub const COUNT: usize = 47;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -835,6 +893,11 @@ impl MessageKind {
         MessageKind::ResetRows,
         MessageKind::ResetDone,
         MessageKind::ServerLost,
+        MessageKind::FlushStaged,
+        MessageKind::CommitFlush,
+        MessageKind::FlushCommitted,
+        MessageKind::DropStaged,
+        MessageKind::CreateExecutor,
     ];
 
     /// The kind a header byte names, if any.
@@ -897,6 +960,11 @@ impl MessageKind {
             MessageKind::ResetRows => "reset_rows",
             MessageKind::ResetDone => "reset_done",
             MessageKind::ServerLost => "server_lost",
+            MessageKind::FlushStaged => "flush_staged",
+            MessageKind::CommitFlush => "commit_flush",
+            MessageKind::FlushCommitted => "flush_committed",
+            MessageKind::DropStaged => "drop_staged",
+            MessageKind::CreateExecutor => "create_executor",
         }
     }
 }
@@ -934,6 +1002,7 @@ mod tests {
                     server: 0,
                     node_id: 2,
                     flush_id: 3,
+                    staged: n % 2 == 0,
                     updates: rows(n, values),
                 },
                 Message::Rows {

@@ -8,17 +8,28 @@
 //! running checkpoint in [`checkpoints`]; the partial recovery of a failed server in
 //! [`recovery`]; consistent checkpoints (hold, capture, background write, resume start) in
 //! [`consistent`].
+//!
+//! In a job that recovers worker nodes ([`worker_recovery`]), completions arrive as staged
+//! flushes instead: the master commits each flush on its servers and waits until they all
+//! applied it before handing its completions to the driver, so the guarantee above holds
+//! although the servers hear the commit from the master and the task's reads come from the
+//! workers. The master also keeps every dispatched task ([`task_book`]) until its
+//! completion is handed over, to run again those of a dead worker node whose updates were
+//! not committed.
 
 mod checkpoints;
 mod consistent;
 mod inject;
 mod moves;
 mod recovery;
+mod task_book;
+mod worker_recovery;
 
 pub(crate) use consistent::{ConsistentEnd, ConsistentSetup, ResumeStart, WriteSetup};
 pub(crate) use inject::Held;
 pub(crate) use moves::ExecutorInMotion;
 pub use moves::{MoveRecord, ScaleReport};
+pub(crate) use worker_recovery::CommitDone;
 
 use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
 use crate::error::HarpError;
@@ -97,6 +108,24 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// Micro-tasks whose updates are applied.
     Completed(Vec<Completion<A::Output>>),
+    /// Worker recovery: node `node` staged flush `flush` on `servers`; `completions` are the
+    /// tasks whose updates it carries, handed to the driver once it is committed.
+    FlushStaged {
+        node: u32,
+        flush: u64,
+        servers: Vec<ServerId>,
+        completions: Vec<Completion<A::Output>>,
+    },
+    /// Every server holding a part of a staged flush applied it (internal).
+    FlushCommitted(CommitDone),
+    /// Worker recovery: the worker node `node` died (`cause`: how the master learnt it).
+    WorkerLost { node: u32, cause: String },
+    /// A dead worker's executor runs on its new worker, or could not be created (internal).
+    ExecutorRecreated {
+        executor: ExecutorId,
+        on: WorkerId,
+        result: Result<(), HarpError>,
+    },
     /// A checkpoint round ended (internal).
     CheckpointRoundDone(RoundDone),
     /// Fault injection: make `server` (in this process) fail now, then recover from it as
@@ -165,6 +194,8 @@ pub(crate) struct MasterEnd<A: App> {
     pub final_version: Version,
     pub checkpoints: CheckpointStats,
     pub recoveries: Vec<ServerRecovery>,
+    /// Every dead worker node recovered from (worker recovery).
+    pub worker_recoveries: Vec<crate::scar::WorkerRecovery>,
     pub injections: Vec<crate::scar::InjectionReport>,
     /// The consistent checkpoint still being written, if any.
     pub consistent: Option<ConsistentEnd>,
@@ -176,6 +207,8 @@ pub(crate) struct MasterArgs<A: App> {
     pub tables: Arc<TableSet>,
     /// SCAR's running checkpoint, if the job keeps one.
     pub scar: Option<ScarOptions>,
+    /// Recover dead worker nodes: flushes are committed here and dispatched tasks kept.
+    pub worker_recovery: bool,
     pub done: oneshot::Sender<Result<MasterEnd<A>, HarpError>>,
 }
 
@@ -209,6 +242,8 @@ pub(crate) struct MasterState<A: App> {
     /// Consistent checkpoints, if the job takes them or resumed from one.
     consistent: Option<consistent::ConsistentCheckpoint<A>>,
     injections: Vec<crate::scar::InjectionReport>,
+    /// Staged flushes, dispatched tasks and dead workers, if the job recovers workers.
+    worker_recovery: Option<worker_recovery::WorkerRecoveryState<A::Output>>,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -317,6 +352,29 @@ impl<A: App> MasterState<A> {
         });
     }
 
+    /// Hands completed micro-tasks to the driver, one at a time, each after the version
+    /// moved on; stops at the first that ends the job.
+    fn hand_to_driver(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        completions: Vec<Completion<A::Output>>,
+    ) -> Result<bool, HarpError> {
+        let mut finished = Ok(false);
+        for completion in completions {
+            if !self.first_delivery(completion.task) {
+                continue;
+            }
+            self.in_flight = self.in_flight.saturating_sub(1);
+            self.completed += 1;
+            self.clock.on_completion();
+            finished = self.drive(myself, |d, ctx| d.handle_task_completion(completion, ctx));
+            if !matches!(finished, Ok(false)) {
+                break;
+            }
+        }
+        finished
+    }
+
     fn route(
         &mut self,
         dispatched: Vec<(ExecutorId, A::Args)>,
@@ -333,6 +391,7 @@ impl<A: App> MasterState<A> {
                 version,
                 args,
             };
+            self.keep_dispatched(&envelope)?;
             if let Some(motion) = self.moving.get_mut(&executor) {
                 // Held until the executor arrives at its new worker.
                 motion.buffered.push(envelope);
@@ -408,6 +467,11 @@ impl<A: App> MasterState<A> {
                     .map(RunningCheckpoint::stats)
                     .unwrap_or_default(),
                 recoveries: std::mem::take(&mut self.recoveries),
+                worker_recoveries: self
+                    .worker_recovery
+                    .as_mut()
+                    .map(|r| r.take_reports())
+                    .unwrap_or_default(),
                 injections: std::mem::take(&mut self.injections),
                 consistent: self.consistent.as_mut().map(|c| c.end()),
             }),
@@ -454,6 +518,9 @@ impl<A: App> Actor for MasterActor<A> {
             injecting: false,
             consistent: None,
             injections: Vec::new(),
+            worker_recovery: args
+                .worker_recovery
+                .then(worker_recovery::WorkerRecoveryState::new),
             done: Some(args.done),
         })
     }
@@ -532,20 +599,24 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::ShardHandedOff { shard, to, result } => {
                 state.on_shard_handed_off(shard, to, result).map(|_| false)
             }
-            MasterMsg::Completed(completions) => {
-                let mut finished = Ok(false);
-                for completion in completions {
-                    state.in_flight = state.in_flight.saturating_sub(1);
-                    state.completed += 1;
-                    state.clock.on_completion();
-                    finished =
-                        state.drive(&myself, |d, ctx| d.handle_task_completion(completion, ctx));
-                    if !matches!(finished, Ok(false)) {
-                        break;
-                    }
-                }
-                finished
+            MasterMsg::Completed(completions) => state.hand_to_driver(&myself, completions),
+            MasterMsg::FlushStaged {
+                node,
+                flush,
+                servers,
+                completions,
+            } => state.on_flush_staged(&myself, (node, flush), servers, completions),
+            MasterMsg::FlushCommitted(done) => state.on_flush_committed(&myself, done),
+            MasterMsg::WorkerLost { node, cause } => {
+                state.on_worker_lost(&myself, node, cause).map(|()| false)
             }
+            MasterMsg::ExecutorRecreated {
+                executor,
+                on,
+                result,
+            } => state
+                .on_executor_recreated(executor, on, result)
+                .map(|()| false),
             MasterMsg::CheckpointRoundDone(done) => {
                 if let Some(checkpoint) = state.checkpoint.as_mut() {
                     checkpoint.round_done(done);

@@ -9,6 +9,10 @@
 //! the keys' shards to the servers that re-created them, then goes there. A flush keeps a
 //! copy of each server's part until it is acknowledged, so an update the failed server never
 //! acknowledged is sent again to the new owner instead of being lost.
+//!
+//! **Staged flushes** (a job that recovers worker nodes, [`ParamStore::stage`]): each part
+//! of a flush is staged on its server under `(node, flush)` rather than applied; the master
+//! commits the flush once the node reports every part staged (`worker.rs`).
 
 mod cache;
 mod routing;
@@ -39,6 +43,32 @@ pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub(crate) const SERVER_RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
 type Batches = BTreeMap<ServerId, Vec<(ParamKey, RowData)>>;
+
+/// How a flush's parts go to their servers: applied at once, or staged as flush `flush` of
+/// node `node` until the master commits it.
+#[derive(Clone, Copy, Debug)]
+enum FlushMode {
+    Apply,
+    Stage { node: u32, flush: u64 },
+}
+
+impl FlushMode {
+    fn message(
+        self,
+        updates: Vec<(ParamKey, RowData)>,
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    ) -> ServerMsg {
+        match self {
+            FlushMode::Apply => ServerMsg::Apply { updates, reply },
+            FlushMode::Stage { node, flush } => ServerMsg::Stage {
+                node,
+                flush,
+                updates,
+                reply,
+            },
+        }
+    }
+}
 
 /// Everything a micro-task on this node touches when it reads or updates parameters.
 pub(crate) struct ParamStore {
@@ -177,11 +207,31 @@ impl ParamStore {
     /// Sends every batch to its server and waits until all are applied. With server
     /// recovery, a part whose server failed is sent again to its shards' new owners.
     pub(crate) async fn apply(&self, batches: Batches) -> Result<(), HarpError> {
+        self.flush(batches, FlushMode::Apply).await.map(|_| ())
+    }
+
+    /// Stages every batch on its server as flush `flush` of node `node` and waits until
+    /// each is kept there; returns the servers that hold a part (the ones the master must
+    /// tell to commit it). With server recovery, a part whose server failed is staged again
+    /// on its shards' new owners.
+    pub(crate) async fn stage(
+        &self,
+        batches: Batches,
+        node: u32,
+        flush: u64,
+    ) -> Result<Vec<ServerId>, HarpError> {
+        self.flush(batches, FlushMode::Stage { node, flush }).await
+    }
+
+    /// [`Self::apply`] or [`Self::stage`]: the servers that acknowledged a part, ascending.
+    async fn flush(&self, batches: Batches, mode: FlushMode) -> Result<Vec<ServerId>, HarpError> {
         let rows: usize = batches.values().map(Vec::len).sum();
         let recovery_deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
         let mut pending = batches;
+        let mut holders = Vec::new();
         loop {
-            let unanswered = self.apply_once(pending).await?;
+            let (acked, unanswered) = self.flush_once(pending, mode).await?;
+            holders.extend(acked);
             let Some(&server) = unanswered.keys().next() else {
                 break;
             };
@@ -198,7 +248,9 @@ impl ParamStore {
         }
         NodeCounters::add(&self.counters.flushes, 1);
         NodeCounters::add(&self.counters.rows_flushed, rows as u64);
-        Ok(())
+        holders.sort_unstable();
+        holders.dedup();
+        Ok(holders)
     }
 
     /// Groups updates by the server their shard routes to now.
@@ -214,9 +266,14 @@ impl ParamStore {
         batches
     }
 
-    /// One attempt of [`Self::apply`]. Without server recovery any failure is the error;
-    /// with it, the parts whose server did not answer are handed back to be sent again.
-    async fn apply_once(&self, batches: Batches) -> Result<Batches, HarpError> {
+    /// One attempt of [`Self::flush`]: the servers that acknowledged their part, and the
+    /// parts to send again. Without server recovery any failure is the error; with it, the
+    /// parts whose server did not answer are handed back to be sent again.
+    async fn flush_once(
+        &self,
+        batches: Batches,
+        mode: FlushMode,
+    ) -> Result<(Vec<ServerId>, Batches), HarpError> {
         let mut replies = Vec::with_capacity(batches.len());
         let mut unanswered = Batches::new();
         {
@@ -227,7 +284,7 @@ impl ParamStore {
                 let sent = routing
                     .servers
                     .get(&server)
-                    .map(|actor| actor.send_message(ServerMsg::Apply { updates, reply: tx }));
+                    .map(|actor| actor.send_message(mode.message(updates, tx)));
                 match (sent, kept) {
                     (Some(Ok(())), kept) => replies.push((server, rx, kept)),
                     (_, Some(kept)) => {
@@ -239,9 +296,10 @@ impl ParamStore {
         }
         // One deadline for the whole flush: the replies arrive in parallel.
         let deadline = tokio::time::Instant::now() + self.request_deadline;
+        let mut acked = Vec::with_capacity(replies.len());
         for (server, rx, kept) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Ok(()))) => acked.push(server),
                 Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
                     return Err(e);
@@ -262,7 +320,7 @@ impl ParamStore {
                 }
             }
         }
-        Ok(unanswered)
+        Ok((acked, unanswered))
     }
 
     /// A server joined: reads and flushes may be routed to it.
@@ -478,6 +536,30 @@ mod tests {
         let stats = store.stats();
         assert_eq!(stats.requests_resent, 2, "{stats:?}");
         assert_eq!(stats.flushes, 2);
+    }
+
+    #[tokio::test]
+    async fn a_staged_flush_names_its_servers_and_applies_only_once_committed() {
+        let (store, key, [s0, _]) = store_on_two_servers(false).await;
+        store.record(key, RowData::F32(vec![1.0, 2.0])).unwrap();
+        let holders = store.stage(store.drain_log(), 4, 9).await.unwrap();
+        assert_eq!(holders, vec![ServerId(0)]);
+        assert!(dump(&s0).await.is_empty(), "staged, not applied");
+        let (reply, committed) = oneshot::channel();
+        s0.send_message(ServerMsg::Commit {
+            node: 4,
+            flush: 9,
+            reply,
+        })
+        .unwrap();
+        committed.await.unwrap().unwrap();
+        assert_eq!(dump(&s0).await, vec![(key, RowData::F32(vec![1.0, 2.0]))]);
+        // A flush with nothing in it names no server.
+        assert!(store
+            .stage(store.drain_log(), 4, 10)
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]

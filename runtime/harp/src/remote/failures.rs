@@ -52,7 +52,18 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     entry.link.close("declared dead");
     let detail = format!("{cause}; it held {}", entry.holdings);
     let server_only = entry.roles.server && !entry.roles.worker;
-    if ctx.server_recovery && server_only {
+    let worker_recovered = ctx.worker_recovery && (!entry.roles.server || ctx.server_recovery);
+    if entry.roles.worker && worker_recovered {
+        tracing::warn!(node, %detail, "a worker node died: re-creating its executors and running its uncommitted tasks again");
+        let _ = ctx.master.send_message(MasterMsg::WorkerLost {
+            node,
+            cause: cause.to_string(),
+        });
+        if !entry.roles.server {
+            return;
+        }
+    }
+    if ctx.server_recovery && (server_only || worker_recovered) {
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
         // Nodes that join later must not dial it.
         let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
@@ -63,8 +74,10 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         });
         return;
     }
-    let hint = if entry.roles.worker {
-        "; a job across processes does not survive losing a worker node yet"
+    let hint = if entry.roles.worker && !ctx.worker_recovery {
+        "; --recover-workers (ClusterOptions::worker_recovery) lets the job survive losing a worker node"
+    } else if entry.roles.worker {
+        "; it held a server too: recovering its shards needs --scar-fraction (SCAR's running checkpoint) beside --recover-workers"
     } else {
         "; --scar-fraction (SCAR's running checkpoint) lets the job recover a server node's shards"
     };

@@ -58,6 +58,12 @@ pub struct ClusterOptions {
     /// injection); with it, the death of a node that holds only a server is recovered from
     /// the checkpoint instead of ending the job.
     pub scar: Option<crate::scar::ScarOptions>,
+    /// Survive the death of worker nodes (`harp run --recover-workers`): every flush is
+    /// staged on the servers and committed by the master (one more round trip per flush),
+    /// so a dead worker's executors are re-created on the live workers and exactly the
+    /// micro-tasks whose updates were not committed run again (`remote/failures.rs`). A
+    /// node that is also a server needs `scar` too, to recover its shards.
+    pub worker_recovery: bool,
 }
 
 impl Default for ClusterOptions {
@@ -74,6 +80,7 @@ impl Default for ClusterOptions {
             events: None,
             desired_nodes: None,
             scar: None,
+            worker_recovery: false,
         }
     }
 }
@@ -229,6 +236,7 @@ pub async fn run_job_across_controlled<A: App>(
                 .map(|s| s.0)
                 .collect(),
             server_recovery: options.scar.is_some(),
+            worker_recovery: options.worker_recovery,
         };
         node.link.send(&Message::Assign(assignment))?;
         node.link.send(&Message::Placement(placement.clone()))?;
@@ -244,6 +252,7 @@ pub async fn run_job_across_controlled<A: App>(
             info: info.clone(),
             tables: Arc::new(app.tables().clone()),
             scar: options.scar.clone(),
+            worker_recovery: options.worker_recovery,
             done: done_tx,
         },
     )
@@ -286,6 +295,7 @@ pub async fn run_job_across_controlled<A: App>(
         events,
         leaving: leaving_tx,
         server_recovery: options.scar.is_some(),
+        worker_recovery: options.worker_recovery,
     });
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
     // The master reaches each node's server only to hand shards over.
@@ -384,6 +394,7 @@ pub async fn run_job_across_controlled<A: App>(
                     node: NodeStats::default(),
                     checkpoints: end.checkpoints,
                     recoveries: end.recoveries,
+                    worker_recoveries: end.worker_recoveries,
                     injections: end.injections,
                 },
                 driver: end.driver,
@@ -529,6 +540,26 @@ pub(crate) async fn read_node<A: App>(
                     let _ = master.send_message(MasterMsg::Failed(e));
                 }
             },
+            Message::FlushStaged {
+                flush_id,
+                servers,
+                completions,
+            } => match completions_from_wire::<A>(completions) {
+                Ok(completions) => {
+                    let _ = master.send_message(MasterMsg::FlushStaged {
+                        node,
+                        flush: flush_id,
+                        servers: servers.into_iter().map(ServerId).collect(),
+                        completions,
+                    });
+                }
+                Err(e) => {
+                    let _ = master.send_message(MasterMsg::Failed(e));
+                }
+            },
+            // A node declared dead is no part of the job any more (its tasks may run again
+            // elsewhere): what it still says does not end the job.
+            Message::Failed { .. } if roster::lock(&ctx.roster).is_gone(node) => {}
             Message::Failed { message } => {
                 let _ = master.send_message(MasterMsg::Failed(HarpError::Remote(format!(
                     "node {node}: {message}"

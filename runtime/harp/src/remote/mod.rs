@@ -26,7 +26,7 @@
 //! it with `JobEnded`); and `harp scale` connects like a node with neither role and sends a
 //! `ScaleCommand`.
 
-mod codec;
+pub(crate) mod codec;
 mod failures;
 mod master_side;
 mod node_side;

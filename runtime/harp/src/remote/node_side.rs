@@ -14,7 +14,7 @@ use crate::job::{create_executors, spawn};
 use crate::node::{ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
 use crate::worker::{
-    ExecutorBody, NodeShared, ReleasedExecutor, WorkerActor, WorkerArgs, WorkerMsg,
+    ExecutorBody, NodeShared, ReleasedExecutor, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg,
 };
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, PeerConnection, TransportConfig};
@@ -330,6 +330,8 @@ async fn start_node<A: App>(
         store: store.clone(),
         book: Mutex::new(FlushBook::new()),
         master,
+        // The master recovers dead worker nodes: flushes are staged and it commits them.
+        staging: assignment.worker_recovery.then(|| StagedFlushes::new(me)),
     });
     let worker = spawn(
         WorkerActor::<A>::new(),
@@ -835,6 +837,31 @@ async fn serve_master<A: App>(
                     }
                 }
             }
+            Message::CreateExecutor {
+                request_id,
+                executor,
+            } => {
+                // A dead worker's executor, created afresh here before the micro-tasks the
+                // master sends it next (they follow on the same ordered stream).
+                let adoption = Adoption::<A> {
+                    request_id,
+                    executor: ExecutorId(executor),
+                    pending: Vec::new(),
+                };
+                let created = app
+                    .create_executor(adoption.executor, info)
+                    .map_err(|source| HarpError::ExecutorCreation {
+                        executor: adoption.executor,
+                        source,
+                    });
+                tracing::info!(
+                    node = me,
+                    executor,
+                    ok = created.is_ok(),
+                    "created the executor of a dead worker node"
+                );
+                adoption.finish(worker, master_link, created);
+            }
             Message::HandOffShard {
                 request_id,
                 shard,
@@ -854,7 +881,9 @@ async fn serve_master<A: App>(
             message @ (Message::CheckpointDistances { .. }
             | Message::CheckpointSave { .. }
             | Message::ResetRows { .. }
-            | Message::TakeOverShard { .. }) => match local_server {
+            | Message::TakeOverShard { .. }
+            | Message::CommitFlush { .. }
+            | Message::DropStaged { .. }) => match local_server {
                 Some(server) => {
                     if !serve_server_request(master_link, message, server) {
                         tracing::warn!(node = me, "the local server stopped");

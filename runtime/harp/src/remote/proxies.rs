@@ -61,6 +61,8 @@ pub(crate) enum Pending {
     Saved(SaveReply),
     /// A server node's answer to `ResetRows`.
     ResetDone(oneshot::Sender<Result<(), HarpError>>),
+    /// A server node's answer to `CommitFlush`.
+    Committed(oneshot::Sender<Result<(), HarpError>>),
 }
 
 /// Replies in flight on one link.
@@ -169,6 +171,12 @@ impl PendingReplies {
                 }
                 None
             }
+            Message::FlushCommitted { request_id, error } => {
+                if let Some((_, Pending::Committed(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
             other => Some(other),
         }
     }
@@ -262,18 +270,25 @@ impl Actor for ServerProxy {
             }
             ServerMsg::Apply { updates, reply } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
-                let updates = rows_to_wire(updates);
-                let message = Message::Apply {
-                    request_id,
-                    server,
-                    node_id: state.node,
-                    flush_id: request_id,
-                    updates,
-                };
-                let link = state.link.clone();
-                // Large flushes go on their own stream, so reads are not held up behind them.
-                // A lost link is reported by the link's reader (the pending reply is dropped).
-                tokio::spawn(async move { send_sized(&link, message).await });
+                let flush = (state.node, request_id, false);
+                send_flush_part(state, flush, updates, request_id);
+            }
+            ServerMsg::Stage {
+                node,
+                flush,
+                updates,
+                reply,
+            } => {
+                let request_id = state.pending.register(Pending::Applied(reply));
+                send_flush_part(state, (node, flush, true), updates, request_id);
+            }
+            ServerMsg::Commit { reply, .. } => {
+                let _ = reply.send(Err(HarpError::InvalidConfig(
+                    "only the master commits staged flushes".into(),
+                )));
+            }
+            ServerMsg::DropStaged { .. } => {
+                tracing::debug!("only the master drops staged flush parts");
             }
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
@@ -311,6 +326,27 @@ impl Actor for ServerProxy {
         }
         Ok(())
     }
+}
+
+/// Sends one flush part (`(node, flush id, staged)`) to the proxy's server as request
+/// `request_id`. Large parts go on their own stream, so reads are not held up behind them; a
+/// lost link is reported by the link's reader (the pending reply is dropped).
+fn send_flush_part(
+    state: &ServerProxyState,
+    (node_id, flush_id, staged): (u32, u64, bool),
+    updates: Vec<(ParamKey, RowData)>,
+    request_id: u64,
+) {
+    let message = Message::Apply {
+        request_id,
+        server: state.server.0,
+        node_id,
+        flush_id,
+        staged,
+        updates: rows_to_wire(updates),
+    };
+    let link = state.link.clone();
+    tokio::spawn(async move { send_sized(&link, message).await });
 }
 
 /// Sends a request a server answers from its rows (a dump, a checkpoint request, a reset)
@@ -498,8 +534,29 @@ impl Actor for ServerNodeProxy {
             ServerMsg::Get { reply, .. } => {
                 let _ = reply.send(Err(unsupported()));
             }
-            ServerMsg::Apply { reply, .. } => {
+            ServerMsg::Apply { reply, .. } | ServerMsg::Stage { reply, .. } => {
                 let _ = reply.send(Err(unsupported()));
+            }
+            ServerMsg::Commit { node, flush, reply } => {
+                // On the control stream, from this actor: in order with a later DropStaged.
+                let request_id = pending.register(Pending::Committed(reply));
+                let message = Message::CommitFlush {
+                    request_id,
+                    server: server.0,
+                    node_id: node,
+                    flush_id: flush,
+                };
+                if link.send(&message).is_err() {
+                    // The node is gone: the waiter learns it at once.
+                    pending.forget(request_id);
+                }
+            }
+            ServerMsg::DropStaged { node } => {
+                // A node that is gone has nothing staged any more.
+                let _ = link.send(&Message::DropStaged {
+                    server: server.0,
+                    node_id: node,
+                });
             }
             ServerMsg::Drain { reply } => {
                 let _ = reply.send(());
@@ -560,21 +617,59 @@ pub(crate) fn serve_server_request(
         }
         Message::Apply {
             request_id,
+            node_id,
+            flush_id,
+            staged,
             updates,
             ..
         } => {
-            let (tx, rx) = oneshot::channel();
+            let (reply, rx) = oneshot::channel();
             let updates = rows_from_wire(updates);
-            if server
-                .send_message(ServerMsg::Apply { updates, reply: tx })
-                .is_err()
-            {
+            let request = if staged {
+                ServerMsg::Stage {
+                    node: node_id,
+                    flush: flush_id,
+                    updates,
+                    reply,
+                }
+            } else {
+                ServerMsg::Apply { updates, reply }
+            };
+            if server.send_message(request).is_err() {
                 return false;
             }
             tokio::spawn(async move {
                 let error = server_answer(rx).await.err();
                 let _ = link.send(&Message::Applied { request_id, error });
             });
+        }
+        Message::CommitFlush {
+            request_id,
+            node_id,
+            flush_id,
+            ..
+        } => {
+            let (reply, rx) = oneshot::channel();
+            let commit = ServerMsg::Commit {
+                node: node_id,
+                flush: flush_id,
+                reply,
+            };
+            if server.send_message(commit).is_err() {
+                return false;
+            }
+            tokio::spawn(async move {
+                let error = server_answer(rx).await.err();
+                let _ = link.send(&Message::FlushCommitted { request_id, error });
+            });
+        }
+        Message::DropStaged { node_id, .. } => {
+            if server
+                .send_message(ServerMsg::DropStaged { node: node_id })
+                .is_err()
+            {
+                return false;
+            }
         }
         Message::Dump { request_id, .. } => {
             let (tx, rx) = oneshot::channel();
@@ -721,9 +816,35 @@ impl<A: App> Actor for WorkerProxy<A> {
         } = state;
         match msg {
             WorkerMsg::Run(tasks) => {
-                link.send(&Message::RunTasks {
+                let message = Message::RunTasks {
                     tasks: tasks_to_wire::<A>(tasks)?,
-                })?;
+                };
+                if let Err(e) = link.send(&message) {
+                    // The node's link broke: its death (lease, closed link) is reported to
+                    // the master, which recovers its tasks or ends the job.
+                    tracing::warn!(error = %e, "could not send micro-tasks to a worker node");
+                }
+            }
+            WorkerMsg::Create { executor, created } => {
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::Adopted(tx));
+                // On the control stream: before any micro-task sent to it afterwards.
+                let message = Message::CreateExecutor {
+                    request_id,
+                    executor: executor.0,
+                };
+                if let Err(e) = link.send(&message) {
+                    pending.forget(request_id);
+                    let _ = created.send(Err(e.into()));
+                    return Ok(());
+                }
+                tokio::spawn(async move {
+                    let _ = created.send(rx.await.unwrap_or_else(|_| {
+                        Err(HarpError::Remote(format!(
+                            "the node creating {executor} went away"
+                        )))
+                    }));
+                });
             }
             WorkerMsg::Release { executor, reply } => {
                 let (tx, rx) = oneshot::channel();
@@ -865,18 +986,21 @@ impl<A: App> Actor for MasterProxy<A> {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             MasterMsg::Completed(completions) => {
-                let completions = completions
-                    .into_iter()
-                    .map(|c| {
-                        Ok(CompletionWire::new(
-                            c.task,
-                            c.executor,
-                            c.dispatched_at,
-                            to_bytes(&c.output)?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, HarpError>>()?;
+                let completions = completions_to_wire::<A>(completions)?;
                 link.send(&Message::Completed { completions })?;
+            }
+            MasterMsg::FlushStaged {
+                flush,
+                servers,
+                completions,
+                ..
+            } => {
+                let completions = completions_to_wire::<A>(completions)?;
+                link.send(&Message::FlushStaged {
+                    flush_id: flush,
+                    servers: servers.into_iter().map(|s| s.0).collect(),
+                    completions,
+                })?;
             }
             MasterMsg::Failed(e) => link.send(&Message::Failed {
                 message: e.to_string(),
@@ -896,12 +1020,32 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::ServerLost { .. }
             | MasterMsg::Recovered(..)
             | MasterMsg::Injected(..)
-            | MasterMsg::Consistent(..) => {
+            | MasterMsg::Consistent(..)
+            | MasterMsg::FlushCommitted(..)
+            | MasterMsg::WorkerLost { .. }
+            | MasterMsg::ExecutorRecreated { .. } => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }
         }
         Ok(())
     }
+}
+
+/// Encodes completions for the master (the app's outputs with postcard).
+fn completions_to_wire<A: App>(
+    completions: Vec<crate::app::Completion<A::Output>>,
+) -> Result<Vec<CompletionWire>, HarpError> {
+    completions
+        .into_iter()
+        .map(|c| {
+            Ok(CompletionWire::new(
+                c.task,
+                c.executor,
+                c.dispatched_at,
+                to_bytes(&c.output)?,
+            ))
+        })
+        .collect()
 }
 
 /// Decodes completions from a node for the master actor.

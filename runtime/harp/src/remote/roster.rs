@@ -138,6 +138,8 @@ pub(crate) struct RosterContext<A: App> {
     pub leaving: mpsc::UnboundedSender<u32>,
     /// The job keeps SCAR's running checkpoint: a dead server node is recovered from it.
     pub server_recovery: bool,
+    /// The job recovers dead worker nodes (`ClusterOptions::worker_recovery`).
+    pub worker_recovery: bool,
 }
 
 /// How long the master waits for the other nodes to drain a leaving server.
@@ -220,6 +222,7 @@ async fn admit<A: App>(
         server: roles.server.then_some(id),
         shards: Vec::new(),
         server_recovery: ctx.server_recovery,
+        worker_recovery: ctx.worker_recovery,
     };
     let (tx, rx) = oneshot::channel();
     let asked = ctx.master.send_message(MasterMsg::AddNode {

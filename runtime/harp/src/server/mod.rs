@@ -21,9 +21,15 @@
 //! forwarded but answered as [`SaveAnswer::not_owned`] and left unsaved: each server's
 //! answer then says exactly what it saved, and the row, still far from its saved value at
 //! its new owner, is picked again by a later round.
+//!
+//! In a job that recovers worker nodes, a flush part is first staged
+//! ([`ServerMsg::Stage`], kept by [`staging`] under the sending node and its flush) and
+//! applied only when the master commits it ([`ServerMsg::Commit`], once however often it is
+//! asked); a dead node's uncommitted parts are dropped ([`ServerMsg::DropStaged`]).
 
 pub(crate) mod checkpoint_round;
 mod saved;
+mod staging;
 mod store;
 
 use crate::error::HarpError;
@@ -56,6 +62,24 @@ pub(crate) enum ServerMsg {
         updates: Vec<(ParamKey, RowData)>,
         reply: oneshot::Sender<Result<(), HarpError>>,
     },
+    /// Keep one flush's deltas as the part `(node, flush)` until the master commits or drops
+    /// it (worker recovery); every delta is checked now, and the reply says it is kept.
+    Stage {
+        node: u32,
+        flush: u64,
+        updates: Vec<(ParamKey, RowData)>,
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    },
+    /// The master committed flush `flush` of node `node`: apply its part here, the first
+    /// time only (a second commit, or one of a flush that staged nothing here, answers at
+    /// once and changes nothing).
+    Commit {
+        node: u32,
+        flush: u64,
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    },
+    /// Worker node `node` died: drop its uncommitted parts and refuse its later ones.
+    DropStaged { node: u32 },
     /// Every row this server holds.
     Dump {
         reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
@@ -207,6 +231,8 @@ pub(crate) struct ServerState {
     num_shards: u32,
     /// Failed by [`ServerMsg::Crash`]: nothing is answered any more.
     crashed: bool,
+    /// Flush parts staged by worker nodes and not committed yet.
+    staging: staging::Staging,
 }
 
 /// Where a part of a request goes: to a server now, or held until a shard's rows are in.
@@ -383,6 +409,33 @@ impl ServerState {
         });
     }
 
+    /// [`ServerMsg::Stage`]: checks every delta against its table, then keeps the part.
+    fn stage(
+        &mut self,
+        node: u32,
+        flush: u64,
+        updates: Vec<(ParamKey, RowData)>,
+    ) -> Result<(), HarpError> {
+        for (key, delta) in &updates {
+            self.store.check_delta(*key, delta)?;
+        }
+        if self.staging.stage(node, flush, updates)? == staging::Staged::AlreadyCommitted {
+            tracing::debug!(server = %self.id, node, flush, "a part of a committed flush was staged again; ignored");
+        }
+        Ok(())
+    }
+
+    /// [`ServerMsg::Commit`]: applies the part the first time (forwarding the keys of shards
+    /// given away, as [`Self::apply`] does); answers at once otherwise.
+    fn commit(&mut self, node: u32, flush: u64, reply: ApplyReply) {
+        match self.staging.commit(node, flush) {
+            Some(updates) => self.apply(updates, reply),
+            None => {
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
     /// Applies one delta here; a refused one is counted, logged and kept as the first error.
     fn apply_here(&mut self, key: ParamKey, delta: &RowData, first_error: &mut Option<HarpError>) {
         if let Err(e) = self.store.apply(key, delta) {
@@ -460,6 +513,7 @@ impl Actor for ServerActor {
             held: HashMap::new(),
             num_shards: 1,
             crashed: false,
+            staging: staging::Staging::default(),
         })
     }
 
@@ -476,6 +530,19 @@ impl Actor for ServerActor {
         match msg {
             ServerMsg::Get { keys, reply } => state.get(keys, reply),
             ServerMsg::Apply { updates, reply } => state.apply(updates, reply),
+            ServerMsg::Stage {
+                node,
+                flush,
+                updates,
+                reply,
+            } => {
+                let _ = reply.send(state.stage(node, flush, updates));
+            }
+            ServerMsg::Commit { node, flush, reply } => state.commit(node, flush, reply),
+            ServerMsg::DropStaged { node } => {
+                let dropped = state.staging.drop_node(node);
+                tracing::warn!(server = %state.id, node, dropped, kept = state.staging.len(), "dropped the flush parts a dead worker node left staged");
+            }
             ServerMsg::Crash { reply } => {
                 state.crashed = true;
                 tracing::warn!("{}: failing on request (fault injection)", state.id);

@@ -208,6 +208,26 @@ impl ShardStore {
         Ok(self.row_mut(key)?.value.clone())
     }
 
+    /// Refuses (and counts) a delta that names an unknown table or does not fit its rows'
+    /// kind and width: what [`Self::apply`] would refuse, checked without touching a row.
+    pub(crate) fn check_delta(&mut self, key: ParamKey, delta: &RowData) -> Result<(), CoreError> {
+        let result = self.spec(key).and_then(|spec| {
+            if delta.kind() == spec.kind && delta.width() == spec.width {
+                return Ok(());
+            }
+            Err(CoreError::RowMismatch {
+                expected: spec.kind,
+                expected_width: spec.width,
+                found: delta.kind(),
+                found_width: delta.width(),
+            })
+        });
+        if result.is_err() {
+            self.rejected_updates += 1;
+        }
+        result
+    }
+
     /// Applies one aggregated delta under the table's rule.
     pub(crate) fn apply(&mut self, key: ParamKey, delta: &RowData) -> Result<(), CoreError> {
         let rule = self.spec(key)?.rule;

@@ -93,20 +93,23 @@ pub fn arb_assignment() -> impl Strategy<Value = Assignment> {
         vec(any::<u32>(), 0..16),
         any::<Option<u32>>(),
         vec(any::<u32>(), 0..16),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
     )
         .prop_map(
-            |((e, w, s), worker, executors, server, shards, server_recovery)| Assignment {
-                job: JobInfoWire {
-                    num_executors: e,
-                    num_workers: w,
-                    num_servers: s,
-                },
-                worker,
-                executors,
-                server,
-                shards,
-                server_recovery,
+            |((e, w, s), worker, executors, server, shards, (server_recovery, worker_recovery))| {
+                Assignment {
+                    job: JobInfoWire {
+                        num_executors: e,
+                        num_workers: w,
+                        num_servers: s,
+                    },
+                    worker,
+                    executors,
+                    server,
+                    shards,
+                    server_recovery,
+                    worker_recovery,
+                }
             },
         )
 }
@@ -203,15 +206,16 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u32>(),
             any::<u32>(),
-            any::<u64>(),
+            (any::<u64>(), any::<bool>()),
             arb_updates(),
         )
             .prop_map(
-                |(request_id, server, node_id, flush_id, updates)| Message::Apply {
+                |(request_id, server, node_id, (flush_id, staged), updates)| Message::Apply {
                     request_id,
                     server,
                     node_id,
                     flush_id,
+                    staged,
                     updates,
                 },
             )
@@ -419,6 +423,39 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             .boxed(),
         any::<u32>()
             .prop_map(|server| Message::ServerLost { server })
+            .boxed(),
+        (
+            any::<u64>(),
+            vec(any::<u32>(), 0..4),
+            vec(arb_completion(), 0..4),
+        )
+            .prop_map(|(flush_id, servers, completions)| Message::FlushStaged {
+                flush_id,
+                servers,
+                completions,
+            })
+            .boxed(),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>())
+            .prop_map(
+                |(request_id, server, node_id, flush_id)| Message::CommitFlush {
+                    request_id,
+                    server,
+                    node_id,
+                    flush_id,
+                },
+            )
+            .boxed(),
+        (any::<u64>(), proptest::option::of(arb_string()))
+            .prop_map(|(request_id, error)| Message::FlushCommitted { request_id, error })
+            .boxed(),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(server, node_id)| Message::DropStaged { server, node_id })
+            .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, executor)| Message::CreateExecutor {
+                request_id,
+                executor,
+            })
             .boxed(),
     ])
 }

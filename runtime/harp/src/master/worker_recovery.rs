@@ -1,0 +1,418 @@
+//! Worker recovery on the master (jobs across processes with
+//! `ClusterOptions::worker_recovery`; the protocol as a whole is in `remote/failures.rs`).
+//!
+//! - **Commit.** A worker node stages each flush on its servers and reports it
+//!   ([`MasterMsg::FlushStaged`]). The master marks the flush's tasks *committing* in its
+//!   [`TaskBook`], tells every server holding a part to apply it ([`ServerMsg::Commit`],
+//!   sent from the handler, so it precedes any later `DropStaged` of that node on the same
+//!   link), waits for their acknowledgements on a spawned task and only then
+//!   ([`MasterMsg::FlushCommitted`]) hands the completions to the driver: a task the driver
+//!   dispatches next reads the committed updates (DESIGN §2.1), although the master→server
+//!   and worker→server links are different.
+//! - **Burial.** The master's mailbox orders a node's reports and its death
+//!   ([`MasterMsg::WorkerLost`]): a flush reported before is committed (its tasks complete
+//!   even though the node is gone); a report handled after is dropped, and its tasks are
+//!   among those run again.
+//! - **Recovery.** The dead node's servers drop its uncommitted parts and refuse later ones
+//!   ([`ServerMsg::DropStaged`]); each of its executors is created afresh on the least
+//!   loaded live worker ([`place_executors`], [`WorkerMsg::Create`]) and the map updated;
+//!   every task of those executors still *dispatched* in the book is sent to the new host
+//!   in task order, keeping its id and version and counted once in flight (it was counted
+//!   when first dispatched). The [`WorkerRecovery`] report is complete once every executor
+//!   runs on its new worker.
+
+use super::task_book::{place_executors, TaskBook};
+use super::{MasterMsg, MasterState};
+use crate::app::{App, Completion};
+use crate::error::HarpError;
+use crate::remote::codec::{from_bytes, to_bytes};
+use crate::scar::WorkerRecovery;
+use crate::server::ServerMsg;
+use crate::worker::{TaskEnvelope, WorkerMsg};
+use harp_core::{ExecutorId, ServerId, TaskId, WorkerId};
+use ractor::ActorRef;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// What the master keeps to recover worker nodes.
+pub(crate) struct WorkerRecoveryState<O> {
+    book: TaskBook,
+    /// Flushes being committed, by commit number: whose, and the completions they release.
+    commits: BTreeMap<u64, PendingCommit<O>>,
+    next_commit: u64,
+    /// Worker nodes declared dead: their later reports are dropped.
+    buried: BTreeSet<u32>,
+    /// Recoveries whose executors do not all run on their new workers yet.
+    recovering: Vec<InProgress>,
+    reports: Vec<WorkerRecovery>,
+    /// Reports of flushes that arrived after their node's burial (dropped).
+    late_reports_dropped: u64,
+    started: Instant,
+}
+
+struct PendingCommit<O> {
+    node: u32,
+    flush: u64,
+    completions: Vec<Completion<O>>,
+}
+
+struct InProgress {
+    report: WorkerRecovery,
+    waiting: BTreeSet<ExecutorId>,
+    began: Instant,
+}
+
+/// The servers' answers to one flush's commit (internal).
+pub(crate) struct CommitDone {
+    seq: u64,
+    result: Result<(), HarpError>,
+}
+
+impl<O> WorkerRecoveryState<O> {
+    pub(crate) fn new() -> Self {
+        Self {
+            book: TaskBook::default(),
+            commits: BTreeMap::new(),
+            next_commit: 0,
+            buried: BTreeSet::new(),
+            recovering: Vec::new(),
+            reports: Vec::new(),
+            late_reports_dropped: 0,
+            started: Instant::now(),
+        }
+    }
+
+    /// Every recovery, those still creating executors included (as far as they got).
+    pub(crate) fn take_reports(&mut self) -> Vec<WorkerRecovery> {
+        let mut reports = std::mem::take(&mut self.reports);
+        for open in self.recovering.drain(..) {
+            let mut report = open.report;
+            report.duration_s = open.began.elapsed().as_secs_f64();
+            reports.push(report);
+        }
+        if self.late_reports_dropped > 0 {
+            tracing::info!(
+                flushes = self.late_reports_dropped,
+                "staged flushes of dead worker nodes were dropped (their tasks ran again)"
+            );
+        }
+        reports
+    }
+}
+
+impl<A: App> MasterState<A> {
+    /// Keeps a dispatched task until its completion is handed over (worker recovery only).
+    pub(super) fn keep_dispatched(
+        &mut self,
+        envelope: &TaskEnvelope<A::Args>,
+    ) -> Result<(), HarpError> {
+        if let Some(recovery) = self.worker_recovery.as_mut() {
+            let args = to_bytes(&envelope.args)?;
+            recovery
+                .book
+                .dispatched(envelope.task, envelope.executor, envelope.version, args);
+        }
+        Ok(())
+    }
+
+    /// Whether `task`'s completion reaches the driver for the first time (always, without
+    /// worker recovery); a second one is dropped.
+    pub(super) fn first_delivery(&mut self, task: TaskId) -> bool {
+        let Some(recovery) = self.worker_recovery.as_mut() else {
+            return true;
+        };
+        let first = recovery.book.delivered(task);
+        if !first {
+            tracing::warn!(%task, "a completion reached the master twice; the second is dropped");
+        }
+        first
+    }
+
+    /// Node `node` staged flush `flush` on `servers`: commit it, then hand `completions` to
+    /// the driver; dropped if the node is already buried.
+    pub(super) fn on_flush_staged(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        (node, flush): (u32, u64),
+        servers: Vec<ServerId>,
+        completions: Vec<Completion<A::Output>>,
+    ) -> Result<bool, HarpError> {
+        let Some(recovery) = self.worker_recovery.as_mut() else {
+            return Err(HarpError::InvalidConfig(format!(
+                "node {node} staged a flush, but this job does not recover worker nodes"
+            )));
+        };
+        if recovery.buried.contains(&node) {
+            // Its servers dropped the parts; its tasks ran again.
+            recovery.late_reports_dropped += 1;
+            tracing::debug!(
+                node,
+                flush,
+                "a staged flush reported after its node's death; dropped"
+            );
+            return Ok(false);
+        }
+        for completion in &completions {
+            if !recovery.book.committing(completion.task) {
+                return Err(HarpError::InvalidConfig(format!(
+                    "node {node} reported {} in flush {flush}, but the master holds no such task \
+                     in flight: committing the flush could apply its updates twice",
+                    completion.task
+                )));
+            }
+        }
+        if servers.is_empty() {
+            return self.hand_to_driver(myself, completions); // nothing to apply
+        }
+        let seq = recovery.next_commit;
+        recovery.next_commit += 1;
+        let mut answers = Vec::with_capacity(servers.len());
+        for server in servers {
+            let (reply, answer) = oneshot::channel();
+            let message = ServerMsg::Commit { node, flush, reply };
+            match self.servers.get(&server) {
+                Some(actor) if actor.send_message(message).is_ok() => {
+                    answers.push((server, answer))
+                }
+                _ => {
+                    tracing::warn!(%server, node, flush, "a flush part is staged on a server that is gone: it is lost with that server")
+                }
+            }
+        }
+        recovery.commits.insert(
+            seq,
+            PendingCommit {
+                node,
+                flush,
+                completions,
+            },
+        );
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let result = all_committed(answers).await;
+            // The job may have ended meanwhile.
+            let _ = myself.send_message(MasterMsg::FlushCommitted(CommitDone { seq, result }));
+        });
+        Ok(false)
+    }
+
+    /// Every server holding a part of a flush applied it: its completions go to the driver.
+    pub(super) fn on_flush_committed(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        done: CommitDone,
+    ) -> Result<bool, HarpError> {
+        let pending = self
+            .worker_recovery
+            .as_mut()
+            .and_then(|recovery| recovery.commits.remove(&done.seq));
+        let Some(pending) = pending else {
+            return Ok(false);
+        };
+        if let Err(e) = done.result {
+            return Err(HarpError::Remote(format!(
+                "committing flush {} of node {} failed: {e}",
+                pending.flush, pending.node
+            )));
+        }
+        self.hand_to_driver(myself, pending.completions)
+    }
+
+    /// Worker node `node` died (`cause`: how the master learnt it): bury it, have its
+    /// staged parts dropped, re-create its executors on the live workers and dispatch their
+    /// uncommitted tasks again. An error ends the job.
+    pub(super) fn on_worker_lost(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        node: u32,
+        cause: String,
+    ) -> Result<(), HarpError> {
+        let began = Instant::now();
+        let worker = WorkerId(node);
+        let died = |detail: String| HarpError::NodeDied { node, detail };
+        let Some(recovery) = self.worker_recovery.as_mut() else {
+            return Err(died(format!(
+                "{cause}; the job does not recover worker nodes"
+            )));
+        };
+        if !recovery.buried.insert(node) {
+            return Ok(());
+        }
+        let detected_at_s = recovery.started.elapsed().as_secs_f64();
+        // A move that involves it cannot finish: its executor would have no host.
+        let moving = self.moving.iter().find(|(executor, motion)| {
+            motion.to == worker || self.executors.worker_of(**executor).ok() == Some(worker)
+        });
+        if let Some((executor, _)) = moving {
+            return Err(died(format!(
+                "{cause}; it died while {executor} was moving to or from it, and a worker's \
+                 death is not recovered during a move"
+            )));
+        }
+        for server in self.servers.values() {
+            // A server that is gone has nothing of it any more.
+            let _ = server.send_message(ServerMsg::DropStaged { node });
+        }
+        if let Some(proxy) = self.workers.remove(&worker) {
+            proxy.stop(Some("worker node died".into()));
+        }
+        let orphans = self.executors.executors_on(worker);
+        let live: BTreeSet<WorkerId> = self.workers.keys().copied().collect();
+        let placed = place_executors(&orphans, &live, &self.executors).ok_or_else(|| {
+            died(format!(
+                "{cause}; no live worker is left to run its executors"
+            ))
+        })?;
+        let mut tasks_rerun = 0;
+        for &(executor, to) in &placed {
+            tasks_rerun += self.recreate(myself, executor, to)?;
+        }
+        let report = WorkerRecovery {
+            node,
+            cause,
+            executors: placed.iter().map(|(e, w)| (e.0, w.0)).collect(),
+            tasks_rerun,
+            detected_at_s,
+            duration_s: 0.0,
+        };
+        tracing::warn!(
+            node,
+            executors = placed.len(),
+            tasks_rerun,
+            "a worker node died: re-creating its executors on the live workers and running their uncommitted tasks again"
+        );
+        let open = InProgress {
+            report,
+            waiting: placed.iter().map(|(e, _)| *e).collect(),
+            began,
+        };
+        if let Some(recovery) = self.worker_recovery.as_mut() {
+            recovery.recovering.push(open);
+            recovery.finish_recoveries();
+        }
+        Ok(())
+    }
+
+    /// Creates `executor` afresh on worker `to` and sends it the tasks to run again (how
+    /// many).
+    fn recreate(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        executor: ExecutorId,
+        to: WorkerId,
+    ) -> Result<usize, HarpError> {
+        let rerun = match self.worker_recovery.as_ref() {
+            Some(recovery) => recovery
+                .book
+                .to_rerun(executor)
+                .into_iter()
+                .map(|(task, kept)| {
+                    Ok(TaskEnvelope {
+                        task,
+                        executor,
+                        version: kept.version,
+                        args: from_bytes(&kept.args)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, HarpError>>()?,
+            None => Vec::new(),
+        };
+        let count = rerun.len();
+        self.executors.assign(executor, to)?;
+        let target = self
+            .workers
+            .get(&to)
+            .ok_or(HarpError::WorkerUnreachable(to))?;
+        // TODO(worker recovery): with a consistent checkpoint at hand, restore the executor
+        // from its saved state there (`App::restore_executor`, an `Adopt` with
+        // `ExecutorBody::Saved`) instead of creating it afresh.
+        let (created, answer) = oneshot::channel();
+        target
+            .send_message(WorkerMsg::Create { executor, created })
+            .map_err(|_| HarpError::WorkerUnreachable(to))?;
+        // After the creation, on the same ordered link.
+        if !rerun.is_empty() {
+            target
+                .send_message(WorkerMsg::Run(rerun))
+                .map_err(|_| HarpError::WorkerUnreachable(to))?;
+        }
+        let master = myself.clone();
+        tokio::spawn(async move {
+            let result = answer
+                .await
+                .unwrap_or(Err(HarpError::WorkerUnreachable(to)));
+            // A master that stopped no longer needs it.
+            let _ = master.send_message(MasterMsg::ExecutorRecreated {
+                executor,
+                on: to,
+                result,
+            });
+        });
+        Ok(count)
+    }
+
+    /// `executor` runs on worker `on` (or could not be created there: the job ends).
+    pub(super) fn on_executor_recreated(
+        &mut self,
+        executor: ExecutorId,
+        on: WorkerId,
+        result: Result<(), HarpError>,
+    ) -> Result<(), HarpError> {
+        if let Err(e) = result {
+            return Err(HarpError::Remote(format!(
+                "{executor} of a dead worker node could not be created on {on}: {e}"
+            )));
+        }
+        if let Some(recovery) = self.worker_recovery.as_mut() {
+            for open in &mut recovery.recovering {
+                open.waiting.remove(&executor);
+            }
+            recovery.finish_recoveries();
+        }
+        Ok(())
+    }
+}
+
+impl<O> WorkerRecoveryState<O> {
+    /// Completes the reports of recoveries whose executors all run again.
+    fn finish_recoveries(&mut self) {
+        let (done, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recovering)
+            .into_iter()
+            .partition(|r| r.waiting.is_empty());
+        self.recovering = open;
+        for finished in done {
+            let mut report = finished.report;
+            report.duration_s = finished.began.elapsed().as_secs_f64();
+            tracing::warn!(
+                node = report.node,
+                executors = report.executors.len(),
+                tasks_rerun = report.tasks_rerun,
+                took_ms = (report.duration_s * 1e3) as u64,
+                "worker node recovered: its executors run on the live workers"
+            );
+            self.reports.push(report);
+        }
+    }
+}
+
+/// Waits for every server's answer to a commit. A server that went away before answering
+/// took its part with it (its shards are recovered from SCAR's running checkpoint, or its
+/// death ends the job); any other refusal is the error.
+async fn all_committed(
+    answers: Vec<(ServerId, oneshot::Receiver<Result<(), HarpError>>)>,
+) -> Result<(), HarpError> {
+    let mut first_error = None;
+    for (server, answer) in answers {
+        match answer.await {
+            Ok(Ok(())) => {}
+            Err(_) | Ok(Err(HarpError::ServerUnreachable(_))) => {
+                tracing::warn!(%server, "a server went away before confirming a commit: its part is lost with it");
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}

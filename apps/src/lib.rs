@@ -2,9 +2,10 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`data`] | the dense [`data::Dataset`], LibSVM / IDX loaders, the synthetic generator |
+//! | [`data`] | the dense [`data::Dataset`], LibSVM / IDX / ratings loaders, the synthetic generator |
 //! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
 //! | [`mlr`] | multinomial logistic regression under SSP |
+//! | [`mf`] | matrix factorization of ratings by ALS |
 //! | [`counter`] | the exact-accounting app (every update checked) |
 //! | [`metrics`] | JSON-lines metrics files |
 //! | [`cli`] | the `harp` command line |
@@ -14,4 +15,5 @@ pub mod counter;
 pub mod data;
 pub mod default_data;
 pub mod metrics;
+pub mod mf;
 pub mod mlr;

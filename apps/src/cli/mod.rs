@@ -4,6 +4,7 @@ mod checkpoints;
 mod cluster;
 mod processes;
 mod run_counter;
+mod run_mf;
 mod run_mlr;
 mod scar_report;
 
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 pub use cluster::ClusterArgs;
 pub use run_counter::CounterCliArgs;
+pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
 
 /// harp: an elastic runtime for distributed ML training.
@@ -93,6 +95,8 @@ pub enum RunApp {
     Mlr(MlrCliArgs),
     /// Exact-accounting app: every parameter must equal its expected sum at the end.
     Counter(CounterCliArgs),
+    /// Matrix factorization of a ratings file by alternating least squares.
+    Mf(MfCliArgs),
 }
 
 /// Runs a parsed command line.
@@ -104,6 +108,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run {
             app: RunApp::Counter(args),
         } => run_counter::run(args),
+        Command::Run {
+            app: RunApp::Mf(args),
+        } => run_mf::run(args),
         Command::Node {
             join,
             credentials,
@@ -127,6 +134,16 @@ pub fn run(cli: Cli) -> Result<()> {
                     app: RunApp::Counter(args),
                 } => processes::run_node(
                     run_counter::build_app(&args)?,
+                    join,
+                    &credentials,
+                    bind,
+                    role.into(),
+                    &args.cluster,
+                ),
+                Command::Run {
+                    app: RunApp::Mf(args),
+                } => processes::run_node(
+                    run_mf::build_app(&args)?,
                     join,
                     &credentials,
                     bind,

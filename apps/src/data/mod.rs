@@ -13,6 +13,7 @@
 //! | `idx.rs`       | [`load_idx_pair`], [`load_idx_pair_from_bytes`]          |
 //! | `discover.rs`  | [`load_path`] (directory → IDX pair, file → LibSVM)      |
 //! | `synthetic.rs` | [`synthetic_classification`]                             |
+//! | `ratings.rs`   | [`load_ratings`]: MovieLens-style `ratings.csv`, [`RatingsData`] |
 //! | `gzip.rs`      | gzip detection by magic bytes and decompression          |
 
 mod dataset;
@@ -21,6 +22,7 @@ mod error;
 mod gzip;
 mod idx;
 mod libsvm;
+mod ratings;
 mod synthetic;
 
 pub use dataset::{Dataset, MAX_DENSE_VALUES};
@@ -28,4 +30,5 @@ pub use discover::load_path;
 pub use error::{DataError, Location};
 pub use idx::{load_idx_pair, load_idx_pair_from_bytes};
 pub use libsvm::{load_libsvm, parse_libsvm_reader, LibsvmOptions};
+pub use ratings::{load_ratings, parse_ratings_reader, RatingRange, RatingsData};
 pub use synthetic::synthetic_classification;

@@ -1,0 +1,167 @@
+//! `harp run mf`: loads a ratings file, factorizes it by ALS, prints one line per iteration,
+//! writes metrics.
+
+use super::ClusterArgs;
+use crate::data::{load_ratings, RatingRange, RatingsData};
+use crate::metrics::MetricsWriter;
+use crate::mf::{MfApp, MfConfig, MfMetrics, MfObserver};
+use crate::mlr::Quiet;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+#[derive(Args, Debug, Clone)]
+pub struct MfCliArgs {
+    /// A ratings file in MovieLens' `ratings.csv` layout (`userId,movieId,rating[,...]`,
+    /// header optional; plain or gzip), e.g. `../shared/data/movielens-small/ratings.csv`.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Fraction of the ratings held out for the test RMSE (chosen by a hash of the pair and
+    /// --seed).
+    #[arg(long, default_value_t = 0.2)]
+    pub test_fraction: f64,
+    /// Accepted ratings, `MIN,MAX` (inclusive); a rating outside is an error.
+    #[arg(long, default_value = "0.5,5")]
+    pub rating_range: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Factors per user and item (1..=128).
+    #[arg(long, default_value_t = 20)]
+    pub rank: usize,
+    /// ALS-WR regularization: a row with n ratings is regularized by lambda·n.
+    #[arg(long, default_value_t = 0.1)]
+    pub lambda: f32,
+    /// ALS iterations (each solves the users, then the items).
+    #[arg(long, default_value_t = 10)]
+    pub iterations: u32,
+    /// Seed of the held-out split and of the items' initial values.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+fn rating_range(spec: &str) -> Result<RatingRange> {
+    let parse = || -> Option<RatingRange> {
+        let (min, max) = spec.split_once(',')?;
+        let (min, max) = (min.trim().parse().ok()?, max.trim().parse().ok()?);
+        Some(RatingRange { min, max })
+    };
+    match parse() {
+        Some(r) if r.min.is_finite() && r.max.is_finite() && r.min <= r.max => Ok(r),
+        _ => bail!("--rating-range {spec:?}: expected MIN,MAX with MIN <= MAX"),
+    }
+}
+
+fn load_split(args: &MfCliArgs) -> Result<(RatingsData, RatingsData)> {
+    let ratings = load_ratings(&args.data, rating_range(&args.rating_range)?)?;
+    ratings
+        .split(args.test_fraction, args.seed)
+        .with_context(|| format!("cannot hold out {} of the ratings", args.test_fraction))
+}
+
+fn mf_config(args: &MfCliArgs) -> MfConfig {
+    MfConfig {
+        rank: args.rank,
+        lambda: args.lambda,
+        iterations: args.iterations,
+        seed: args.seed,
+        ..MfConfig::default()
+    }
+}
+
+/// The MF app a node process runs: same data and hyperparameters, no output.
+pub fn build_app(args: &MfCliArgs) -> Result<Arc<MfApp>> {
+    let (train, test) = load_split(args)?;
+    let app = MfApp::new(
+        mf_config(args),
+        Arc::new(train),
+        Arc::new(test),
+        Arc::new(Quiet),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    Ok(Arc::new(app))
+}
+
+/// Prints iterations and writes metrics.
+struct CliObserver {
+    metrics: Option<MetricsWriter>,
+    write_error: Mutex<Option<anyhow::Error>>,
+}
+
+impl MfObserver for CliObserver {
+    fn iteration_completed(&self, m: &MfMetrics) {
+        eprintln!(
+            "iteration {:>3}  train RMSE {:.4}  test RMSE {:.4}  {:.2}s",
+            m.iteration, m.train_rmse, m.test_rmse, m.elapsed_s
+        );
+        if let Some(w) = &self.metrics {
+            if let Err(e) = w.write(m) {
+                self.write_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        }
+    }
+}
+
+pub fn run(args: MfCliArgs) -> Result<()> {
+    let (train, test) = load_split(&args)?;
+    eprintln!(
+        "mf on {}: {} users, {} items, {} training ratings, {} held out, rank {}",
+        args.data.display(),
+        train.num_users(),
+        train.num_items(),
+        train.len(),
+        test.len(),
+        args.rank
+    );
+    let observer = Arc::new(CliObserver {
+        metrics: args
+            .cluster
+            .metrics_out
+            .as_deref()
+            .map(MetricsWriter::create)
+            .transpose()?,
+        write_error: Mutex::new(None),
+    });
+    let app = Arc::new(
+        MfApp::new(
+            mf_config(&args),
+            Arc::new(train),
+            Arc::new(test),
+            observer.clone(),
+        )
+        .map_err(|e| anyhow!("{e}"))?,
+    );
+    let (outcome, checkpoints) = match args.cluster.consistent_options() {
+        Some(options) => {
+            let (outcome, report) =
+                super::checkpoints::execute(app, &args.cluster, false, &options)?;
+            (outcome, Some(report))
+        }
+        None => (
+            super::processes::execute(app, &args.cluster, false, |_| {})?,
+            None,
+        ),
+    };
+    if let Some(e) = observer
+        .write_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        return Err(e);
+    }
+    if let Some(m) = outcome.driver.history().last() {
+        eprintln!(
+            "done: {} iterations in {:.2}s, train RMSE {:.4}, test RMSE {:.4}",
+            m.iteration, outcome.stats.elapsed_s, m.train_rmse, m.test_rmse
+        );
+    }
+    super::scar_report::report(&outcome.stats, observer.metrics.as_ref())?;
+    if let Some(checkpoints) = &checkpoints {
+        super::checkpoints::report(checkpoints, observer.metrics.as_ref())?;
+    }
+    Ok(())
+}

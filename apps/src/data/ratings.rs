@@ -1,0 +1,298 @@
+//! Explicit ratings in MovieLens' `ratings.csv` layout: a header line
+//! `userId,movieId,rating[,timestamp]` (optional), then one `user,item,rating[,...]` line
+//! per rating. Ids are any non-negative integers; they are mapped to dense indices in
+//! ascending id order, so the mapping does not depend on the file's line order.
+//!
+//! Refused, with the file and line: a line without three fields, an id or rating that does
+//! not parse, a rating outside the accepted range, and a second rating of the same
+//! (user, item) pair (naming the line of the first).
+
+use super::error::DataError;
+use super::gzip;
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::path::Path;
+
+/// Ratings with dense user and item indices (`users[j]`, `items[j]`, `values[j]` is one
+/// rating), and the original ids of each index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RatingsData {
+    pub users: Vec<u32>,
+    pub items: Vec<u32>,
+    pub values: Vec<f32>,
+    /// The file's id of dense user `u` is `user_ids[u]`.
+    pub user_ids: Vec<u64>,
+    /// The file's id of dense item `i` is `item_ids[i]`.
+    pub item_ids: Vec<u64>,
+    /// Where the ratings came from, for messages.
+    pub source: String,
+}
+
+/// The ratings accepted (inclusive bounds); MovieLens rates from 0.5 to 5 stars.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RatingRange {
+    pub min: f32,
+    pub max: f32,
+}
+
+impl Default for RatingRange {
+    fn default() -> Self {
+        Self { min: 0.5, max: 5.0 }
+    }
+}
+
+impl RatingsData {
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn num_users(&self) -> usize {
+        self.user_ids.len()
+    }
+
+    pub fn num_items(&self) -> usize {
+        self.item_ids.len()
+    }
+
+    /// Splits the ratings into a training and a held-out set: each rating is held out
+    /// with probability `fraction`, decided by a hash of (user, item, seed), so the split
+    /// does not depend on the order of the file. Both keep every user and item index.
+    pub fn split(&self, fraction: f64, seed: u64) -> Result<(RatingsData, RatingsData), DataError> {
+        if !(0.0..1.0).contains(&fraction) {
+            return Err(DataError::invalid(format!(
+                "{}: the held-out fraction must be in [0, 1), got {fraction}",
+                self.source
+            )));
+        }
+        let threshold = (fraction * u64::MAX as f64) as u64;
+        let empty = || RatingsData {
+            users: Vec::new(),
+            items: Vec::new(),
+            values: Vec::new(),
+            user_ids: self.user_ids.clone(),
+            item_ids: self.item_ids.clone(),
+            source: self.source.clone(),
+        };
+        let (mut train, mut test) = (empty(), empty());
+        for j in 0..self.len() {
+            let (u, i) = (self.users[j], self.items[j]);
+            let key = seed ^ (u64::from(u) << 32 | u64::from(i));
+            let side = if mix(key) < threshold {
+                &mut test
+            } else {
+                &mut train
+            };
+            side.users.push(u);
+            side.items.push(i);
+            side.values.push(self.values[j]);
+        }
+        Ok((train, test))
+    }
+
+    /// The mean rating (0 for no ratings).
+    pub fn mean(&self) -> f64 {
+        if self.values.is_empty() {
+            return 0.0;
+        }
+        self.values.iter().map(|&v| f64::from(v)).sum::<f64>() / self.values.len() as f64
+    }
+}
+
+/// SplitMix64's finalizer: a well-mixed 64-bit hash.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Loads a ratings file (plain or gzip).
+pub fn load_ratings(path: &Path, range: RatingRange) -> Result<RatingsData, DataError> {
+    let reader = gzip::open_reader(path)?;
+    parse_ratings_reader(reader, path, range)
+}
+
+/// Parses ratings text from `reader`; `name` is the file named in errors.
+pub fn parse_ratings_reader<R: BufRead>(
+    reader: R,
+    name: &Path,
+    range: RatingRange,
+) -> Result<RatingsData, DataError> {
+    let syntax = |line: usize, message: String| DataError::Syntax {
+        path: name.to_path_buf(),
+        line,
+        message,
+    };
+    let mut raw: Vec<(u64, u64, f32)> = Vec::new();
+    let mut first_line_of: HashMap<(u64, u64), usize> = HashMap::new();
+    for (index, line) in reader.lines().enumerate() {
+        let number = index + 1;
+        let line = line.map_err(|source| DataError::Io {
+            path: name.to_path_buf(),
+            source,
+        })?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if number == 1 && fields.first().is_some_and(|f| f.parse::<u64>().is_err()) {
+            continue; // the header
+        }
+        let [user, item, rating, ..] = fields.as_slice() else {
+            return Err(syntax(
+                number,
+                format!("expected user,item,rating, got {:?}", quote(line)),
+            ));
+        };
+        let id = |what: &str, text: &str| {
+            text.parse::<u64>().map_err(|_| {
+                syntax(
+                    number,
+                    format!(
+                        "the {what} id {:?} is not a non-negative integer",
+                        quote(text)
+                    ),
+                )
+            })
+        };
+        let (user, item) = (id("user", user)?, id("item", item)?);
+        let value: f32 = rating.parse().map_err(|_| {
+            syntax(
+                number,
+                format!("the rating {:?} is not a number", quote(rating)),
+            )
+        })?;
+        if !(value.is_finite() && range.min <= value && value <= range.max) {
+            return Err(syntax(
+                number,
+                format!(
+                    "the rating {value} is outside the accepted range {}..={}",
+                    range.min, range.max
+                ),
+            ));
+        }
+        if let Some(first) = first_line_of.insert((user, item), number) {
+            return Err(syntax(
+                number,
+                format!("user {user} rated item {item} a second time (first on line {first})"),
+            ));
+        }
+        raw.push((user, item, value));
+    }
+    let dense = |ids: BTreeMap<u64, u32>| -> (HashMap<u64, u32>, Vec<u64>) {
+        let order: Vec<u64> = ids.into_keys().collect();
+        let index = order
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| (id, i as u32))
+            .collect();
+        (index, order)
+    };
+    let (user_index, user_ids) = dense(raw.iter().map(|r| (r.0, 0)).collect());
+    let (item_index, item_ids) = dense(raw.iter().map(|r| (r.1, 0)).collect());
+    if user_ids.len() > u32::MAX as usize || item_ids.len() > u32::MAX as usize {
+        return Err(DataError::invalid(format!(
+            "{}: more than 2^32 users or items",
+            name.display()
+        )));
+    }
+    let mut data = RatingsData {
+        users: Vec::with_capacity(raw.len()),
+        items: Vec::with_capacity(raw.len()),
+        values: Vec::with_capacity(raw.len()),
+        user_ids,
+        item_ids,
+        source: name.display().to_string(),
+    };
+    for (user, item, value) in raw {
+        data.users.push(user_index[&user]);
+        data.items.push(item_index[&item]);
+        data.values.push(value);
+    }
+    if data.is_empty() {
+        return Err(DataError::invalid(format!(
+            "{}: no ratings in the file",
+            name.display()
+        )));
+    }
+    Ok(data)
+}
+
+/// At most 40 characters of `text`, for messages.
+fn quote(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<RatingsData, DataError> {
+        parse_ratings_reader(
+            text.as_bytes(),
+            Path::new("ratings.csv"),
+            RatingRange::default(),
+        )
+    }
+
+    #[test]
+    fn ids_are_dense_in_id_order_and_the_header_is_skipped() {
+        let data =
+            parse("userId,movieId,rating,timestamp\n7,30,4.0,1\n2,10,3.5,2\n7,10,1,3\n").unwrap();
+        assert_eq!(data.user_ids, vec![2, 7]);
+        assert_eq!(data.item_ids, vec![10, 30]);
+        assert_eq!(data.users, vec![1, 0, 1]);
+        assert_eq!(data.items, vec![1, 0, 0]);
+        assert_eq!(data.values, vec![4.0, 3.5, 1.0]);
+        assert!((data.mean() - 8.5 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bad_lines_name_the_file_and_line() {
+        for (text, needle) in [
+            ("1,2\n", "line 1: expected user,item,rating"),
+            ("u,m,r\n1,x,3\n", "line 2: the item id \"x\""),
+            ("1,2,abc\n", "line 1: the rating \"abc\" is not a number"),
+            ("1,2,7\n", "line 1: the rating 7 is outside"),
+            ("1,2,0\n", "line 1: the rating 0 is outside"),
+            ("1,2,NaN\n", "line 1: the rating NaN is outside"),
+            (
+                "1,2,3\n4,5,1\n1,2,4\n",
+                "line 3: user 1 rated item 2 a second time (first on line 1)",
+            ),
+            ("1,-2,3\n", "line 1: the item id \"-2\""),
+        ] {
+            let error = parse(text).unwrap_err().to_string();
+            assert!(error.contains("ratings.csv"), "{error}");
+            assert!(error.contains(needle), "{text:?}: {error}");
+        }
+        assert!(parse("userId,movieId,rating\n")
+            .unwrap_err()
+            .to_string()
+            .contains("no ratings"));
+    }
+
+    #[test]
+    fn the_split_is_deterministic_and_holds_out_about_the_fraction() {
+        let mut text = String::new();
+        for u in 0..100 {
+            for i in 0..50 {
+                text.push_str(&format!("{u},{i},3\n"));
+            }
+        }
+        let data = parse(&text).unwrap();
+        let (train, test) = data.split(0.2, 5).unwrap();
+        assert_eq!(train.len() + test.len(), 5000);
+        assert!((900..1100).contains(&test.len()), "{}", test.len());
+        let (train2, test2) = data.split(0.2, 5).unwrap();
+        let (_, other) = data.split(0.2, 6).unwrap();
+        assert_ne!(other.users, test2.users);
+        assert_eq!((train, test), (train2, test2));
+        assert!(data.split(1.0, 1).is_err());
+    }
+}

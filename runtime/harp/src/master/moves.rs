@@ -7,7 +7,8 @@
 //! the new worker gets all of them, in order; the move ends when the new worker runs it. A
 //! shard's old server hands its rows to the new
 //! one and forwards its traffic from then on; once the hand-off is done every node is told
-//! the new owner. One scale event runs at a time.
+//! the new owner. One scale event runs at a time. A job that ends while one runs (a node
+//! died in the middle of a move, say) still answers it: with the moves that never ended.
 
 use super::{MasterMsg, MasterState};
 use crate::app::App;
@@ -16,7 +17,7 @@ use crate::server::{ServerMsg, ShardMoved};
 use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
 use harp_core::{plan_rebalance, ExecutorId, Placed, RebalanceInput, ServerId, ShardId, WorkerId};
 use ractor::ActorRef;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -60,10 +61,33 @@ pub struct MoveRecord {
 /// A scale event in progress.
 pub(crate) struct ScaleInProgress {
     started: Instant,
-    outstanding: usize,
+    /// The moves under way: the item moving (`executor-3`, `shard-1`) → the whole move.
+    unfinished: BTreeMap<String, String>,
     report: ScaleReport,
     first_error: Option<HarpError>,
-    reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
+    /// Taken when the event is answered.
+    reply: Option<oneshot::Sender<Result<ScaleReport, HarpError>>>,
+}
+
+impl Drop for ScaleInProgress {
+    /// The master stopped (the job ended) before the event did: answer with what never
+    /// ended, rather than let the answer vanish (which its caller could only read as an
+    /// unreachable master).
+    fn drop(&mut self) {
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        let moves: Vec<&str> = self.unfinished.values().map(String::as_str).collect();
+        let failed = self
+            .first_error
+            .take()
+            .map(|e| format!("; a move had failed: {e}"))
+            .unwrap_or_default();
+        let _ = reply.send(Err(HarpError::Remote(format!(
+            "the job ended before this scale event did; moves that never ended: {}{failed}",
+            moves.join(", ")
+        ))));
+    }
 }
 
 /// An executor on its way: where to, and the tasks dispatched to it meanwhile.
@@ -135,14 +159,17 @@ impl<A: App> MasterState<A> {
         );
         let mut scale = ScaleInProgress {
             started: Instant::now(),
-            outstanding: 0,
+            unfinished: BTreeMap::new(),
             report: ScaleReport::default(),
             first_error: None,
-            reply,
+            reply: Some(reply),
         };
         for m in &plan.executor_moves {
             match self.begin_executor_move(myself, m.item, m.from, m.to) {
-                Ok(()) => scale.outstanding += 1,
+                Ok(()) => {
+                    let whole = format!("{} from {} to {}", m.item, m.from, m.to);
+                    scale.unfinished.insert(m.item.to_string(), whole);
+                }
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
                 }
@@ -150,7 +177,10 @@ impl<A: App> MasterState<A> {
         }
         for m in &plan.shard_moves {
             match self.begin_shard_move(myself, m.item, m.from, m.to) {
-                Ok(()) => scale.outstanding += 1,
+                Ok(()) => {
+                    let whole = format!("{} from {} to {}", m.item, m.from, m.to);
+                    scale.unfinished.insert(m.item.to_string(), whole);
+                }
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
                 }
@@ -258,7 +288,7 @@ impl<A: App> MasterState<A> {
                         .send_message(WorkerMsg::Run(motion.buffered))
                         .map_err(|_| HarpError::WorkerUnreachable(from))?;
                 }
-                self.move_done(Err::<fn(&mut ScaleReport, f64), _>(e));
+                self.move_done(executor, Err::<fn(&mut ScaleReport, f64), _>(e));
                 return Ok(());
             }
         };
@@ -306,26 +336,30 @@ impl<A: App> MasterState<A> {
     ) -> Result<(), HarpError> {
         if let Err(e) = result {
             let lost = format!("{executor} was lost moving from {from} to {to}: {e}");
-            self.move_done(Err::<fn(&mut ScaleReport, f64), _>(HarpError::Remote(
-                lost.clone(),
-            )));
+            self.move_done(
+                executor,
+                Err::<fn(&mut ScaleReport, f64), _>(HarpError::Remote(lost.clone())),
+            );
             return Err(HarpError::Remote(lost));
         }
         tracing::info!(%executor, %from, %to, tasks, bytes, "executor moved");
-        self.move_done(Ok(move |report: &mut ScaleReport, done_at_s| {
-            report.executors_moved += 1;
-            report.tasks_moved += tasks;
-            report.executor_bytes_moved += bytes;
-            report.moves.push(MoveRecord {
-                kind: "executor",
-                item: executor.0,
-                from: from.0,
-                to: to.0,
-                bytes,
-                tasks,
-                done_at_s,
-            });
-        }));
+        self.move_done(
+            executor,
+            Ok(move |report: &mut ScaleReport, done_at_s| {
+                report.executors_moved += 1;
+                report.tasks_moved += tasks;
+                report.executor_bytes_moved += bytes;
+                report.moves.push(MoveRecord {
+                    kind: "executor",
+                    item: executor.0,
+                    from: from.0,
+                    to: to.0,
+                    bytes,
+                    tasks,
+                    done_at_s,
+                });
+            }),
+        );
         Ok(())
     }
 
@@ -379,28 +413,35 @@ impl<A: App> MasterState<A> {
             }
             tracing::info!(%shard, %to, rows = moved.rows, bytes = moved.bytes, "shard moved");
         }
-        self.move_done(result.map(|moved| {
-            move |report: &mut ScaleReport, done_at_s| {
-                report.shards_moved += 1;
-                report.shard_bytes_moved += moved.bytes;
-                report.moves.push(MoveRecord {
-                    kind: "shard",
-                    item: shard.0,
-                    from,
-                    to: to.0,
-                    bytes: moved.bytes,
-                    tasks: 0,
-                    done_at_s,
-                });
-            }
-        }));
+        self.move_done(
+            shard,
+            result.map(|moved| {
+                move |report: &mut ScaleReport, done_at_s| {
+                    report.shards_moved += 1;
+                    report.shard_bytes_moved += moved.bytes;
+                    report.moves.push(MoveRecord {
+                        kind: "shard",
+                        item: shard.0,
+                        from,
+                        to: to.0,
+                        bytes: moved.bytes,
+                        tasks: 0,
+                        done_at_s,
+                    });
+                }
+            }),
+        );
         Ok(())
     }
 
-    /// One move of the running scale event ended: count it, or keep its error.
-    fn move_done(&mut self, outcome: Result<impl FnOnce(&mut ScaleReport, f64), HarpError>) {
+    /// The move of `item` in the running scale event ended: count it, or keep its error.
+    fn move_done(
+        &mut self,
+        item: impl std::fmt::Display,
+        outcome: Result<impl FnOnce(&mut ScaleReport, f64), HarpError>,
+    ) {
         if let Some(scale) = self.scale.as_mut() {
-            scale.outstanding = scale.outstanding.saturating_sub(1);
+            scale.unfinished.remove(&item.to_string());
             match outcome {
                 Ok(count) => count(&mut scale.report, scale.started.elapsed().as_secs_f64()),
                 Err(e) => {
@@ -412,7 +453,7 @@ impl<A: App> MasterState<A> {
     }
 
     fn maybe_finish_scale(&mut self) {
-        if !matches!(&self.scale, Some(s) if s.outstanding == 0) {
+        if !matches!(&self.scale, Some(s) if s.unfinished.is_empty()) {
             return;
         }
         let Some(mut scale) = self.scale.take() else {
@@ -426,10 +467,13 @@ impl<A: App> MasterState<A> {
             duration_s = scale.report.duration_s,
             "scale event ended"
         );
-        let _ = scale.reply.send(match scale.first_error {
-            None => Ok(scale.report),
+        let outcome = match scale.first_error.take() {
+            None => Ok(std::mem::take(&mut scale.report)),
             Some(e) => Err(e),
-        });
+        };
+        if let Some(reply) = scale.reply.take() {
+            let _ = reply.send(outcome);
+        }
     }
 }
 

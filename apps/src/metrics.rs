@@ -12,6 +12,8 @@ use std::sync::Mutex;
 pub struct MetricsWriter {
     path: PathBuf,
     out: Mutex<BufWriter<File>>,
+    /// The first error of [`MetricsWriter::record`], for the run to report at its end.
+    first_error: Mutex<Option<anyhow::Error>>,
 }
 
 impl MetricsWriter {
@@ -22,7 +24,32 @@ impl MetricsWriter {
         Ok(Self {
             path: path.to_path_buf(),
             out: Mutex::new(BufWriter::new(file)),
+            first_error: Mutex::new(None),
         })
+    }
+
+    /// Appends one record from a callback that cannot fail (an observer): an error is kept
+    /// (the first one) for [`MetricsWriter::take_error`] instead of being returned.
+    pub fn record<T: Serialize>(&self, record: &T) {
+        if let Err(e) = self.write(record) {
+            self.first_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+    }
+
+    /// The first error [`MetricsWriter::record`] met, if any.
+    pub fn take_error(&self) -> Result<()> {
+        match self
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Appends one record as a line.

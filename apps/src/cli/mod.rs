@@ -8,8 +8,11 @@ mod run_mf;
 mod run_mlr;
 mod scar_report;
 
+use crate::metrics;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use std::sync::Arc;
 
 pub use cluster::ClusterArgs;
 pub use run_counter::CounterCliArgs;
@@ -97,6 +100,41 @@ pub enum RunApp {
     Counter(CounterCliArgs),
     /// Matrix factorization of a ratings file by alternating least squares.
     Mf(MfCliArgs),
+}
+
+/// Runs `app` as the command line asks: with consistent checkpoints (`--checkpoint-dir`,
+/// `--resume`; their report is returned) or without, in one process or across processes
+/// (`on_scale` hears each scale event).
+fn execute_app<A: harp::App>(
+    app: Arc<A>,
+    cluster: &ClusterArgs,
+    collect_params: bool,
+    on_scale: impl Fn(&harp::ScaleEvent) + Send + 'static,
+) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
+    match cluster.consistent_options() {
+        Some(options) => {
+            let (outcome, report) = checkpoints::execute(app, cluster, collect_params, &options)?;
+            Ok((outcome, Some(report)))
+        }
+        None => Ok((
+            processes::execute(app, cluster, collect_params, on_scale)?,
+            None,
+        )),
+    }
+}
+
+/// The reports every app prints and writes at its end: SCAR's checkpoints, recoveries and
+/// injections, and the consistent checkpoints written.
+fn report_end(
+    stats: &harp::JobStats,
+    checkpoints: Option<&harp::ConsistentReport>,
+    metrics: Option<&metrics::MetricsWriter>,
+) -> Result<()> {
+    scar_report::report(stats, metrics)?;
+    if let Some(checkpoints) = checkpoints {
+        checkpoints::report(checkpoints, metrics)?;
+    }
+    Ok(())
 }
 
 /// Runs a parsed command line.

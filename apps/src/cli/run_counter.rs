@@ -79,28 +79,15 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         .map(MetricsWriter::create)
         .transpose()?
         .map(Arc::new);
-    let write_error = Arc::new(std::sync::Mutex::new(None));
-    let (outcome, checkpoints) = match args.cluster.consistent_options() {
-        Some(options) => {
-            let (outcome, report) =
-                super::checkpoints::execute(app.clone(), &args.cluster, true, &options)?;
-            (outcome, Some(report))
+    let scale_writer = writer.clone();
+    let (outcome, checkpoints) = super::execute_app(app.clone(), &args.cluster, true, move |e| {
+        if let Some(w) = &scale_writer {
+            w.record(e);
         }
-        None => {
-            let (writer, write_error) = (writer.clone(), write_error.clone());
-            let outcome = super::processes::execute(app.clone(), &args.cluster, true, move |e| {
-                if let Some(Err(err)) = writer.as_ref().map(|w| w.write(e)) {
-                    write_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(err);
-                }
-            })?;
-            (outcome, None)
-        }
-    };
-    if let Some(err) = write_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(err.context("cannot write the metrics file"));
+    })?;
+    if let Some(w) = &writer {
+        w.take_error()
+            .map_err(|err| err.context("cannot write the metrics file"))?;
     }
     let params = outcome
         .params
@@ -114,10 +101,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
     };
-    super::scar_report::report(&report.stats, writer.as_deref())?;
-    if let Some(checkpoints) = &checkpoints {
-        super::checkpoints::report(checkpoints, writer.as_deref())?;
-    }
+    super::report_end(&report.stats, checkpoints.as_ref(), writer.as_deref())?;
     if let Some(writer) = &writer {
         writer.write(&report)?;
     }

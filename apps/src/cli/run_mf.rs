@@ -9,7 +9,7 @@ use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 #[derive(Args, Debug, Clone)]
 pub struct MfCliArgs {
@@ -85,7 +85,6 @@ pub fn build_app(args: &MfCliArgs) -> Result<Arc<MfApp>> {
 /// Prints iterations and writes metrics.
 struct CliObserver {
     metrics: Option<MetricsWriter>,
-    write_error: Mutex<Option<anyhow::Error>>,
 }
 
 impl MfObserver for CliObserver {
@@ -95,12 +94,7 @@ impl MfObserver for CliObserver {
             m.iteration, m.train_rmse, m.test_rmse, m.elapsed_s
         );
         if let Some(w) = &self.metrics {
-            if let Err(e) = w.write(m) {
-                self.write_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(e);
-            }
+            w.record(m);
         }
     }
 }
@@ -123,7 +117,6 @@ pub fn run(args: MfCliArgs) -> Result<()> {
             .as_deref()
             .map(MetricsWriter::create)
             .transpose()?,
-        write_error: Mutex::new(None),
     });
     let app = Arc::new(
         MfApp::new(
@@ -134,24 +127,9 @@ pub fn run(args: MfCliArgs) -> Result<()> {
         )
         .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = match args.cluster.consistent_options() {
-        Some(options) => {
-            let (outcome, report) =
-                super::checkpoints::execute(app, &args.cluster, false, &options)?;
-            (outcome, Some(report))
-        }
-        None => (
-            super::processes::execute(app, &args.cluster, false, |_| {})?,
-            None,
-        ),
-    };
-    if let Some(e) = observer
-        .write_error
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
-        return Err(e);
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, |_| {})?;
+    if let Some(w) = &observer.metrics {
+        w.take_error()?;
     }
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
@@ -159,9 +137,9 @@ pub fn run(args: MfCliArgs) -> Result<()> {
             m.iteration, outcome.stats.elapsed_s, m.train_rmse, m.test_rmse
         );
     }
-    super::scar_report::report(&outcome.stats, observer.metrics.as_ref())?;
-    if let Some(checkpoints) = &checkpoints {
-        super::checkpoints::report(checkpoints, observer.metrics.as_ref())?;
-    }
-    Ok(())
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        observer.metrics.as_ref(),
+    )
 }

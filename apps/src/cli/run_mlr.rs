@@ -71,7 +71,6 @@ pub fn load_dataset(spec: Option<&str>) -> Result<Dataset> {
 struct CliObserver {
     bar: ProgressBar,
     metrics: Option<MetricsWriter>,
-    write_error: std::sync::Mutex<Option<anyhow::Error>>,
 }
 
 impl CliObserver {
@@ -88,12 +87,7 @@ impl CliObserver {
             e.report.shard_bytes_moved
         ));
         if let Some(w) = &self.metrics {
-            if let Err(err) = w.write(e) {
-                self.write_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(err);
-            }
+            w.record(e);
         }
     }
 }
@@ -113,12 +107,7 @@ impl MlrObserver for CliObserver {
             m.elapsed_s
         ));
         if let Some(w) = &self.metrics {
-            if let Err(e) = w.write(m) {
-                self.write_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(e);
-            }
+            w.record(m);
         }
     }
 }
@@ -198,34 +187,18 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
             .as_deref()
             .map(MetricsWriter::create)
             .transpose()?,
-        write_error: Default::default(),
     });
     let app = Arc::new(
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = match args.cluster.consistent_options() {
-        Some(options) => {
-            let (outcome, report) =
-                super::checkpoints::execute(app, &args.cluster, false, &options)?;
-            (outcome, Some(report))
-        }
-        None => {
-            let observer = observer.clone();
-            let outcome = super::processes::execute(app, &args.cluster, false, move |event| {
-                observer.scale_event(event)
-            })?;
-            (outcome, None)
-        }
-    };
+    let scale_observer = observer.clone();
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, move |event| {
+        scale_observer.scale_event(event)
+    })?;
     bar.finish_and_clear();
-    if let Some(e) = observer
-        .write_error
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
-        return Err(e);
+    if let Some(w) = &observer.metrics {
+        w.take_error()?;
     }
     let last = outcome.driver.history().last().cloned();
     if let Some(m) = last {
@@ -237,9 +210,9 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
             m.accuracy * 100.0
         );
     }
-    super::scar_report::report(&outcome.stats, observer.metrics.as_ref())?;
-    if let Some(checkpoints) = &checkpoints {
-        super::checkpoints::report(checkpoints, observer.metrics.as_ref())?;
-    }
-    Ok(())
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        observer.metrics.as_ref(),
+    )
 }

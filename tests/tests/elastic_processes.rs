@@ -8,7 +8,7 @@
 use harp::JobCredentials;
 use harp_tests::{harp_binary, read_json_lines, MasterProcess, SplitMix, PATIENCE};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -548,7 +548,7 @@ fn executor_in(parked_line: &str) -> String {
 /// The counter app with two executors whose states (300 MB each, more than QUIC's 256 MiB
 /// send window) take seconds to fetch, on a master that waits for one node; the job is long
 /// enough never to end on its own during the test.
-const MID_MOVE_RUN: [&str; 11] = [
+const MID_MOVE_RUN: [&str; 12] = [
     "run",
     "counter",
     "--tasks",
@@ -560,16 +560,15 @@ const MID_MOVE_RUN: [&str; 11] = [
     "--state-bytes",
     "300000000",
     "--threads",
+    "2",
 ];
 
-fn mid_move_job(dir: &Path) -> (MasterProcess, PathBuf, Vec<&'static str>) {
+/// Starts the master of [`MID_MOVE_RUN`]; also returns its metrics file.
+fn mid_move_job(dir: &Path) -> (MasterProcess, PathBuf) {
     let metrics = dir.join("metrics.jsonl");
-    let mut run_args: Vec<&'static str> = MID_MOVE_RUN.to_vec();
-    run_args.push("2");
-    let mut master_args: Vec<&str> = run_args.clone();
+    let mut master_args = MID_MOVE_RUN.to_vec();
     master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
-    let master = MasterProcess::start(harp_binary!(), &master_args);
-    (master, metrics, run_args)
+    (MasterProcess::start(harp_binary!(), &master_args), metrics)
 }
 
 /// What every kill mid-move must end with, whichever node died: the master exits non-zero
@@ -590,12 +589,15 @@ fn assert_clean_failure(
     survivor: LoggedNode,
     (metrics, cause, executor): (&Path, &str, &str),
 ) -> String {
+    // Read before the exit: `finish` returns only the lines its reader had passed on by then.
+    let error = loop {
+        let line = master.wait_for_line(&["error: "]);
+        if line.starts_with("error: ") {
+            break line;
+        }
+    };
     let (status, stderr) = master_exit(master);
     assert!(!status.success(), "the master succeeded: {stderr}");
-    let error = stderr
-        .lines()
-        .find(|l| l.starts_with("error: "))
-        .unwrap_or_else(|| panic!("the master printed no error: {stderr}"));
     assert!(
         error.contains("node 1 died") || error.contains(&format!("{executor} was lost moving")),
         "the error names neither the dead node nor the executor: {error}"
@@ -639,10 +641,10 @@ fn assert_clean_failure(
 #[test]
 fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, run_args) = mid_move_job(dir.path());
-    let mut releasing = LoggedNode::start(&master, &run_args);
+    let (master, metrics) = mid_move_job(dir.path());
+    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
     wait_until_running(&master);
-    let mut adopting = LoggedNode::start(&master, &run_args);
+    let mut adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
     releasing.wait_for_line(&["parked executor state handed to QUIC"]);
@@ -667,10 +669,10 @@ fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
 #[test]
 fn a_releasing_node_killed_mid_fetch_fails_the_job_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, run_args) = mid_move_job(dir.path());
-    let adopting = LoggedNode::start(&master, &run_args);
+    let (master, metrics) = mid_move_job(dir.path());
+    let adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
     wait_until_running(&master);
-    let mut releasing = LoggedNode::start(&master, &run_args);
+    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
     // Node 1 first takes an executor (its join's scale event ends once the move is done).
     let deadline = Instant::now() + PATIENCE;
     let joined = loop {
@@ -683,12 +685,12 @@ fn a_releasing_node_killed_mid_fetch_fails_the_job_cleanly() {
     };
     assert_eq!(joined["ok"], true, "{joined}");
     let cred = master.credentials.to_str().unwrap();
-    let remove = Command::new(harp_binary!())
+    let mut remove = Command::new(harp_binary!())
         .args(["scale", "--job", &master.addr, "--credentials", cred])
         .args(["--remove", "1"])
         .env_remove("HARP_LOG")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -706,10 +708,16 @@ fn a_releasing_node_killed_mid_fetch_fails_the_job_cleanly() {
     );
     assert!(!adopter_log.contains("restored"), "{adopter_log}");
     // `harp scale --remove` hears that its command failed, and why.
-    let out = remove.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
+    let status = wait_exit(&mut remove, "harp scale --remove 1");
+    let mut said = String::new();
+    remove
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
     println!("harp scale --remove 1: {said}");
-    assert!(!out.status.success(), "{said}");
+    assert!(!status.success(), "{said}");
     assert!(
         said.contains(&executor) && !said.contains("unreachable"),
         "harp scale --remove did not say what happened to {executor}: {said}"

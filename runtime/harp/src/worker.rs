@@ -175,6 +175,8 @@ pub(crate) struct StagedFlushes {
     /// Micro-tasks running now (they may have recorded part of their updates). Changed and
     /// read under the flush book's lock, so no task starts while a flush drains the log.
     in_progress: AtomicUsize,
+    /// Fault injection for tests: how long each flush waits, staged, before its report.
+    report_delay: Option<std::time::Duration>,
 }
 
 impl StagedFlushes {
@@ -183,7 +185,15 @@ impl StagedFlushes {
             node,
             turn: tokio::sync::Mutex::new(()),
             in_progress: AtomicUsize::new(0),
+            report_delay: None,
         }
+    }
+
+    /// The same, holding each staged flush this long before it is reported (fault
+    /// injection: a node killed meanwhile dies with staged parts the master never commits).
+    pub(crate) fn with_report_delay(mut self, delay: Option<std::time::Duration>) -> Self {
+        self.report_delay = delay;
+        self
     }
 }
 
@@ -254,6 +264,9 @@ impl<A: App> NodeShared<A> {
             Ok(servers) => servers,
             Err(e) => return self.fail(e),
         };
+        if let Some(delay) = staging.report_delay {
+            tokio::time::sleep(delay).await;
+        }
         let released = self.book().flush_applied(flush);
         match released {
             // One flush at a time: exactly the tasks this flush covers.

@@ -38,7 +38,7 @@ mod state_transfer;
 pub use master_side::{
     run_job_across, run_job_across_controlled, run_job_across_watched, ClusterOptions, NodeFailure,
 };
-pub use node_side::{run_node, run_node_leaving, run_node_with};
+pub use node_side::{run_node, run_node_leaving, run_node_with, STAGED_REPORT_DELAY_VAR};
 pub use roster::NodeLauncher;
 pub use scale_client::send_scale_command;
 

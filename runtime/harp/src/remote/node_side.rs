@@ -331,7 +331,9 @@ async fn start_node<A: App>(
         book: Mutex::new(FlushBook::new()),
         master,
         // The master recovers dead worker nodes: flushes are staged and it commits them.
-        staging: assignment.worker_recovery.then(|| StagedFlushes::new(me)),
+        staging: assignment
+            .worker_recovery
+            .then(|| StagedFlushes::new(me).with_report_delay(staged_report_delay())),
     });
     let worker = spawn(
         WorkerActor::<A>::new(),
@@ -344,6 +346,26 @@ async fn start_node<A: App>(
     .await?;
     Ok((worker, servers, store))
 }
+
+/// Fault injection for tests of worker recovery: `HARP_FAULT_STAGED_REPORT_DELAY_MS` holds
+/// each staged flush of this node that long before reporting it to the master, so a node
+/// killed meanwhile dies with staged parts the master never commits (which must then be
+/// dropped and their tasks run again). Unset, empty or not a number: no delay.
+fn staged_report_delay() -> Option<Duration> {
+    let ms: u64 = std::env::var(STAGED_REPORT_DELAY_VAR)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    tracing::warn!(
+        node_delay_ms = ms,
+        "fault injection: staged flushes are reported late"
+    );
+    Some(Duration::from_millis(ms))
+}
+
+/// See [`staged_report_delay`].
+pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 
 /// Opens links to other nodes (their servers, or the executor states they parked).
 #[derive(Clone)]

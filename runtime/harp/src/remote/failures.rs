@@ -13,29 +13,52 @@
 //!   `Assignment::server_recovery`). What the server applied after its rows were last
 //!   saved is lost; the values at the failure died with the process, so the recovery
 //!   report's `lost` is `None` (it lists the shards and the rows restored);
+//! - a node that held a worker, in a job that recovers worker nodes
+//!   (`ClusterOptions::worker_recovery`, `harp run --recover-workers`): its executors are
+//!   created again on the live workers and exactly the micro-tasks whose updates were not
+//!   committed run again (below, `MasterMsg::WorkerLost`); if it held a server too, that
+//!   server is recovered as above, which needs `ClusterOptions::scar` as well;
 //! - any other death ends the job with `HarpError::NodeDied`, naming the node, what it
 //!   held, and what would have let the job survive it.
 //!
-//! **A worker node's death (not handled yet; the design, against DESIGN §4 G2).** Its
-//! executors would be re-created on live workers (`App::create_executor`, or
-//! `restore_executor` from a consistent checkpoint's saved state) and the micro-tasks in
-//! flight on it dispatched again. The hard part is exactly-once application. Servers
-//! could deduplicate `Apply` by `(node id, flush id)` (every flush now carries the sending
-//! node's id), but that only stops a *retransmitted* part being applied twice: a rerun
-//! task flushes from another node under a new flush id, so a task whose first flush was
-//! applied but whose completion was lost with the node would be applied twice, and
-//! skipping the rerun is no answer either, because a flush is split per server and the
-//! node may have died after some parts were applied and before others were sent (its
-//! update log died with it, so the rest cannot be resent). The master cannot tell these
-//! cases apart from completions alone. What makes it decidable is committing flushes
-//! through the master: a node *stages* each part on its server (`(node, flush)`, the task
-//! ids it covers), reports the flush staged to the master once every part is, and the
-//! master commits it (servers apply the staged parts, deduplicated by `(node, flush)`)
-//! and only then hands the tasks' completions to the driver. On a worker's death the
-//! master then knows, per task, whether its flush was committed (done, never rerun) or
-//! not (servers drop that node's uncommitted staged parts, and the task runs again): every
-//! update is applied exactly once and all-or-nothing, at the cost of one round trip
-//! through the master per flush.
+//! **A worker node's death, exactly once (DESIGN §4, G2).** Re-running the micro-tasks a
+//! dead worker had in flight is easy; applying each update exactly once is not. A flush is
+//! split per server, so a node may die after some parts were applied and before others were
+//! sent (its update log dies with it), and a task whose flush was applied but whose
+//! completion was lost would be applied twice by its rerun, which flushes from another node
+//! under another flush id. Nothing in the completions alone tells these cases apart. So a
+//! job with worker recovery commits every flush through the master:
+//!
+//! 1. *Stage.* A node stages each part of a flush on its server (`Message::Apply` with
+//!    `staged`, kept by the server under `(node, flush)`: `server/staging.rs`) instead of
+//!    having it applied. It stages one flush at a time, and only when no micro-task is
+//!    half-way through its updates, so a flush carries exactly the updates of the tasks it
+//!    covers (`worker.rs`).
+//! 2. *Report.* Once every part is acknowledged the node sends the master the flush, the
+//!    servers that hold its parts and its tasks' completions (`Message::FlushStaged`).
+//! 3. *Commit.* The master marks those tasks committing, tells each of those servers to apply
+//!    the part (`Message::CommitFlush`; a second commit of the same `(node, flush)` is a
+//!    no-op), waits for every acknowledgement on a spawned task, and only then hands the
+//!    completions to the driver, so a task it dispatches next reads the committed updates
+//!    although commits (master → server) and reads (worker → server) take different links.
+//!    This is the cost: one more round trip per flush, and one flush at a time per node.
+//!
+//! The master handles its mailbox in order, and the death (`MasterMsg::WorkerLost`) is one
+//! point in that order: a node's report handled before it is committed (its tasks complete
+//! although the node is gone); a report handled after it is dropped. On the death the
+//! master then has every server drop the node's uncommitted parts and refuse its later ones
+//! (`Message::DropStaged`), creates each of its executors afresh on the least loaded live
+//! worker (`Message::CreateExecutor`, `App::create_executor`: nothing of the dead executor's
+//! state survives; restoring it from a consistent checkpoint's saved state is a TODO in
+//! `master/worker_recovery.rs`), and dispatches again, in task order and to the new host,
+//! every task of those executors that its task book (`master/task_book.rs`) holds as
+//! dispatched and not committing (each keeps its id and version and is counted once in
+//! flight). Every update is thus applied all-or-nothing and exactly once. A move in
+//! progress to or from the dead worker ends the job with an error (the executor would have
+//! no host), as does a death with no live worker left. Parts staged on a server that dies
+//! before its commit are lost with it, like the updates it applied after its last saved
+//! values (G3). The `WorkerRecovery` report (`JobStats::worker_recoveries`) names the node,
+//! the executors and where they went, the tasks run again and when.
 
 use super::roster::{self, RosterContext};
 use crate::app::App;

@@ -11,8 +11,12 @@
 //! whose servers they need, create their executors, and report `Ready`; then the driver
 //! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
 //! connection breaks, is dead ([`failures`]): a server-only node of a job with SCAR's
-//! running checkpoint is recovered from it (its shards re-created on the live servers);
-//! any other death ends the job with an error naming the node and what it held.
+//! running checkpoint is recovered from it (its shards re-created on the live servers); a
+//! worker node of a job that recovers workers is recovered too (its executors created again
+//! on the live workers, the micro-tasks whose flushes the master had not committed run
+//! again: flushes are staged on the servers and committed by the master,
+//! `FlushStaged`/`CommitFlush`/`DropStaged`/`CreateExecutor`); any other death ends the
+//! job with an error naming the node and what it held.
 //!
 //! SCAR's checkpoint rounds and fault injection reach the servers of node processes through
 //! the master's link to each node (`CheckpointDistances`/`Distances`,

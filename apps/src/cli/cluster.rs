@@ -267,3 +267,41 @@ impl ClusterArgs {
             .context("cannot start the runtime's threads")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    }
+
+    fn worker_recovery(args: &[&str]) -> Result<()> {
+        let args = ["harp"].iter().chain(args);
+        Cli::try_parse_from(args)
+            .unwrap()
+            .cluster
+            .validate_worker_recovery()
+    }
+
+    #[test]
+    fn recover_workers_is_refused_where_it_cannot_help() {
+        let err = worker_recovery(&["--recover-workers"]).unwrap_err();
+        assert!(err.to_string().contains("--processes or --nodes"), "{err}");
+        let err = worker_recovery(&["--recover-workers", "--processes", "3"]).unwrap_err();
+        assert!(err.to_string().contains("--scar-fraction"), "{err}");
+        worker_recovery(&["--recover-workers", "--nodes", "4"]).unwrap();
+        worker_recovery(&[
+            "--recover-workers",
+            "--processes",
+            "3",
+            "--scar-fraction",
+            "1",
+        ])
+        .unwrap();
+        worker_recovery(&[]).unwrap();
+    }
+}

@@ -229,8 +229,23 @@ struct Run {
 /// Which node process a run kills.
 #[derive(Clone, Copy, PartialEq)]
 enum Victim {
+    /// The first of 2 server-only nodes (beside 2 worker-only nodes).
     Server,
+    /// The first of 2 worker-only nodes (beside 2 server-only nodes).
     Worker,
+    /// The first of 3 nodes that each hold a worker and a server.
+    Both,
+}
+
+impl Victim {
+    /// The `--role` of every node process of the run, and which one is killed.
+    fn roles(self) -> (Vec<&'static str>, usize) {
+        match self {
+            Victim::Server => (vec!["server", "server", "worker", "worker"], 0),
+            Victim::Worker => (vec!["server", "server", "worker", "worker"], 2),
+            Victim::Both => (vec!["both"; 3], 0),
+        }
+    }
 }
 
 /// Runs the counter with its master here and 2 worker + 2 server node processes, and
@@ -252,8 +267,9 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
         completions: Arc::new(Mutex::new(Vec::new())),
     });
     let with_scar = scar.is_some();
+    let (roles, victim) = victim.roles();
     let options = ClusterOptions {
-        nodes: 4,
+        nodes: roles.len() as u32,
         executors_per_worker: 4,
         shards_per_server: SHARDS_PER_SERVER,
         collect_params: true,
@@ -276,16 +292,15 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
             })
         };
         let addr = addr_rx.await.unwrap().to_string();
-        let mut servers: Vec<Child> = (0..2)
-            .map(|_| node_process(&addr, &credentials, "server", with_scar, None))
-            .collect();
-        // The worker to be killed holds each staged flush a while before reporting it, so
-        // it most likely dies with parts staged that the master never commits.
-        let delay = (victim == Victim::Worker).then_some(STAGED_REPORT_DELAY_MS);
-        let mut workers: Vec<Child> = (0..2)
-            .map(|i| {
-                let delay = if i == 0 { delay } else { None };
-                node_process(&addr, &credentials, "worker", with_scar, delay)
+        // A worker to be killed holds each staged flush a while before reporting it, so it
+        // most likely dies with parts staged that the master never commits.
+        let mut nodes: Vec<Child> = roles
+            .iter()
+            .enumerate()
+            .map(|(i, role)| {
+                let delay = (worker_recovery && i == victim && *role != "server")
+                    .then_some(STAGED_REPORT_DELAY_MS);
+                node_process(&addr, &credentials, role, with_scar, delay)
             })
             .collect();
         // Mid-run, observed: the driver has been handed this many completions.
@@ -301,12 +316,9 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let killed_at = Instant::now();
-        match victim {
-            Victim::Server => sigkill(&mut servers[0]),
-            Victim::Worker => sigkill(&mut workers[0]),
-        }
+        sigkill(&mut nodes[victim]);
         let outcome = master.await.unwrap();
-        for child in servers.iter_mut().chain(workers.iter_mut()) {
+        for child in nodes.iter_mut() {
             // Nodes exit once the job ends; one that would not is not left behind.
             let _ = child.kill();
             let _ = child.wait();
@@ -319,20 +331,57 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
     })
 }
 
-#[test]
-fn a_killed_server_node_is_recovered_from_the_running_checkpoint() {
-    let log = install_log();
-    let scar = ScarOptions {
+/// The oracle after a server's loss: every row of a surviving shard exact, every row of a
+/// lost shard (`lost_shards` of `num_shards`) at most its expected sum. Returns how many
+/// rows the lost shards hold and how many increments they lost.
+fn check_the_counter(
+    outcome: &harp::JobOutcome<Watched>,
+    app: &Watched,
+    lost_shards: &BTreeSet<u32>,
+    num_shards: u32,
+) -> (usize, i64) {
+    let params = outcome.params.as_ref().unwrap();
+    let table = app.inner.counters();
+    let mut rows_of_lost_shards = 0;
+    let mut missing_total = 0i64;
+    for (row, want) in outcome.driver.inner.expected() {
+        let got = params.row(table, *row).unwrap_or(&[]);
+        let shard = harp::shard_of(ParamKey::new(table.id(), *row), num_shards).0;
+        if lost_shards.contains(&shard) {
+            rows_of_lost_shards += 1;
+            assert_eq!(got.len(), want.len(), "row {row}");
+            for (g, w) in got.iter().zip(want) {
+                assert!(
+                    g <= w,
+                    "row {row} of a lost shard gained updates: {got:?} > {want:?}"
+                );
+                missing_total += w - g;
+            }
+        } else {
+            assert_eq!(got, want.as_slice(), "row {row} of a surviving shard");
+        }
+    }
+    (rows_of_lost_shards, missing_total)
+}
+
+/// A full image every round.
+fn full_image() -> ScarOptions {
+    ScarOptions {
         period: 1,
         fraction: 1.0,
         selection: Selection::Priority,
         ..ScarOptions::default()
-    };
+    }
+}
+
+#[test]
+fn a_killed_server_node_is_recovered_from_the_running_checkpoint() {
+    let log = install_log();
     let Run {
         outcome,
         app,
         killed_at,
-    } = run_and_kill_a_server(Some(scar));
+    } = run_and_kill_a_server(Some(full_image()));
     let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
     let stats = &outcome.stats;
     assert_eq!(outcome.driver.inner.completed(), TASKS);
@@ -360,28 +409,8 @@ fn a_killed_server_node_is_recovered_from_the_running_checkpoint() {
         "values at the failure died with the process"
     );
 
-    // The oracle.
-    let params = outcome.params.as_ref().unwrap();
-    let table = app.inner.counters();
-    let mut rows_of_lost_shards = 0;
-    let mut missing_total = 0i64;
-    for (row, want) in outcome.driver.inner.expected() {
-        let got = params.row(table, *row).unwrap_or(&[]);
-        let shard = harp::shard_of(ParamKey::new(table.id(), *row), num_shards).0;
-        if lost_shards.contains(&shard) {
-            rows_of_lost_shards += 1;
-            assert_eq!(got.len(), want.len(), "row {row}");
-            for (g, w) in got.iter().zip(want) {
-                assert!(
-                    g <= w,
-                    "row {row} of a lost shard gained updates: {got:?} > {want:?}"
-                );
-                missing_total += w - g;
-            }
-        } else {
-            assert_eq!(got, want.as_slice(), "row {row} of a surviving shard");
-        }
-    }
+    let (rows_of_lost_shards, missing_total) =
+        check_the_counter(&outcome, &app, &lost_shards, num_shards);
     // A full image every round: every row of the lost shards came back from it.
     assert_eq!(report.rows_restored, rows_of_lost_shards, "{report:?}");
 
@@ -490,4 +519,58 @@ fn a_killed_worker_node_is_recovered_and_every_parameter_is_exact() {
         report.tasks_rerun,
         expected.len(),
     );
+}
+
+#[test]
+fn a_killed_node_with_a_worker_and_a_server_is_recovered_both_ways() {
+    let Run { outcome, app, .. } = run_and_kill(Some(full_image()), true, Victim::Both);
+    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
+    let stats = &outcome.stats;
+    assert_eq!(outcome.driver.inner.completed(), TASKS);
+    assert_eq!(stats.recoveries.len(), 1, "{:?}", stats.recoveries);
+    assert_eq!(
+        stats.worker_recoveries.len(),
+        1,
+        "{:?}",
+        stats.worker_recoveries
+    );
+    let (server, worker) = (&stats.recoveries[0], &stats.worker_recoveries[0]);
+    assert_eq!(server.server, worker.node, "one node died");
+    assert_eq!(
+        server.shards.len(),
+        SHARDS_PER_SERVER as usize,
+        "{server:?}"
+    );
+    assert!(server.shards.iter().all(|(_, to)| *to != server.server));
+    assert_eq!(worker.executors.len(), 4, "{worker:?}");
+    assert!(worker.executors.iter().all(|(_, to)| *to != worker.node));
+    // Its shards lose at most what they applied after their last save; every other row is
+    // exact: the dead worker's tasks were neither lost nor applied twice.
+    let lost_shards: BTreeSet<u32> = server.shards.iter().map(|(s, _)| *s).collect();
+    let num_shards = 3 * SHARDS_PER_SERVER;
+    let (rows, missing) = check_the_counter(&outcome, &app, &lost_shards, num_shards);
+    assert_eq!(server.rows_restored, rows, "{server:?}");
+    println!(
+        "node {} (worker and server) killed: {} shards re-created, executors {:?} re-created, {} micro-tasks run again, {missing} increments lost on its shards",
+        worker.node,
+        server.shards.len(),
+        worker.executors,
+        worker.tasks_rerun,
+    );
+}
+
+#[test]
+fn without_a_running_checkpoint_a_killed_node_with_a_worker_and_a_server_ends_the_job() {
+    let Run { outcome, .. } = run_and_kill(None, true, Victim::Both);
+    match outcome {
+        Err(HarpError::NodeDied { detail, .. }) => {
+            assert!(
+                detail.contains("worker-") && detail.contains("server-"),
+                "{detail}"
+            );
+            assert!(detail.contains("--scar-fraction"), "{detail}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("the job survived losing a server without a checkpoint"),
+    }
 }

@@ -5,8 +5,11 @@
 //! died before the master committed that flush, drops every part the node left staged. This
 //! module keeps those parts and decides, per request, what happens:
 //!
-//! - a part staged twice (a resend) replaces the first copy; a part of a flush already
-//!   committed is not kept again (it would be applied twice);
+//! - parts staged under the same `(node, flush)` add up: with server recovery, the part a
+//!   failed server left unanswered is staged again on its shards' new owner, which may
+//!   already hold that flush's part for its own shards (the keys differ: a flush carries
+//!   one aggregated delta per key); a part of a flush already committed is not kept again
+//!   (it would be applied twice);
 //! - a commit hands the part over to be applied the first time only: a second commit of the
 //!   same `(node, flush)` is a no-op, and so is a commit of a flush that staged nothing here;
 //! - dropping a node discards its uncommitted parts and buries it: its later parts are
@@ -46,8 +49,8 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
-    /// Keeps `part` as flush `flush` of node `node`, unless that node was buried (an error
-    /// naming it) or the flush already committed.
+    /// Keeps `part` as (more of) flush `flush` of node `node`, unless that node was buried
+    /// (an error naming it) or the flush already committed.
     pub(crate) fn stage(
         &mut self,
         node: u32,
@@ -63,7 +66,7 @@ impl Staging {
         if self.is_committed(node, flush) {
             return Ok(Staged::AlreadyCommitted);
         }
-        self.parts.insert((node, flush), part);
+        self.parts.entry((node, flush)).or_default().extend(part);
         Ok(Staged::Kept)
     }
 
@@ -133,12 +136,15 @@ mod tests {
     }
 
     #[test]
-    fn a_resent_part_replaces_the_first_copy() {
+    fn parts_staged_under_one_flush_add_up() {
+        // E.g. a flush's own part here, then the part a failed server left unanswered,
+        // whose shards this server now owns.
         let mut staging = Staging::default();
+        let other = vec![(ParamKey::new(TableId(0), 2), RowData::I64(vec![9]))];
         staging.stage(1, 3, part(5)).unwrap();
-        staging.stage(1, 3, part(5)).unwrap();
+        staging.stage(1, 3, other.clone()).unwrap();
         assert_eq!(staging.len(), 1);
-        assert_eq!(staging.commit(1, 3), Some(part(5)));
+        assert_eq!(staging.commit(1, 3), Some([part(5), other].concat()));
     }
 
     #[test]

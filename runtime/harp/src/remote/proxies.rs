@@ -819,10 +819,14 @@ impl<A: App> Actor for WorkerProxy<A> {
                 let message = Message::RunTasks {
                     tasks: tasks_to_wire::<A>(tasks)?,
                 };
-                if let Err(e) = link.send(&message) {
+                match link.send(&message) {
+                    Ok(()) => {}
                     // The node's link broke: its death (lease, closed link) is reported to
-                    // the master, which recovers its tasks or ends the job.
-                    tracing::warn!(error = %e, "could not send micro-tasks to a worker node");
+                    // the master, which runs these tasks again elsewhere or ends the job.
+                    Err(e @ harp_net::NetError::ConnectionLost { .. }) => {
+                        tracing::warn!(error = %e, "could not send micro-tasks to a worker node");
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
             WorkerMsg::Create { executor, created } => {

@@ -176,6 +176,29 @@ impl StampedLog {
             .find(|(_, l)| l.contains(needle))
             .map(|(t, _)| *t)
     }
+
+    /// Milliseconds from `killed_at` to the first line with `declared`, to the first with
+    /// `recovered`, and to the first completion after that (training resumed), as text for
+    /// the test's printout ("?" for what never happened). Printed, never asserted.
+    fn recovery_times(
+        &self,
+        killed_at: Instant,
+        declared: &str,
+        recovered: &str,
+        completions: &Mutex<Vec<Instant>>,
+    ) -> [String; 3] {
+        let declared = self.first(declared);
+        let recovered = self.first(recovered);
+        let resumed = recovered.and_then(|done| {
+            let completions = completions.lock().unwrap();
+            completions.iter().copied().find(|t| *t > done)
+        });
+        [declared, recovered, resumed].map(|t| {
+            t.map_or("?".to_string(), |t| {
+                format!("{:.0} ms", (t - killed_at).as_secs_f64() * 1e3)
+            })
+        })
+    }
 }
 
 fn install_log() -> StampedLog {
@@ -414,24 +437,19 @@ fn a_killed_server_node_is_recovered_from_the_running_checkpoint() {
     // A full image every round: every row of the lost shards came back from it.
     assert_eq!(report.rows_restored, rows_of_lost_shards, "{report:?}");
 
-    let declared = log.first("a server node died");
-    let recovered = log.first("server recovered from the running checkpoint");
-    let resumed = recovered.and_then(|done| {
-        let completions = app.completions.lock().unwrap();
-        completions.iter().copied().find(|t| *t > done)
-    });
-    let ms = |t: Option<Instant>| {
-        t.map_or("?".to_string(), |t| {
-            format!("{:.0} ms", (t - killed_at).as_secs_f64() * 1e3)
-        })
-    };
+    let [declared, recovered, resumed] = log.recovery_times(
+        killed_at,
+        "a server node died",
+        "server recovered from the running checkpoint",
+        &app.completions,
+    );
     println!(
         "server {} killed: declared dead after {}, shards re-created and rerouted after {} (recovery {:.0} ms), training resumed after {}; {} checkpoint rounds, {} rows restored, {missing_total} increments lost",
         report.server,
-        ms(declared),
-        ms(recovered),
+        declared,
+        recovered,
         report.duration_s * 1e3,
-        ms(resumed),
+        resumed,
         stats.checkpoints.rounds,
         report.rows_restored,
     );
@@ -497,25 +515,20 @@ fn a_killed_worker_node_is_recovered_and_every_parameter_is_exact() {
         }
     }
 
-    let declared = log.first("a worker node died");
-    let recovered = log.first("worker node recovered");
-    let resumed = recovered.and_then(|done| {
-        let completions = app.completions.lock().unwrap();
-        completions.iter().copied().find(|t| *t > done)
-    });
-    let ms = |t: Option<Instant>| {
-        t.map_or("?".to_string(), |t| {
-            format!("{:.0} ms", (t - killed_at).as_secs_f64() * 1e3)
-        })
-    };
+    let [declared, recovered, resumed] = log.recovery_times(
+        killed_at,
+        "a worker node died",
+        "worker node recovered",
+        &app.completions,
+    );
     println!(
         "worker node {} killed: declared dead after {}, executors {:?} running again after {} (recovery {:.0} ms), first completion after that at {}; {} micro-tasks run again; every one of {} rows exact",
         report.node,
-        ms(declared),
+        declared,
         report.executors,
-        ms(recovered),
+        recovered,
         report.duration_s * 1e3,
-        ms(resumed),
+        resumed,
         report.tasks_rerun,
         expected.len(),
     );

@@ -209,6 +209,7 @@ pub fn parse_ratings_reader<R: BufRead>(
         item_ids,
         source: name.display().to_string(),
     };
+    // Both indexes were built from these same pairs, so every lookup finds its id.
     for (user, item, value) in raw {
         data.users.push(user_index[&user]);
         data.items.push(item_index[&item]);

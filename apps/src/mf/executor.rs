@@ -191,6 +191,8 @@ impl MfExecutor {
         ps.get_many_into(&self.items_table, &self.eval_items, &mut self.fixed_buf)
             .await?;
         let k = self.rank;
+        // The indices in `train_eval`/`test_eval` point into `users.owned` and `eval_items`
+        // (built together in `new`), and `get_many_into` returned `rank` values per row.
         let sse = |ratings: &[(u32, u32, f32)]| -> f64 {
             ratings
                 .iter()

@@ -69,6 +69,23 @@ impl ExecutorMap {
         }
     }
 
+    /// New hosts for the executors of a lost worker (worker recovery), placed as
+    /// [`ShardMap::place_orphans`] places shards: each, in id order, on the worker of `live`
+    /// that hosts the fewest executors at that point (ties: the lowest id); no other
+    /// executor moves. Does not change the map; `lost` in `live` is ignored.
+    pub fn place_orphans(
+        &self,
+        lost: WorkerId,
+        live: &[WorkerId],
+    ) -> Result<Vec<(ExecutorId, WorkerId)>, CoreError> {
+        place_on_least_loaded(
+            self.executors_on(lost),
+            live.iter().copied().filter(|w| *w != lost),
+            self.owner.values().copied(),
+        )
+        .ok_or(CoreError::NoWorkers)
+    }
+
     pub fn len(&self) -> usize {
         self.owner.len()
     }
@@ -80,6 +97,29 @@ impl ExecutorMap {
     pub fn iter(&self) -> impl Iterator<Item = (ExecutorId, WorkerId)> + '_ {
         self.owner.iter().map(|(e, w)| (*e, *w))
     }
+}
+
+/// Places each of `orphans`, in the order given, on the node of `live` that holds the
+/// fewest items at that point (counting `owners`, the owner of every item now; ties: the
+/// lowest id). `None` when `live` is empty.
+fn place_on_least_loaded<I, N: Ord + Copy>(
+    orphans: Vec<I>,
+    live: impl Iterator<Item = N>,
+    owners: impl Iterator<Item = N>,
+) -> Option<Vec<(I, N)>> {
+    let mut load: BTreeMap<N, usize> = live.map(|n| (n, 0)).collect();
+    for owner in owners {
+        if let Some(count) = load.get_mut(&owner) {
+            *count += 1;
+        }
+    }
+    let mut placed = Vec::with_capacity(orphans.len());
+    for item in orphans {
+        let (&to, count) = load.iter_mut().min_by_key(|(id, count)| (**count, **id))?;
+        *count += 1;
+        placed.push((item, to));
+    }
+    Some(placed)
 }
 
 /// shard → server.
@@ -142,29 +182,12 @@ impl ShardMap {
         lost: ServerId,
         live: &[ServerId],
     ) -> Result<Vec<(ShardId, ServerId)>, CoreError> {
-        let mut load: std::collections::BTreeMap<ServerId, usize> = live
-            .iter()
-            .filter(|s| **s != lost)
-            .map(|s| (*s, 0))
-            .collect();
-        if load.is_empty() {
-            return Err(CoreError::NoServers);
-        }
-        for owner in &self.owner {
-            if let Some(count) = load.get_mut(owner) {
-                *count += 1;
-            }
-        }
-        let mut placed = Vec::new();
-        for shard in self.shards_on(lost) {
-            // `load` is not empty (checked above).
-            let Some((&to, _)) = load.iter().min_by_key(|(id, count)| (**count, **id)) else {
-                return Err(CoreError::NoServers);
-            };
-            *load.entry(to).or_default() += 1;
-            placed.push((shard, to));
-        }
-        Ok(placed)
+        place_on_least_loaded(
+            self.shards_on(lost),
+            live.iter().copied().filter(|s| *s != lost),
+            self.owner.iter().copied(),
+        )
+        .ok_or(CoreError::NoServers)
     }
 
     /// Moves `shard` to `server`; returns its previous owner.
@@ -180,6 +203,31 @@ impl ShardMap {
 mod tests {
     use super::*;
     use crate::ids::TableId;
+
+    #[test]
+    fn a_lost_workers_executors_go_to_the_least_loaded_live_workers() {
+        let workers = [WorkerId(0), WorkerId(1), WorkerId(2)];
+        // 0 hosts executors 0, 3; 1 hosts 1, 4, 7; 2 (lost) hosts 2, 5, 6.
+        let mut map = ExecutorMap::round_robin(8, &workers).unwrap();
+        map.assign(ExecutorId(6), WorkerId(2)).unwrap();
+        let before = map.clone();
+        let placed = map
+            .place_orphans(WorkerId(2), &[WorkerId(0), WorkerId(1), WorkerId(2)])
+            .unwrap();
+        assert_eq!(
+            placed,
+            vec![
+                (ExecutorId(2), WorkerId(0)),
+                (ExecutorId(5), WorkerId(0)), // 3 and 3: the lower id
+                (ExecutorId(6), WorkerId(1)),
+            ]
+        );
+        assert_eq!(map, before, "place_orphans must not change the map");
+        assert_eq!(
+            map.place_orphans(WorkerId(2), &[WorkerId(2)]),
+            Err(CoreError::NoWorkers)
+        );
+    }
 
     #[test]
     fn orphans_go_to_the_least_loaded_survivors_and_nothing_else_moves() {

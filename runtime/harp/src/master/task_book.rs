@@ -7,12 +7,11 @@
 //! node, or staged there) or *committing* (the master handled the report of the flush that
 //! carries its updates and is committing it: it completes, whatever happens to its node).
 //! The rerun set of an executor is its dispatched tasks that are not committing, in task
-//! order; a completion is handed to the driver once, and forgotten then.
-//!
-//! Also here: [`place_executors`], where a dead worker's executors go.
+//! order; a completion is handed to the driver once, and forgotten then. Where a dead
+//! worker's executors go is [`harp_core::ExecutorMap::place_orphans`].
 
-use harp_core::{ExecutorId, ExecutorMap, TaskId, Version, WorkerId};
-use std::collections::{BTreeMap, BTreeSet};
+use harp_core::{ExecutorId, TaskId, Version};
+use std::collections::BTreeMap;
 
 /// One dispatched task as the master keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,31 +82,6 @@ impl TaskBook {
     }
 }
 
-/// Where the executors of a dead worker go: one at a time, in executor order, to the live
-/// worker that hosts the fewest executors at that point (ties: the lowest id). `None` when
-/// no worker is live.
-pub(crate) fn place_executors(
-    orphans: &[ExecutorId],
-    live: &BTreeSet<WorkerId>,
-    map: &ExecutorMap,
-) -> Option<Vec<(ExecutorId, WorkerId)>> {
-    let mut load: BTreeMap<WorkerId, usize> = live.iter().map(|w| (*w, 0)).collect();
-    for (_, owner) in map.iter() {
-        if let Some(count) = load.get_mut(&owner) {
-            *count += 1;
-        }
-    }
-    let mut orphans = orphans.to_vec();
-    orphans.sort_unstable();
-    let mut placed = Vec::with_capacity(orphans.len());
-    for executor in orphans {
-        let (&to, count) = load.iter_mut().min_by_key(|(id, count)| (**count, **id))?;
-        *count += 1;
-        placed.push((executor, to));
-    }
-    Some(placed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,25 +133,5 @@ mod tests {
         assert!(!book.delivered(TaskId(7)), "a second completion of it");
         assert!(!book.committing(TaskId(7)));
         assert!(rerun_ids(&book, 0).is_empty());
-    }
-
-    #[test]
-    fn orphans_go_to_the_least_loaded_live_workers() {
-        let workers = [WorkerId(0), WorkerId(1), WorkerId(2)];
-        // 0 hosts executors 0, 3; 1 hosts 1, 4, 7; 2 (dead) hosts 2, 5, 6.
-        let mut map = ExecutorMap::round_robin(8, &workers).unwrap();
-        map.assign(ExecutorId(6), WorkerId(2)).unwrap();
-        let live: BTreeSet<WorkerId> = [WorkerId(0), WorkerId(1)].into();
-        let orphans = map.executors_on(WorkerId(2));
-        let placed = place_executors(&orphans, &live, &map).unwrap();
-        assert_eq!(
-            placed,
-            vec![
-                (ExecutorId(2), WorkerId(0)),
-                (ExecutorId(5), WorkerId(0)), // 3 and 3: the lower id
-                (ExecutorId(6), WorkerId(1)),
-            ]
-        );
-        assert_eq!(place_executors(&orphans, &BTreeSet::new(), &map), None);
     }
 }

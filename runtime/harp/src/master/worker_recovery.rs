@@ -15,13 +15,13 @@
 //!   among those run again.
 //! - **Recovery.** The dead node's servers drop its uncommitted parts and refuse later ones
 //!   ([`ServerMsg::DropStaged`]); each of its executors is created afresh on the least
-//!   loaded live worker ([`place_executors`], [`WorkerMsg::Create`]) and the map updated;
+//!   loaded live worker ([`harp_core::ExecutorMap::place_orphans`], [`WorkerMsg::Create`]) and the map updated;
 //!   every task of those executors still *dispatched* in the book is sent to the new host
 //!   in task order, keeping its id and version and counted once in flight (it was counted
 //!   when first dispatched). The [`WorkerRecovery`] report is complete once every executor
 //!   runs on its new worker.
 
-use super::task_book::{place_executors, TaskBook};
+use super::task_book::TaskBook;
 use super::{MasterMsg, MasterState};
 use crate::app::{App, Completion};
 use crate::error::HarpError;
@@ -257,9 +257,8 @@ impl<A: App> MasterState<A> {
         if let Some(proxy) = self.workers.remove(&worker) {
             proxy.stop(Some("worker node died".into()));
         }
-        let orphans = self.executors.executors_on(worker);
-        let live: BTreeSet<WorkerId> = self.workers.keys().copied().collect();
-        let placed = place_executors(&orphans, &live, &self.executors).ok_or_else(|| {
+        let live: Vec<WorkerId> = self.workers.keys().copied().collect();
+        let placed = self.executors.place_orphans(worker, &live).map_err(|_| {
             died(format!(
                 "{cause}; no live worker is left to run its executors"
             ))

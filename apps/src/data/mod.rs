@@ -14,10 +14,12 @@
 //! | `discover.rs`  | [`load_path`] (directory → IDX pair, file → LibSVM)      |
 //! | `synthetic.rs` | [`synthetic_classification`]                             |
 //! | `ratings.rs`   | [`load_ratings`]: MovieLens-style `ratings.csv`, [`RatingsData`] |
+//! | `docword.rs`   | [`load_docword_dir`], [`load_docword`]: UCI bag-of-words `docword.txt[.gz]` + `vocab.txt`, [`Corpus`] |
 //! | `gzip.rs`      | gzip detection by magic bytes and decompression          |
 
 mod dataset;
 mod discover;
+mod docword;
 mod error;
 mod gzip;
 mod idx;
@@ -27,6 +29,10 @@ mod synthetic;
 
 pub use dataset::{Dataset, MAX_DENSE_VALUES};
 pub use discover::load_path;
+pub use docword::{
+    load_docword, load_docword_dir, parse_docword_reader, parse_vocab_reader, Corpus,
+    DocwordCounts, DocwordPaths,
+};
 pub use error::{DataError, Location};
 pub use idx::{load_idx_pair, load_idx_pair_from_bytes};
 pub use libsvm::{load_libsvm, parse_libsvm_reader, LibsvmOptions};

@@ -6,11 +6,13 @@
 //! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
 //! | [`mlr`] | multinomial logistic regression under SSP |
 //! | [`mf`] | matrix factorization of ratings by ALS |
+//! | [`cnn`] | a convolutional network trained with Adam on the servers (SCAR's CNN) |
 //! | [`counter`] | the exact-accounting app (every update checked) |
 //! | [`metrics`] | JSON-lines metrics files |
 //! | [`cli`] | the `harp` command line |
 
 pub mod cli;
+pub mod cnn;
 pub mod counter;
 pub mod data;
 pub mod default_data;

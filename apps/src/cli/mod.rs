@@ -2,6 +2,7 @@
 
 mod checkpoints;
 mod cluster;
+mod run_cnn;
 mod processes;
 mod run_counter;
 mod run_mf;
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 use std::sync::Arc;
 
 pub use cluster::ClusterArgs;
+pub use run_cnn::CnnCliArgs;
 pub use run_counter::CounterCliArgs;
 pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
@@ -100,6 +102,8 @@ pub enum RunApp {
     Counter(CounterCliArgs),
     /// Matrix factorization of a ratings file by alternating least squares.
     Mf(MfCliArgs),
+    /// A convolutional network on 28x28 digit images (IDX), trained with Adam on the servers.
+    Cnn(CnnCliArgs),
 }
 
 /// Runs `app` as the command line asks: with consistent checkpoints (`--checkpoint-dir`,
@@ -149,6 +153,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run {
             app: RunApp::Mf(args),
         } => run_mf::run(args),
+        Command::Run {
+            app: RunApp::Cnn(args),
+        } => run_cnn::run(args),
         Command::Node {
             join,
             credentials,
@@ -182,6 +189,16 @@ pub fn run(cli: Cli) -> Result<()> {
                     app: RunApp::Mf(args),
                 } => processes::run_node(
                     run_mf::build_app(&args)?,
+                    join,
+                    &credentials,
+                    bind,
+                    role.into(),
+                    &args.cluster,
+                ),
+                Command::Run {
+                    app: RunApp::Cnn(args),
+                } => processes::run_node(
+                    run_cnn::build_app(&args)?,
                     join,
                     &credentials,
                     bind,

@@ -6,6 +6,7 @@
 //! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
 //! | [`mlr`] | multinomial logistic regression under SSP |
 //! | [`mf`] | matrix factorization of ratings by ALS |
+//! | [`lda`] | latent Dirichlet allocation by collapsed Gibbs sampling, vocabulary blocks rotating across executors |
 //! | [`cnn`] | a convolutional network trained with Adam on the servers (SCAR's CNN) |
 //! | [`counter`] | the exact-accounting app (every update checked) |
 //! | [`metrics`] | JSON-lines metrics files |
@@ -16,6 +17,7 @@ pub mod cnn;
 pub mod counter;
 pub mod data;
 pub mod default_data;
+pub mod lda;
 pub mod metrics;
 pub mod mf;
 pub mod mlr;

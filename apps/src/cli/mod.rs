@@ -5,6 +5,7 @@ mod cluster;
 mod run_cnn;
 mod processes;
 mod run_counter;
+mod run_lda;
 mod run_mf;
 mod run_mlr;
 mod scar_report;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 pub use cluster::ClusterArgs;
 pub use run_cnn::CnnCliArgs;
 pub use run_counter::CounterCliArgs;
+pub use run_lda::LdaCliArgs;
 pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
 
@@ -102,6 +104,8 @@ pub enum RunApp {
     Counter(CounterCliArgs),
     /// Matrix factorization of a ratings file by alternating least squares.
     Mf(MfCliArgs),
+    /// Topic modelling of a bag-of-words corpus by collapsed Gibbs sampling (LDA).
+    Lda(LdaCliArgs),
     /// A convolutional network on 28x28 digit images (IDX), trained with Adam on the servers.
     Cnn(CnnCliArgs),
 }
@@ -154,6 +158,9 @@ pub fn run(cli: Cli) -> Result<()> {
             app: RunApp::Mf(args),
         } => run_mf::run(args),
         Command::Run {
+            app: RunApp::Lda(args),
+        } => run_lda::run(args),
+        Command::Run {
             app: RunApp::Cnn(args),
         } => run_cnn::run(args),
         Command::Node {
@@ -189,6 +196,16 @@ pub fn run(cli: Cli) -> Result<()> {
                     app: RunApp::Mf(args),
                 } => processes::run_node(
                     run_mf::build_app(&args)?,
+                    join,
+                    &credentials,
+                    bind,
+                    role.into(),
+                    &args.cluster,
+                ),
+                Command::Run {
+                    app: RunApp::Lda(args),
+                } => processes::run_node(
+                    run_lda::build_app(&args)?,
                     join,
                     &credentials,
                     bind,

@@ -1,0 +1,146 @@
+//! `harp run lda`: loads a UCI bag-of-words corpus, samples topics by collapsed Gibbs
+//! (vocabulary blocks rotating across executors), prints one line per iteration and each
+//! topic's top words at the end, writes metrics.
+
+use super::ClusterArgs;
+use crate::data::{load_docword, Corpus, DocwordPaths};
+use crate::lda::{LdaApp, LdaConfig, LdaMetrics, LdaObserver};
+use crate::metrics::MetricsWriter;
+use crate::mlr::Quiet;
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Debug, Clone)]
+pub struct LdaCliArgs {
+    /// A directory holding `docword.txt` (or `docword.txt.gz`, or one `docword.NAME.txt`)
+    /// and `vocab.txt` (or `vocab.NAME.txt`), e.g. `../shared/data/newsgroups-subset`.
+    #[arg(long, required_unless_present = "docword")]
+    pub data: Option<PathBuf>,
+    /// The docword file itself (UCI bag-of-words: D, W, NNZ, then `docID wordID count`
+    /// lines; plain or gzip); needs --vocab.
+    #[arg(long, requires = "vocab", conflicts_with = "data")]
+    pub docword: Option<PathBuf>,
+    /// The vocabulary file (one word per line, line i is word id i).
+    #[arg(long, requires = "docword")]
+    pub vocab: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Topics (K).
+    #[arg(long, default_value_t = 20)]
+    pub topics: usize,
+    /// Symmetric document–topic prior α (0.1 is the Python `lda` package's default; 50/K
+    /// is the other common choice).
+    #[arg(long, default_value_t = 0.1)]
+    pub alpha: f32,
+    /// Symmetric topic–word prior β.
+    #[arg(long, default_value_t = 0.01)]
+    pub beta: f32,
+    /// Gibbs sweeps over every token.
+    #[arg(long, default_value_t = 50)]
+    pub iterations: u32,
+    /// Seed of the initial topics and the sampler (same seed and executors: same result).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Words printed per topic at the end.
+    #[arg(long, default_value_t = 10)]
+    pub top_words: usize,
+}
+
+fn load(args: &LdaCliArgs) -> Result<Corpus> {
+    let paths = match (&args.data, &args.docword, &args.vocab) {
+        (Some(dir), None, None) => DocwordPaths::in_dir(dir)?,
+        (None, Some(docword), Some(vocab)) => DocwordPaths {
+            docword: docword.clone(),
+            vocab: vocab.clone(),
+        },
+        _ => bail!("give --data DIR, or --docword FILE with --vocab FILE"),
+    };
+    Ok(load_docword(&paths)?)
+}
+
+fn lda_config(args: &LdaCliArgs) -> LdaConfig {
+    LdaConfig {
+        topics: args.topics,
+        alpha: args.alpha,
+        beta: args.beta,
+        iterations: args.iterations,
+        seed: args.seed,
+        top_words: args.top_words,
+        report_counts: false,
+    }
+}
+
+/// The LDA app a node process runs: same corpus and hyperparameters, no output.
+pub fn build_app(args: &LdaCliArgs) -> Result<Arc<LdaApp>> {
+    let corpus = load(args)?;
+    let app = LdaApp::new(lda_config(args), Arc::new(corpus), Arc::new(Quiet))
+        .map_err(|e| anyhow!("{e}"))?;
+    Ok(Arc::new(app))
+}
+
+/// Prints iterations and writes metrics.
+struct CliObserver {
+    metrics: Option<MetricsWriter>,
+}
+
+impl LdaObserver for CliObserver {
+    fn iteration_completed(&self, m: &LdaMetrics) {
+        eprintln!(
+            "iteration {:>3}  log likelihood per token {:.4}  {:.2}M tokens/s  {:.2}s",
+            m.iteration,
+            m.log_likelihood,
+            m.tokens_per_s / 1e6,
+            m.elapsed_s
+        );
+        if let Some(w) = &self.metrics {
+            w.record(m);
+        }
+    }
+}
+
+pub fn run(args: LdaCliArgs) -> Result<()> {
+    let corpus = load(&args)?;
+    eprintln!(
+        "lda on {}: {} documents, {} words, {} tokens, {} topics, alpha {}, beta {}",
+        corpus.source,
+        corpus.num_docs(),
+        corpus.num_words(),
+        corpus.num_tokens(),
+        args.topics,
+        args.alpha,
+        args.beta
+    );
+    let observer = Arc::new(CliObserver {
+        metrics: args
+            .cluster
+            .metrics_out
+            .as_deref()
+            .map(MetricsWriter::create)
+            .transpose()?,
+    });
+    let app = Arc::new(
+        LdaApp::new(lda_config(&args), Arc::new(corpus), observer.clone())
+            .map_err(|e| anyhow!("{e}"))?,
+    );
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, |_| {})?;
+    if let Some(w) = &observer.metrics {
+        w.take_error()?;
+    }
+    if let Some(m) = outcome.driver.history().last() {
+        eprintln!(
+            "done: {} iterations in {:.2}s, log likelihood per token {:.4}",
+            m.iteration, outcome.stats.elapsed_s, m.log_likelihood
+        );
+    }
+    for (topic, words) in outcome.driver.top_words().iter().enumerate() {
+        let words: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
+        println!("topic {topic:>3}: {}", words.join(" "));
+    }
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        observer.metrics.as_ref(),
+    )
+}

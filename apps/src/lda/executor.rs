@@ -1,0 +1,520 @@
+//! The LDA executor: its documents' tokens grouped by vocabulary block, each token's topic,
+//! the document–topic counts, and its previous change to the topic totals (the
+//! double-buffered totals, see the module doc of [`super`]). The tokens of a block are in
+//! document order; the topics are the state that moves with the executor.
+
+use super::layout::{self, WordRows};
+use super::{LdaArgs, LdaConfig, LdaOutput, LikelihoodPart};
+use crate::data::Corpus;
+use harp::{AppError, Executor, ParamClient, Table};
+use harp_kernels::lda::{
+    gibbs_sweep, log_likelihood_docs, log_likelihood_words, CountsMut, FastRng, LdaParams, Tokens,
+};
+use std::ops::Range;
+
+/// The executor's tokens whose words fall in one vocabulary block.
+#[derive(Default)]
+struct BlockTokens {
+    /// Local document row of each token.
+    docs: Vec<u32>,
+    /// Global word id of each token.
+    words: Vec<u32>,
+    /// Current topic of each token.
+    topics: Vec<u32>,
+}
+
+pub struct LdaExecutor {
+    me: u32,
+    params: LdaParams,
+    seed: u64,
+    top_words: usize,
+    rows: WordRows,
+    word_topic: Table<i64>,
+    topic_totals: Table<i64>,
+    /// Word–topic rows of each vocabulary block.
+    blocks: Vec<Range<usize>>,
+    /// This executor's tokens of each block.
+    tokens: Vec<BlockTokens>,
+    /// `docs × K` document–topic counts of its documents.
+    doc_topic: Vec<u32>,
+    /// Its change to the topic totals in the previous sub-round (pushed again, with this
+    /// sub-round's, to the other totals row).
+    previous_delta: Vec<i64>,
+    // Buffers kept between sub-rounds.
+    keys: Vec<u64>,
+    counts: Vec<u32>,
+    counts_before: Vec<u32>,
+    totals: Vec<u32>,
+}
+
+/// SplitMix64's finalizer over a combination of inputs: seeds of the per-document and
+/// per-sub-round generators.
+fn mix(parts: &[u64]) -> u64 {
+    let mut z = 0x853c_49e6_748f_ea9b_u64;
+    for &p in parts {
+        z ^= p;
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+    }
+    z
+}
+
+/// A checksum of a block's counts (its first row and every value, in order).
+fn checksum(first_row: usize, counts: &[u32]) -> u64 {
+    let mut lanes = [
+        first_row as u64 ^ 0xcbf2_9ce4_8422_2325,
+        0x100_0000_01b3,
+        0x9e37_79b9_7f4a_7c15,
+        0xbf58_476d_1ce4_e5b9,
+    ];
+    let mut chunks = counts.chunks_exact(4);
+    for chunk in &mut chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = (*lane ^ u64::from(v)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    for &v in chunks.remainder() {
+        lanes[0] = (lanes[0] ^ u64::from(v)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(&lanes)
+}
+
+fn lda_error(message: String) -> AppError {
+    message.into()
+}
+
+impl LdaExecutor {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        me: u32,
+        executors: u32,
+        config: &LdaConfig,
+        params: LdaParams,
+        corpus: &Corpus,
+        rows: WordRows,
+        word_topic: Table<i64>,
+        topic_totals: Table<i64>,
+    ) -> Result<Self, AppError> {
+        let k = params.topics;
+        let blocks = layout::word_blocks(&rows, &corpus.tokens_per_word(), executors as usize);
+        let mut block_of_row = vec![0u32; rows.rows()];
+        for (b, range) in blocks.iter().enumerate() {
+            for row in range.clone() {
+                block_of_row[row] = b as u32;
+            }
+        }
+        let tokens_per_doc: Vec<u64> = (0..corpus.num_docs())
+            .map(|d| corpus.doc(d).map(|(_, c)| u64::from(c)).sum())
+            .collect();
+        let my_docs = layout::doc_ranges(&tokens_per_doc, executors as usize)
+            .into_iter()
+            .nth(me as usize)
+            .ok_or_else(|| lda_error(format!("lda: executor {me} of {executors}")))?;
+        let mut tokens: Vec<BlockTokens> = (0..blocks.len()).map(|_| Default::default()).collect();
+        let mut doc_topic = vec![0u32; my_docs.len() * k];
+        for (local, d) in my_docs.clone().enumerate() {
+            // Topics drawn per document from the seed: the same for any executor count.
+            let mut rng = FastRng::new(mix(&[config.seed, d as u64]));
+            let row = &mut doc_topic[local * k..(local + 1) * k];
+            for (word, count) in corpus.doc(d) {
+                let block = &mut tokens[block_of_row[rows.row_of(word)] as usize];
+                for _ in 0..count {
+                    let topic = rng.below(k as u32);
+                    row[topic as usize] += 1;
+                    block.docs.push(local as u32);
+                    block.words.push(word);
+                    block.topics.push(topic);
+                }
+            }
+        }
+        Ok(Self {
+            me,
+            params,
+            seed: config.seed,
+            top_words: config.top_words,
+            rows,
+            word_topic,
+            topic_totals,
+            blocks,
+            tokens,
+            doc_topic,
+            previous_delta: vec![0; k],
+            keys: Vec::new(),
+            counts: Vec::new(),
+            counts_before: Vec::new(),
+            totals: Vec::new(),
+        })
+    }
+
+    fn num_tokens(&self) -> u64 {
+        self.tokens.iter().map(|b| b.topics.len() as u64).sum()
+    }
+
+    /// The word–topic counts of this executor's tokens, as rows of the table: `(row, G·K
+    /// counts)` for every row it has a token in.
+    fn own_word_topic_rows(&self) -> Vec<(u64, Vec<i64>)> {
+        let k = self.params.topics;
+        let g = self.rows.words_per_row();
+        let mut rows: std::collections::BTreeMap<u64, Vec<i64>> = Default::default();
+        for block in &self.tokens {
+            for (&w, &z) in block.words.iter().zip(&block.topics) {
+                let row = self.rows.row_of(w);
+                let values = rows
+                    .entry(row as u64)
+                    .or_insert_with(|| vec![0; self.rows.width()]);
+                values[(w as usize - row * g) * k + z as usize] += 1;
+            }
+        }
+        rows.into_iter().collect()
+    }
+
+    /// Step 0: pushes the counts of the initial assignment, and the topic totals to both
+    /// totals rows.
+    fn init(&mut self, ps: &mut ParamClient) -> Result<LdaOutput, AppError> {
+        let k = self.params.topics;
+        let own = self.own_word_topic_rows();
+        let keys: Vec<u64> = own.iter().map(|(r, _)| *r).collect();
+        let deltas: Vec<Vec<i64>> = own.into_iter().map(|(_, v)| v).collect();
+        ps.update_many_owned(&self.word_topic, &keys, deltas)?;
+        let mut totals = vec![0i64; k];
+        for row in self.doc_topic.chunks_exact(k) {
+            for (t, &n) in totals.iter_mut().zip(row) {
+                *t += i64::from(n);
+            }
+        }
+        ps.update(&self.topic_totals, 0, &totals)?;
+        ps.update(&self.topic_totals, 1, &totals)?;
+        Ok(LdaOutput::Initialized {
+            tokens: self.num_tokens(),
+        })
+    }
+
+    /// Reads the rows of `rows` into `self.counts` as `u32`, refusing counts that are
+    /// negative or too large; returns the checksum of what was read.
+    async fn read_block(
+        &mut self,
+        rows: &Range<usize>,
+        ps: &mut ParamClient,
+    ) -> Result<u64, AppError> {
+        self.keys.clear();
+        self.keys.extend(rows.clone().map(|r| r as u64));
+        let got = ps.get_many(&self.word_topic, &self.keys).await?;
+        self.counts.clear();
+        self.counts.reserve(rows.len() * self.rows.width());
+        for (row, values) in rows.clone().zip(&got) {
+            for &v in values.iter() {
+                let v = u32::try_from(v).map_err(|_| {
+                    lda_error(format!(
+                        "lda: word-topic row {row} holds the count {v} (executor {})",
+                        self.me
+                    ))
+                })?;
+                self.counts.push(v);
+            }
+        }
+        Ok(checksum(rows.start, &self.counts))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn sample(
+        &mut self,
+        iteration: u32,
+        sub_round: u32,
+        step: u64,
+        expected: Option<u64>,
+        report: bool,
+        top_words: bool,
+        ps: &mut ParamClient,
+    ) -> Result<LdaOutput, AppError> {
+        let k = self.params.topics;
+        let num_blocks = self.blocks.len() as u32;
+        let b = ((self.me + sub_round) % num_blocks) as usize;
+        let rows = self.blocks[b].clone();
+        let found = self.read_block(&rows, ps).await?;
+        if let Some(expected) = expected {
+            if found != expected {
+                return Err(lda_error(format!(
+                    "lda: executor {} read block {b} (word-topic rows {}..{}) in iteration \
+                     {iteration}, sub-round {sub_round}, and it differs from what its previous \
+                     owner left: another executor wrote it meanwhile",
+                    self.me, rows.start, rows.end
+                )));
+            }
+        }
+        let tokens = &mut self.tokens[b];
+        let mut delta = vec![0i64; k];
+        if !tokens.topics.is_empty() {
+            let totals = ps.get(&self.topic_totals, step % 2).await?;
+            self.totals.clear();
+            for &t in totals.iter() {
+                self.totals.push(u32::try_from(t).map_err(|_| {
+                    lda_error(format!("lda: a topic total is {t} (executor {})", self.me))
+                })?);
+            }
+            for (d, &t) in delta.iter_mut().zip(&self.totals) {
+                *d = -i64::from(t);
+            }
+            self.counts_before.clone_from(&self.counts);
+            let mut rng = FastRng::new(mix(&[self.seed, u64::from(self.me), step]));
+            gibbs_sweep(
+                &self.params,
+                Tokens {
+                    docs: &tokens.docs,
+                    words: &tokens.words,
+                },
+                &mut tokens.topics,
+                CountsMut {
+                    doc_topic: &mut self.doc_topic,
+                    word_topic: &mut self.counts,
+                    word_base: self.rows.words_of(&rows).start,
+                    topic_totals: &mut self.totals,
+                },
+                &mut rng,
+            )
+            .map_err(|e| lda_error(format!("lda: executor {}: {e}", self.me)))?;
+            for (d, &t) in delta.iter_mut().zip(&self.totals) {
+                *d += i64::from(t);
+            }
+            self.push_block_deltas(&rows, ps)?;
+        }
+        // The other totals row gets this sub-round's change and the previous one's (it
+        // missed that one while it was being read).
+        let push: Vec<i64> = delta
+            .iter()
+            .zip(&self.previous_delta)
+            .map(|(a, b)| a + b)
+            .collect();
+        if push.iter().any(|&v| v != 0) {
+            ps.update(&self.topic_totals, (step + 1) % 2, &push)?;
+        }
+        self.previous_delta = delta;
+        let likelihood = if report {
+            let mut topic_sums = vec![0i64; k];
+            for word in self.counts.chunks_exact(k) {
+                for (s, &n) in topic_sums.iter_mut().zip(word) {
+                    *s += i64::from(n);
+                }
+            }
+            Some(LikelihoodPart {
+                docs: log_likelihood_docs(&self.params, &self.doc_topic)
+                    .map_err(|e| lda_error(format!("lda: {e}")))?,
+                words: log_likelihood_words(&self.params, &self.counts)
+                    .map_err(|e| lda_error(format!("lda: {e}")))?,
+                topic_sums,
+            })
+        } else {
+            None
+        };
+        let top = if top_words {
+            self.block_top_words(&rows)
+        } else {
+            Vec::new()
+        };
+        Ok(LdaOutput::Sampled {
+            block: b as u32,
+            checksum: checksum(rows.start, &self.counts),
+            tokens: self.tokens[b].topics.len() as u64,
+            likelihood,
+            top,
+        })
+    }
+
+    /// Pushes `counts − counts_before` for every row of the block that changed.
+    fn push_block_deltas(
+        &mut self,
+        rows: &Range<usize>,
+        ps: &mut ParamClient,
+    ) -> Result<(), AppError> {
+        let width = self.rows.width();
+        let mut keys = Vec::new();
+        let mut deltas = Vec::new();
+        for (i, row) in rows.clone().enumerate() {
+            let span = i * width..(i + 1) * width;
+            let (now, before) = (&self.counts[span.clone()], &self.counts_before[span]);
+            if now == before {
+                continue;
+            }
+            keys.push(row as u64);
+            deltas.push(
+                now.iter()
+                    .zip(before)
+                    .map(|(&a, &b)| i64::from(a) - i64::from(b))
+                    .collect::<Vec<i64>>(),
+            );
+        }
+        ps.update_many_owned(&self.word_topic, &keys, deltas)?;
+        Ok(())
+    }
+
+    /// `(topic, word, count)` of the `top_words` most frequent words of each topic among
+    /// the block's words (counts from `self.counts`, the block just sampled).
+    fn block_top_words(&self, rows: &Range<usize>) -> Vec<(u32, u32, u32)> {
+        let k = self.params.topics;
+        let words = self.rows.words_of(rows);
+        let mut out = Vec::new();
+        for topic in 0..k {
+            let mut best: Vec<(u32, u32)> = words
+                .clone()
+                .map(|w| {
+                    let i = (w - words.start) as usize * k + topic;
+                    (self.counts[i], w)
+                })
+                .filter(|&(n, _)| n > 0)
+                .collect();
+            // Most frequent first; ties by word id.
+            best.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            best.truncate(self.top_words);
+            out.extend(best.into_iter().map(|(n, w)| (topic as u32, w, n)));
+        }
+        out
+    }
+
+    /// `(word, topic, count)` of this executor's tokens.
+    fn token_counts(&self) -> Vec<(u32, u32, u32)> {
+        let mut counts: std::collections::BTreeMap<(u32, u32), u32> = Default::default();
+        for block in &self.tokens {
+            for (&w, &z) in block.words.iter().zip(&block.topics) {
+                *counts.entry((w, z)).or_default() += 1;
+            }
+        }
+        counts.into_iter().map(|((w, z), n)| (w, z, n)).collect()
+    }
+
+    /// Recomputes the document–topic counts from the topics (after a restore).
+    fn rebuild_doc_topic(&mut self) {
+        let k = self.params.topics;
+        self.doc_topic.iter_mut().for_each(|n| *n = 0);
+        for block in &self.tokens {
+            for (&d, &z) in block.docs.iter().zip(&block.topics) {
+                self.doc_topic[d as usize * k + z as usize] += 1;
+            }
+        }
+    }
+}
+
+/// The saved state: `LDA1`, K and the block count (`u32` each), then per block its token
+/// count (`u64`) and topics (`u32` each), then the K previous totals deltas (`i64`), all
+/// little-endian.
+const STATE_MAGIC: &[u8; 4] = b"LDA1";
+
+struct StateReader<'a> {
+    bytes: &'a [u8],
+}
+
+impl StateReader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], AppError> {
+        let (head, rest) = self
+            .bytes
+            .split_first_chunk::<N>()
+            .ok_or_else(|| lda_error("lda: the saved executor state is truncated".into()))?;
+        self.bytes = rest;
+        Ok(*head)
+    }
+}
+
+impl Executor<super::LdaApp> for LdaExecutor {
+    async fn run_task(
+        &mut self,
+        args: LdaArgs,
+        ps: &mut ParamClient,
+    ) -> Result<LdaOutput, AppError> {
+        match args {
+            LdaArgs::Init => self.init(ps),
+            LdaArgs::Sample {
+                iteration,
+                sub_round,
+                step,
+                expected,
+                report,
+                top_words,
+            } => {
+                self.sample(iteration, sub_round, step, expected, report, top_words, ps)
+                    .await
+            }
+            LdaArgs::Counts => Ok(LdaOutput::Counts(self.token_counts())),
+        }
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>, AppError> {
+        let mut out = Vec::with_capacity(16 + self.num_tokens() as usize * 4);
+        out.extend_from_slice(STATE_MAGIC);
+        out.extend_from_slice(&(self.params.topics as u32).to_le_bytes());
+        out.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
+        for block in &self.tokens {
+            out.extend_from_slice(&(block.topics.len() as u64).to_le_bytes());
+            for &z in &block.topics {
+                out.extend_from_slice(&z.to_le_bytes());
+            }
+        }
+        for &d in &self.previous_delta {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        Ok(out)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
+        let k = self.params.topics;
+        let mut reader = StateReader { bytes: state };
+        let shape = |what: &str| lda_error(format!("lda: the saved executor state {what}"));
+        if &reader.take::<4>()? != STATE_MAGIC {
+            return Err(shape("does not start with LDA1"));
+        }
+        let topics = u32::from_le_bytes(reader.take()?) as usize;
+        let blocks = u32::from_le_bytes(reader.take()?) as usize;
+        if topics != k || blocks != self.tokens.len() {
+            return Err(shape(&format!(
+                "has {topics} topics and {blocks} blocks, this job {k} and {}",
+                self.tokens.len()
+            )));
+        }
+        let mut restored = Vec::with_capacity(blocks);
+        for block in &self.tokens {
+            let n = u64::from_le_bytes(reader.take()?);
+            if n != block.topics.len() as u64 {
+                return Err(shape("does not match this executor's tokens"));
+            }
+            let mut topics = Vec::with_capacity(block.topics.len());
+            for _ in 0..n {
+                let z = u32::from_le_bytes(reader.take()?);
+                if z as usize >= k {
+                    return Err(shape(&format!("holds topic {z} (K = {k})")));
+                }
+                topics.push(z);
+            }
+            restored.push(topics);
+        }
+        let mut previous = Vec::with_capacity(k);
+        for _ in 0..k {
+            previous.push(i64::from_le_bytes(reader.take()?));
+        }
+        if !reader.bytes.is_empty() {
+            return Err(shape("has bytes after its end"));
+        }
+        for (block, topics) in self.tokens.iter_mut().zip(restored) {
+            block.topics = topics;
+        }
+        self.previous_delta = previous;
+        self.rebuild_doc_topic();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksums_see_every_value_and_the_position() {
+        let a = vec![1u32, 2, 3, 4, 5, 6, 7];
+        let mut b = a.clone();
+        assert_eq!(checksum(3, &a), checksum(3, &b));
+        b[6] += 1;
+        assert_ne!(checksum(3, &a), checksum(3, &b));
+        assert_ne!(checksum(3, &a), checksum(4, &a));
+        let mut swapped = a.clone();
+        swapped.swap(0, 4);
+        assert_ne!(checksum(3, &a), checksum(3, &swapped));
+    }
+}

@@ -1,0 +1,266 @@
+//! Latent Dirichlet allocation by collapsed Gibbs sampling, model-parallel in the
+//! Strads/Litz style (Litz §4.5) on harp.
+//!
+//! **Data.** Executor `e` of `E` owns a contiguous range of documents (balanced by token
+//! count, [`layout::doc_ranges`]): their tokens, each token's topic and the
+//! document–topic counts (`docs × K`, `u32`) live in the executor, which is stateful
+//! ([`LdaExecutor`] saves its topics when it moves). Initial topics are drawn from
+//! `--seed` per document, so they do not depend on `E`.
+//!
+//! **Tables.** `lda.word_topic`: the `V × K` word–topic counts, `i64`, one row per *group*
+//! of `G` consecutive words (`G·K` values, word-major; [`layout::WordRows`] picks `G` from
+//! `V` and `K` only, so rows stay a few KiB and a sub-round reads a few hundred rows at
+//! most). `lda.topic_totals`: the `K` topic totals, `i64`, kept twice (rows 0 and 1, see
+//! below). Both take additive updates: executors push count deltas.
+//!
+//! **Vocabulary blocks.** The word groups are cut into `B = E` contiguous blocks balanced
+//! by token count ([`layout::word_blocks`]). One iteration is `B` sub-rounds with a
+//! barrier between them; in sub-round `s` executor `e` samples its tokens whose word is in
+//! block `(e + s) mod B`, so every block is sampled by exactly one executor at a time and
+//! each executor visits every block once per iteration. It reads that block's rows at the
+//! start of the sub-round: the task was dispatched after the completion of the block's
+//! previous owner, whose deltas were applied before that completion, so the version rule
+//! makes the read fetch them (DESIGN §2.1) and nobody else writes the block meanwhile. The
+//! word–topic counts are therefore exact. Each sub-round also checks it: an executor
+//! reports a checksum of its block after sampling, and the driver hands it to the block's
+//! next owner, which refuses rows that do not match ([`LdaError`] in the job's error).
+//!
+//! **Topic totals.** An executor samples against the totals as they were at the start of
+//! the sub-round plus its own changes: other executors' changes in the same sub-round are
+//! not seen until the next one (stale within a sub-round, as in Strads/Litz; the word
+//! counts, which dominate the conditional, are exact). To make that start value the same
+//! however tasks interleave (in one process and across processes), the totals are double
+//! buffered: sub-round `t` (counted over the whole run from 1; the initial assignment is
+//! step 0 and writes both rows) reads row `t mod 2`, which nobody writes during it, and
+//! pushes its delta of this and of the previous sub-round to row `(t + 1) mod 2`, which
+//! then holds the totals after sub-round `t`. So the same seed and the same executor count
+//! give identical results, whatever the worker count, thread count or process split.
+//!
+//! **Likelihood.** In the last sub-round of an iteration each executor reports
+//! `log_likelihood_docs` of its documents, and `log_likelihood_words` and the per-topic
+//! column sums of the block it just sampled (final for the iteration); the driver adds
+//! them, computes `log_likelihood_topics` from the summed column sums (checked against the
+//! token count), and reports `log p(w, z)` per token ([`LdaMetrics`]). After the last
+//! iteration the same executors report the `top_words` most frequent words of each topic
+//! in their block, which the driver merges.
+
+mod driver;
+mod executor;
+pub mod layout;
+
+pub use driver::{LdaDriver, LdaMetrics, LdaObserver, TopWord};
+pub use executor::LdaExecutor;
+
+use crate::data::Corpus;
+use harp::Norm;
+use harp::{App, AppError, ExecutorId, JobInfo, Table, TableSet};
+use harp_kernels::lda::LdaParams;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Hyperparameters and run length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LdaConfig {
+    /// K.
+    pub topics: usize,
+    /// Symmetric document–topic prior α (default 0.1, the Python `lda` package's default;
+    /// 50/K is the other common choice).
+    pub alpha: f32,
+    /// Symmetric topic–word prior β.
+    pub beta: f32,
+    pub iterations: u32,
+    /// Seed of the initial topics and of the sampler's draws.
+    pub seed: u64,
+    /// Words listed per topic at the end.
+    pub top_words: usize,
+    /// After the last iteration, every executor also reports the word–topic counts of its
+    /// own tokens ([`LdaDriver::token_counts`]): the tests' check that the tables equal the
+    /// assignments.
+    pub report_counts: bool,
+}
+
+impl Default for LdaConfig {
+    fn default() -> Self {
+        Self {
+            topics: 20,
+            alpha: 0.1,
+            beta: 0.01,
+            iterations: 50,
+            seed: 1,
+            top_words: 10,
+            report_counts: false,
+        }
+    }
+}
+
+/// One LDA micro-task.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum LdaArgs {
+    /// Push the counts of the initial assignment (step 0).
+    Init,
+    /// Sample the executor's tokens of block `(e + sub_round) mod B`.
+    Sample {
+        iteration: u32,
+        sub_round: u32,
+        /// Sub-rounds since the start of the run, from 1 (picks the totals rows).
+        step: u64,
+        /// The block's checksum as its previous owner left it (`None` before the first
+        /// owner of the run has sampled it).
+        expected: Option<u64>,
+        /// The last sub-round of the iteration: report the likelihood parts.
+        report: bool,
+        /// The last sub-round of the run: report the block's top words.
+        top_words: bool,
+    },
+    /// Report the word–topic counts of the executor's tokens.
+    Counts,
+}
+
+/// The likelihood parts one executor reports in an iteration's last sub-round.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LikelihoodPart {
+    pub docs: f64,
+    pub words: f64,
+    /// Column sums of the sampled block's rows (K values).
+    pub topic_sums: Vec<i64>,
+}
+
+/// What a micro-task reports.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum LdaOutput {
+    Initialized {
+        tokens: u64,
+    },
+    Sampled {
+        block: u32,
+        checksum: u64,
+        tokens: u64,
+        likelihood: Option<LikelihoodPart>,
+        /// `(topic, word, count)` of the block's `top_words` most frequent words per topic.
+        top: Vec<(u32, u32, u32)>,
+    },
+    /// `(word, topic, count)` of the executor's tokens, nonzero counts only.
+    Counts(Vec<(u32, u32, u32)>),
+}
+
+/// The LDA app over one corpus.
+pub struct LdaApp {
+    config: LdaConfig,
+    params: LdaParams,
+    corpus: Arc<Corpus>,
+    rows: layout::WordRows,
+    tables: TableSet,
+    word_topic: Table<i64>,
+    topic_totals: Table<i64>,
+    observer: Arc<dyn LdaObserver>,
+}
+
+impl LdaApp {
+    pub fn new(
+        config: LdaConfig,
+        corpus: Arc<Corpus>,
+        observer: Arc<dyn LdaObserver>,
+    ) -> Result<Self, AppError> {
+        if config.topics == 0 || config.topics > 65_536 {
+            return Err(format!(
+                "lda: the number of topics must be in 1..=65536, got {}",
+                config.topics
+            )
+            .into());
+        }
+        if config.iterations == 0 {
+            return Err("lda: iterations must be at least 1".into());
+        }
+        if corpus.num_tokens() == 0 {
+            return Err(format!("lda: no tokens in {}", corpus.source).into());
+        }
+        if corpus.num_tokens() > u64::from(u32::MAX) {
+            return Err(format!("lda: {} has more than 2^32 - 1 tokens", corpus.source).into());
+        }
+        let params = LdaParams {
+            topics: config.topics,
+            vocab: corpus.num_words(),
+            alpha: config.alpha,
+            beta: config.beta,
+        };
+        params
+            .validate()
+            .map_err(|e| -> AppError { format!("lda: {e}").into() })?;
+        let rows = layout::WordRows::new(corpus.num_words(), config.topics);
+        let mut tables = TableSet::new();
+        let word_topic = tables.counters_i64("lda.word_topic", rows.width())?;
+        let topic_totals = tables.counters_i64("lda.topic_totals", config.topics)?;
+        // SCAR §5.5.1: counts move by total variation, not by Euclidean distance.
+        tables.set_norm(word_topic.id(), Norm::ScaledTotalVariation)?;
+        tables.set_norm(topic_totals.id(), Norm::ScaledTotalVariation)?;
+        Ok(Self {
+            config,
+            params,
+            corpus,
+            rows,
+            tables,
+            word_topic,
+            topic_totals,
+            observer,
+        })
+    }
+
+    pub fn word_topic(&self) -> &Table<i64> {
+        &self.word_topic
+    }
+
+    pub fn topic_totals(&self) -> &Table<i64> {
+        &self.topic_totals
+    }
+
+    /// How words map to rows of [`word_topic`](Self::word_topic).
+    pub fn word_rows(&self) -> layout::WordRows {
+        self.rows
+    }
+
+    pub fn corpus(&self) -> &Arc<Corpus> {
+        &self.corpus
+    }
+
+    pub fn config(&self) -> &LdaConfig {
+        &self.config
+    }
+}
+
+impl App for LdaApp {
+    type Args = LdaArgs;
+    type Output = LdaOutput;
+    type Driver = LdaDriver;
+    type Executor = LdaExecutor;
+
+    fn name(&self) -> &str {
+        "lda"
+    }
+
+    fn tables(&self) -> &TableSet {
+        &self.tables
+    }
+
+    fn create_driver(&self, job: &JobInfo) -> Result<LdaDriver, AppError> {
+        Ok(LdaDriver::new(
+            &self.config,
+            self.params,
+            job.num_executors,
+            self.corpus.clone(),
+            self.observer.clone(),
+        ))
+    }
+
+    fn create_executor(&self, id: ExecutorId, job: &JobInfo) -> Result<LdaExecutor, AppError> {
+        LdaExecutor::new(
+            id.0,
+            job.num_executors.max(1),
+            &self.config,
+            self.params,
+            &self.corpus,
+            self.rows,
+            self.word_topic.clone(),
+            self.topic_totals.clone(),
+        )
+    }
+}

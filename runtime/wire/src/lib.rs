@@ -31,6 +31,6 @@ pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
     ArchivedMessage, Assignment, CompletionWire, DistancesResult, HandOffResult, Hello, JobId,
     JobInfoWire, Message, MessageKind, NodeRole, OptStateWire, ParamKeyWire, Placement,
-    ReleaseResult, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace, ShardRowWire,
+    LostUpdatesResult, ReleaseResult, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace, ShardRowWire,
     StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
 };

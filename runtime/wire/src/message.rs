@@ -364,8 +364,22 @@ pub enum SaveResult {
     Ok {
         saved: Vec<(ParamKeyWire, RowWire)>,
         not_owned: Vec<ParamKeyWire>,
+        /// The server's save epoch this save opened: how many saves it has taken, this one
+        /// included (see [`Message::Applied`]).
+        epoch: u64,
     },
     Err(String),
+}
+
+/// A node's answer to [`Message::LostUpdatesQuery`]: for each row of the dead server the node
+/// updated and the server acknowledged since the row's last save the node knows of, the sums
+/// of those deltas by the server's save epoch at their apply (ascending), or why the node
+/// cannot tell exactly.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum LostUpdatesResult {
+    Ok(Vec<(ParamKeyWire, Vec<(u64, RowWire)>)>),
+    Inexact(String),
 }
 
 /// Everything one node sends another. Requests carry a `request_id` chosen by the sender,
@@ -420,10 +434,14 @@ pub enum Message {
         updates: Vec<(ParamKeyWire, RowWire)>,
     },
     /// server node → node: the answer to [`Message::Apply`]; `error` is `None` when applied
-    /// (or, for a staged part, kept).
+    /// (or, for a staged part, kept). `save_epoch`: how many checkpoint saves the server had
+    /// taken when it applied every delta of the part itself (`None` for a staged part, or one
+    /// partly forwarded to a shard's new owner): the part is in the saved value of a row
+    /// saved at epoch `e` exactly when `save_epoch < e`.
     Applied {
         request_id: u64,
         error: Option<String>,
+        save_epoch: Option<u64>,
     },
     /// master → server node: every row `server` holds.
     Dump { request_id: u64, server: u32 },
@@ -586,6 +604,24 @@ pub enum Message {
     /// died with it), then run the micro-tasks sent to it. Answered with
     /// [`Message::ExecutorAdopted`] once it runs there.
     CreateExecutor { request_id: u64, executor: u32 },
+
+    // ---- exact lost updates of a dead server ----
+    /// master → node: a checkpoint round's save on `server` (its save epoch `epoch`) is in
+    /// the checkpoint's image: the node may forget what it keeps of the deltas `server`
+    /// applied to `keys` before that save.
+    RowsSaved {
+        server: u32,
+        epoch: u64,
+        keys: Vec<ParamKeyWire>,
+    },
+    /// master → node: `server` died; what did it acknowledge to this node since each row's
+    /// last save? Answered with [`Message::LostUpdates`].
+    LostUpdatesQuery { request_id: u64, server: u32 },
+    /// node → master: the answer to [`Message::LostUpdatesQuery`].
+    LostUpdates {
+        request_id: u64,
+        result: LostUpdatesResult,
+    },
 }
 
 impl RowWire {
@@ -626,9 +662,25 @@ impl Message {
             } => pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
             Message::StateChunk { data, .. } => data.len(),
             Message::Saved {
-                result: SaveResult::Ok { saved, not_owned },
+                result: SaveResult::Ok {
+                    saved, not_owned, ..
+                },
                 ..
             } => keyed(saved) + not_owned.len() * PER_ROW,
+            Message::RowsSaved { keys, .. } => keys.len() * PER_ROW,
+            Message::LostUpdates {
+                result: LostUpdatesResult::Ok(rows),
+                ..
+            } => rows
+                .iter()
+                .map(|(_, by_epoch)| {
+                    let sums: usize = by_epoch
+                        .iter()
+                        .map(|(_, r)| r.value_bytes() + PER_ROW + 8)
+                        .sum();
+                    sums + PER_ROW
+                })
+                .sum(),
             Message::Distances {
                 result: DistancesResult::Ok(distances),
                 ..
@@ -705,6 +757,9 @@ impl Message {
             Message::FlushCommitted { .. } => MessageKind::FlushCommitted,
             Message::DropStaged { .. } => MessageKind::DropStaged,
             Message::CreateExecutor { .. } => MessageKind::CreateExecutor,
+            Message::RowsSaved { .. } => MessageKind::RowsSaved,
+            Message::LostUpdatesQuery { .. } => MessageKind::LostUpdatesQuery,
+            Message::LostUpdates { .. } => MessageKind::LostUpdates,
         }
     }
 
@@ -776,6 +831,9 @@ impl ArchivedMessage {
             ArchivedMessage::FlushCommitted { .. } => MessageKind::FlushCommitted,
             ArchivedMessage::DropStaged { .. } => MessageKind::DropStaged,
             ArchivedMessage::CreateExecutor { .. } => MessageKind::CreateExecutor,
+            ArchivedMessage::RowsSaved { .. } => MessageKind::RowsSaved,
+            ArchivedMessage::LostUpdatesQuery { .. } => MessageKind::LostUpdatesQuery,
+            ArchivedMessage::LostUpdates { .. } => MessageKind::LostUpdates,
         }
     }
 }
@@ -843,11 +901,14 @@ pub enum MessageKind {
     FlushCommitted = 45,
     DropStaged = 46,
     CreateExecutor = 47,
+    RowsSaved = 48,
+    LostUpdatesQuery = 49,
+    LostUpdates = 50,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 47;
+    pub const COUNT: usize = 50;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -898,6 +959,9 @@ impl MessageKind {
         MessageKind::FlushCommitted,
         MessageKind::DropStaged,
         MessageKind::CreateExecutor,
+        MessageKind::RowsSaved,
+        MessageKind::LostUpdatesQuery,
+        MessageKind::LostUpdates,
     ];
 
     /// The kind a header byte names, if any.
@@ -965,6 +1029,9 @@ impl MessageKind {
             MessageKind::FlushCommitted => "flush_committed",
             MessageKind::DropStaged => "drop_staged",
             MessageKind::CreateExecutor => "create_executor",
+            MessageKind::RowsSaved => "rows_saved",
+            MessageKind::LostUpdatesQuery => "lost_updates_query",
+            MessageKind::LostUpdates => "lost_updates",
         }
     }
 }
@@ -1014,7 +1081,17 @@ mod tests {
                     result: SaveResult::Ok {
                         saved: rows(n, values),
                         not_owned: rows(n, 1).into_iter().map(|(k, _)| k).collect(),
+                        epoch: 3,
                     },
+                },
+                Message::LostUpdates {
+                    request_id: 6,
+                    result: LostUpdatesResult::Ok(
+                        rows(n, values)
+                            .into_iter()
+                            .map(|(k, r)| (k, vec![(2, r)]))
+                            .collect(),
+                    ),
                 },
                 Message::ResetRows {
                     request_id: 5,

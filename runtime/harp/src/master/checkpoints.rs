@@ -15,7 +15,10 @@
 //! that a round ever saved (a row absent from it is at its initial value). The master keeps
 //! it in memory, outside the servers, so it survives any server's failure: a partial
 //! recovery re-creates a failed server's shards from it ([`super::recovery`]). A round that
-//! fails saves nothing and is counted; training goes on.
+//! fails saves nothing and is counted; training goes on. Beside each saved row the image
+//! keeps the server that saved it and that server's save epoch, which tells which of the
+//! updates nodes report a dead server acknowledged are missing from the row's saved value
+//! (`node/lost_ledger.rs`).
 
 use super::MasterMsg;
 use crate::app::App;
@@ -60,6 +63,8 @@ pub(crate) struct RunningCheckpoint {
     /// `None` while a round runs (the round holds it).
     selector: Option<CheckpointSelector>,
     image: HashMap<ParamKey, Arc<RowData>>,
+    /// The server that saved each row of the image and its save epoch then.
+    saved_at: HashMap<ParamKey, (ServerId, u64)>,
     stats: CheckpointStats,
     /// Faults still to inject, by iteration.
     faults: BTreeMap<u64, Vec<Injection>>,
@@ -97,6 +102,7 @@ impl RunningCheckpoint {
             options,
             interval,
             image: HashMap::new(),
+            saved_at: HashMap::new(),
             stats: CheckpointStats::default(),
             faults,
             waiting: None,
@@ -178,14 +184,18 @@ impl RunningCheckpoint {
     }
 
     /// Starts a round for `iteration` now, whatever the schedule says, unless one runs
-    /// (then it is skipped and counted).
+    /// (then it is skipped and counted, unless faults wait for it: then it runs once the
+    /// running one ends, [`Self::wait_for_round`]).
     pub(crate) fn start_round(
         &mut self,
         iteration: u64,
         servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
     ) -> Option<impl Future<Output = RoundDone> + Send + 'static> {
         let Some(mut selector) = self.selector.take() else {
-            self.stats.rounds_skipped += 1;
+            let awaited = self.waiting.as_ref().is_some_and(|(i, _)| *i == iteration);
+            if !awaited {
+                self.stats.rounds_skipped += 1;
+            }
             return None;
         };
         let fraction = self.options.fraction;
@@ -201,8 +211,9 @@ impl RunningCheckpoint {
         })
     }
 
-    /// A round ended: keep what it saved.
-    pub(crate) fn round_done(&mut self, done: RoundDone) {
+    /// A round ended: keep what it saved. Returns each server's save epoch and the keys it
+    /// saved, now in the image (empty when the round failed).
+    pub(crate) fn round_done(&mut self, done: RoundDone) -> Vec<(ServerId, u64, Vec<ParamKey>)> {
         self.selector = Some(done.selector);
         self.last_round = self.last_round.max(Some(done.iteration));
         match done.result {
@@ -222,12 +233,25 @@ impl RunningCheckpoint {
                 );
                 self.image.extend(outcome.saved);
                 self.stats.rows_held = self.image.len();
+                for (server, epoch, keys) in &outcome.epochs {
+                    for key in keys {
+                        self.saved_at.insert(*key, (*server, *epoch));
+                    }
+                }
+                outcome.epochs
             }
             Err(error) => {
                 self.stats.rounds_failed += 1;
                 tracing::warn!(%error, "a checkpoint round failed and saved nothing; training goes on");
+                Vec::new()
             }
         }
+    }
+
+    /// The server that saved `key`'s value in the image and its save epoch then; `None` when
+    /// the row was never saved (its saved value is its initial value).
+    pub(crate) fn saved_at(&self, key: ParamKey) -> Option<(ServerId, u64)> {
+        self.saved_at.get(&key).copied()
     }
 
     /// The saved rows of the shards (of `num_shards`) that `wanted` accepts, by shard, each
@@ -298,6 +322,42 @@ mod tests {
         ckpt.round_done(round.await);
         assert_eq!(ckpt.stats().rounds, 2);
         assert_eq!(ckpt.stats().rounds_skipped, 1);
+    }
+
+    /// A round due while another runs, that an after-round fault waits for, is run once
+    /// the other ends: it is not counted as skipped.
+    #[tokio::test]
+    async fn a_round_a_fault_waits_for_is_not_counted_as_skipped() {
+        let mut ckpt = RunningCheckpoint::new(ScarOptions {
+            period: 8,
+            fraction: 0.25, // a round every 2 iterations
+            selection: Selection::Priority,
+            inject: vec![Injection {
+                at_iteration: 4,
+                fault: crate::scar::Fault::Lose {
+                    fraction: 0.5,
+                    seed: 1,
+                },
+                timing: FaultTiming::AfterRound,
+            }],
+            ..ScarOptions::default()
+        })
+        .unwrap();
+        let round_of_2 = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        assert!(matches!(
+            ckpt.take_faults(4),
+            FaultsDue::AfterRound { iteration: 4 }
+        ));
+        // The round of 4 is due while that of 2 runs: it waits, it is not skipped.
+        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
+        assert_eq!(ckpt.wait_for_round(), None, "the round of 2 still runs");
+        ckpt.round_done(round_of_2.await);
+        assert_eq!(ckpt.wait_for_round(), Some(4));
+        let round_of_4 = ckpt.start_round(4, Vec::new()).expect("runs now");
+        ckpt.round_done(round_of_4.await);
+        assert!(ckpt.faults_after_round().is_some());
+        assert_eq!(ckpt.stats().rounds, 2);
+        assert_eq!(ckpt.stats().rounds_skipped, 0);
     }
 
     #[test]

@@ -44,6 +44,7 @@ use harp_core::{
 };
 use inject::Injected;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+pub(crate) use recovery::Acknowledged;
 use recovery::{Recovered, RecoveryReply};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -134,11 +135,13 @@ pub(crate) enum MasterMsg<A: App> {
         server: ServerId,
         reply: oneshot::Sender<Result<ServerRecovery, HarpError>>,
     },
-    /// `server` failed (`at_failure`: its rows at the failure, when known): re-create its
-    /// shards from the running checkpoint.
+    /// `server` failed (`at_failure`: its rows at the failure, when known; `acknowledged`:
+    /// across processes, what the live nodes report it acknowledged since each row's last
+    /// save): re-create its shards from the running checkpoint.
     ServerLost {
         server: ServerId,
         at_failure: Option<Vec<(harp_core::ParamKey, harp_core::RowData)>>,
+        acknowledged: Option<recovery::Acknowledged>,
         reply: RecoveryReply,
     },
     /// The live servers hold a failed server's shards (internal).
@@ -171,6 +174,21 @@ impl RouteTarget {
                 });
                 Ok(())
             }
+        }
+    }
+
+    /// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: a node
+    /// process may forget the deltas it keeps of what `server` applied to them before it
+    /// (`node/lost_ledger.rs`). Nodes in this process keep none: an in-process failure is
+    /// injected, and its values at the failure are read from the server.
+    fn rows_saved(&self, server: ServerId, epoch: u64, keys: &[harp_core::ParamKey]) {
+        if let RouteTarget::Remote(link) = self {
+            // A node that is gone no longer keeps anything.
+            let _ = link.send(&harp_wire::Message::RowsSaved {
+                server: server.0,
+                epoch,
+                keys: keys.iter().map(|k| (*k).into()).collect(),
+            });
         }
     }
 
@@ -233,6 +251,9 @@ pub(crate) struct MasterState<A: App> {
     tables: Arc<TableSet>,
     checkpoint: Option<RunningCheckpoint>,
     recoveries: Vec<ServerRecovery>,
+    /// Shards that ever changed owner (a move or a recovery): a dead server's lost updates
+    /// are known exactly only on shards it held from the start (`recovery.rs`).
+    shards_moved: std::collections::BTreeSet<ShardId>,
     /// Dispatches held while injected faults are applied.
     held: Option<Held<A::Args>>,
     /// The iteration whose checkpoint round waits for the injections to end.
@@ -347,6 +368,7 @@ impl<A: App> MasterState<A> {
             let _ = myself.send_message(MasterMsg::ServerLost {
                 server,
                 at_failure,
+                acknowledged: None,
                 reply: Some(reply),
             });
         });
@@ -513,6 +535,7 @@ impl<A: App> Actor for MasterActor<A> {
             tables: args.tables,
             checkpoint,
             recoveries: Vec::new(),
+            shards_moved: std::collections::BTreeSet::new(),
             held: None,
             deferred_iteration: None,
             injecting: false,
@@ -619,7 +642,11 @@ impl<A: App> Actor for MasterActor<A> {
                 .map(|()| false),
             MasterMsg::CheckpointRoundDone(done) => {
                 if let Some(checkpoint) = state.checkpoint.as_mut() {
-                    checkpoint.round_done(done);
+                    for (server, epoch, keys) in checkpoint.round_done(done) {
+                        for route in &state.routes {
+                            route.rows_saved(server, epoch, &keys);
+                        }
+                    }
                 }
                 state.after_round_done(&myself);
                 Ok(false)
@@ -631,9 +658,10 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::ServerLost {
                 server,
                 at_failure,
+                acknowledged,
                 reply,
             } => state
-                .on_server_lost(&myself, server, at_failure, reply)
+                .on_server_lost(&myself, server, (at_failure, acknowledged), reply)
                 .map(|_| false),
             MasterMsg::Recovered(done) => state.on_recovered(done).map(|_| false),
             MasterMsg::Injected(injected) => state.on_injected(&myself, injected).map(|_| false),

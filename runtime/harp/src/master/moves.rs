@@ -408,6 +408,7 @@ impl<A: App> MasterState<A> {
         let from = self.shards.server_of(shard).map(|s| s.0).unwrap_or(to.0);
         if let Ok(moved) = &result {
             self.shards.assign(shard, to)?;
+            self.shards_moved.insert(shard);
             for route in &self.routes {
                 route.reroute(shard, to)?;
             }

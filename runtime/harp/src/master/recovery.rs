@@ -12,8 +12,11 @@
 //!    acknowledged (`ParamStore` waits for the reroute) and read from the new owners.
 //!
 //! The [`ServerRecovery`] report lists the shards, the rows and bytes restored and, when the
-//! values at the failure are known (an injected failure), how far recovery moved them
-//! ([`LostValues`]). A failure the job cannot recover from ends it with a clear error: no
+//! values at the failure are known, how far recovery moved them ([`LostValues`]). They are
+//! known for a failure injected in this process (read from the server as it fails) and, for
+//! a server node that died across processes, rebuilt exactly from what the live nodes
+//! report it acknowledged after each row's save in the image (`node/lost_ledger.rs`): the
+//! saved value plus those updates, on shards the server held since the job started. A failure the job cannot recover from ends it with a clear error: no
 //! running checkpoint, no live server left, or a scale event in progress.
 //!
 //! [`ShardMap::place_orphans`]: harp_core::ShardMap::place_orphans
@@ -21,15 +24,20 @@
 use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
+use crate::node::lost_ledger::{lost_since, RowsByEpoch};
 use crate::scar::{LostValues, ServerRecovery};
 use crate::server::{ServerMsg, ShardRows};
-use crate::table::{initial_row, TableSet};
+use crate::table::{initial_row, TableSet, UpdateRule};
 use harp_core::scar::plan_recovery;
 use harp_core::{ParamKey, RowData, ServerId, ShardId};
 use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+/// What the live nodes report a dead server acknowledged since each row's last save, by
+/// save epoch (all nodes' reports together), or why one of them cannot say exactly.
+pub(crate) type Acknowledged = Result<RowsByEpoch, String>;
 
 /// Who waits for a recovery's report (a fault injector), if anyone.
 pub(crate) type RecoveryReply = Option<oneshot::Sender<Result<ServerRecovery, HarpError>>>;
@@ -67,13 +75,14 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
-    /// `server` failed (`at_failure`: its rows at that point, if known): re-create its shards
-    /// on the live servers. An error ends the job.
+    /// `server` failed (`at_failure`: its rows at that point, if known, or what the nodes
+    /// report it acknowledged): re-create its shards on the live servers. An error ends the
+    /// job.
     pub(super) fn on_server_lost(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         server: ServerId,
-        at_failure: Option<Vec<(ParamKey, RowData)>>,
+        at_failure: (Option<Vec<(ParamKey, RowData)>>, Option<Acknowledged>),
         reply: RecoveryReply,
     ) -> Result<(), HarpError> {
         let mut reply = reply;
@@ -91,7 +100,7 @@ impl<A: App> MasterState<A> {
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         server: ServerId,
-        at_failure: Option<Vec<(ParamKey, RowData)>>,
+        (at_failure, acknowledged): (Option<Vec<(ParamKey, RowData)>>, Option<Acknowledged>),
         reply: &mut RecoveryReply,
     ) -> Result<(), HarpError> {
         let started = Instant::now();
@@ -124,6 +133,23 @@ impl<A: App> MasterState<A> {
                 .ok_or(HarpError::ServerUnreachable(to))?;
             take_overs.push((shard, to, actor, rows));
         }
+        let at_failure = match (at_failure, acknowledged) {
+            (Some(rows), _) => Some(rows),
+            (None, Some(acknowledged)) => {
+                let lost_shards: Vec<ShardId> = placements.iter().map(|(s, _)| *s).collect();
+                let rebuilt = acknowledged.and_then(|reports| {
+                    self.values_at_failure(server, &lost_shards, reports, checkpoint)
+                });
+                match rebuilt {
+                    Ok(rows) => Some(rows),
+                    Err(why) => {
+                        tracing::warn!(%server, %why, "what the failed server lost is not known exactly; the report leaves it out");
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        };
         let lost = match at_failure {
             Some(rows) => Some(lost_values(&self.tables, rows, |key| {
                 checkpoint.saved(key).map(|v| (**v).clone())
@@ -178,6 +204,7 @@ impl<A: App> MasterState<A> {
         }
         for &(shard, to) in &placements {
             self.shards.assign(shard, to)?;
+            self.shards_moved.insert(shard);
             for route in &self.routes {
                 route.reroute(shard, to)?;
             }
@@ -196,6 +223,63 @@ impl<A: App> MasterState<A> {
             let _ = reply.send(Ok(report));
         }
         Ok(())
+    }
+}
+
+impl<A: App> MasterState<A> {
+    /// The values of the rows of `server`'s `lost_shards` at its failure, as far as they
+    /// differ from their saved values: each row's saved value (its initial value if never
+    /// saved) plus what the nodes report `server` acknowledged at or after that save's
+    /// epoch (`reports`, every node's together). Why not, when that would not be exact.
+    fn values_at_failure(
+        &self,
+        server: ServerId,
+        lost_shards: &[ShardId],
+        reports: RowsByEpoch,
+        checkpoint: &super::checkpoints::RunningCheckpoint,
+    ) -> Result<Vec<(ParamKey, RowData)>, String> {
+        if let Some(shard) = lost_shards.iter().find(|s| self.shards_moved.contains(s)) {
+            return Err(format!(
+                "{shard} changed owner during the job; acknowledged updates are matched to saves only on shards their server held from the start"
+            ));
+        }
+        if let Some(spec) = self.tables.iter().find(|t| t.rule != UpdateRule::Add) {
+            return Err(format!(
+                "table '{}' is updated by {:?}: its lost values are not a sum of deltas",
+                spec.name, spec.rule
+            ));
+        }
+        let num_shards = self.shards.num_shards();
+        let mut by_key: BTreeMap<ParamKey, Vec<(u64, RowData)>> = BTreeMap::new();
+        for (key, sums) in reports {
+            if !lost_shards.contains(&harp_core::shard_of(key, num_shards)) {
+                return Err(format!(
+                    "a node reported {key}, which {server} did not hold"
+                ));
+            }
+            by_key.entry(key).or_default().extend(sums);
+        }
+        let mut rows = Vec::with_capacity(by_key.len());
+        for (key, sums) in by_key {
+            let epoch = match checkpoint.saved_at(key) {
+                None => 0,
+                Some((by, epoch)) if by == server => epoch,
+                Some((by, _)) => {
+                    return Err(format!("{key} was last saved by {by}, not by {server}"))
+                }
+            };
+            let Some(lost) = lost_since(&sums, epoch) else {
+                continue;
+            };
+            let spec = self.tables.get(key.table).map_err(|e| e.to_string())?;
+            let mut value = match checkpoint.saved(key) {
+                Some(saved) => (**saved).clone(),
+                None => initial_row(spec, key.row),
+            };
+            value.add_assign(&lost).map_err(|e| format!("{key}: {e}"))?;
+            rows.push((key, value));
+        }
+        Ok(rows)
     }
 }
 

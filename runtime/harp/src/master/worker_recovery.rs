@@ -27,7 +27,7 @@ use crate::app::{App, Completion};
 use crate::error::HarpError;
 use crate::remote::codec::{from_bytes, to_bytes};
 use crate::scar::WorkerRecovery;
-use crate::server::ServerMsg;
+use crate::server::{AppliedAt, ServerMsg};
 use crate::worker::{TaskEnvelope, WorkerMsg};
 use harp_core::{ExecutorId, ServerId, TaskId, WorkerId};
 use ractor::ActorRef;
@@ -399,12 +399,12 @@ impl<O> WorkerRecoveryState<O> {
 /// took its part with it (its shards are recovered from SCAR's running checkpoint, or its
 /// death ends the job); any other refusal is the error.
 async fn all_committed(
-    answers: Vec<(ServerId, oneshot::Receiver<Result<(), HarpError>>)>,
+    answers: Vec<(ServerId, oneshot::Receiver<Result<AppliedAt, HarpError>>)>,
 ) -> Result<(), HarpError> {
     let mut first_error = None;
     for (server, answer) in answers {
         match answer.await {
-            Ok(Ok(())) => {}
+            Ok(Ok(_)) => {}
             Err(_) | Ok(Err(HarpError::ServerUnreachable(_))) => {
                 tracing::warn!(%server, "a server went away before confirming a commit: its part is lost with it");
             }

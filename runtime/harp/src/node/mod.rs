@@ -10,11 +10,16 @@
 //! copy of each server's part until it is acknowledged, so an update the failed server never
 //! acknowledged is sent again to the new owner instead of being lost.
 //!
+//! **Lost updates** (a node process of such a job, [`ParamStore::with_lost_ledger`]): the
+//! store also keeps what each server acknowledged since each row's last save
+//! ([`lost_ledger`]), so that the master can report exactly what a dead server lost.
+//!
 //! **Staged flushes** (a job that recovers worker nodes, [`ParamStore::stage`]): each part
 //! of a flush is staged on its server under `(node, flush)` rather than applied; the master
 //! commits the flush once the node reports every part staged (`worker.rs`).
 
 mod cache;
+pub(crate) mod lost_ledger;
 mod routing;
 mod stats;
 
@@ -22,14 +27,15 @@ pub(crate) use routing::Routing;
 pub use stats::NodeStats;
 
 use crate::error::HarpError;
-use crate::server::ServerMsg;
-use crate::table::TableSet;
+use crate::server::{AppliedAt, ServerMsg};
+use crate::table::{TableSet, UpdateRule};
 use cache::ParamCache;
 use dashmap::DashMap;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Version};
 use stats::NodeCounters;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use lost_ledger::LostLedger;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -56,7 +62,7 @@ impl FlushMode {
     fn message(
         self,
         updates: Vec<(ParamKey, RowData)>,
-        reply: oneshot::Sender<Result<(), HarpError>>,
+        reply: oneshot::Sender<Result<AppliedAt, HarpError>>,
     ) -> ServerMsg {
         match self {
             FlushMode::Apply => ServerMsg::Apply { updates, reply },
@@ -82,6 +88,9 @@ pub(crate) struct ParamStore {
     recover_servers: bool,
     /// Notified whenever the routing changes.
     rerouted: tokio::sync::Notify,
+    /// What each server acknowledged since each row's last save (node processes of a job
+    /// with server recovery).
+    lost_ledger: Option<Mutex<LostLedger>>,
     pub(crate) counters: NodeCounters,
 }
 
@@ -97,8 +106,55 @@ impl ParamStore {
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             recover_servers: false,
             rerouted: tokio::sync::Notify::new(),
+            lost_ledger: None,
             counters: NodeCounters::default(),
         }
+    }
+
+    /// The same store, keeping what each server acknowledged since each row's last save so
+    /// that a dead server's lost updates are known exactly ([`lost_ledger`]). Needs
+    /// [`Self::with_server_recovery`] (which keeps each part until it is acknowledged).
+    pub(crate) fn with_lost_ledger(mut self) -> Self {
+        self.lost_ledger = Some(Mutex::new(LostLedger::default()));
+        self
+    }
+
+    /// A checkpoint's save of `keys` on `server` at save epoch `epoch` is in its image.
+    pub(crate) fn rows_saved(&self, server: ServerId, epoch: u64, keys: &[ParamKey]) {
+        if let Some(ledger) = &self.lost_ledger {
+            let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+            ledger.rows_saved(server, epoch, keys);
+        }
+    }
+
+    /// What `server` acknowledged of this node's updates since each row's last save, by
+    /// save epoch; an error when this node cannot say exactly (or keeps no record).
+    pub(crate) fn lost_updates(&self, server: ServerId) -> Result<lost_ledger::RowsByEpoch, String> {
+        match &self.lost_ledger {
+            Some(ledger) => ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .report(server),
+            None => Err("this node keeps no record of acknowledged updates".into()),
+        }
+    }
+
+    /// Keeps `server`'s acknowledgement at `epoch` of `part` (its rows of `Add` tables).
+    fn ledger_acknowledged(&self, server: ServerId, epoch: AppliedAt, part: &[(ParamKey, RowData)]) {
+        let Some(ledger) = &self.lost_ledger else {
+            return;
+        };
+        let additive: Vec<(ParamKey, RowData)> = part
+            .iter()
+            .filter(|(key, _)| {
+                self.tables
+                    .get(key.table)
+                    .is_ok_and(|spec| spec.rule == UpdateRule::Add)
+            })
+            .cloned()
+            .collect();
+        let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+        ledger.record(server, epoch, &additive);
     }
 
     /// The same store, with reads and flushes that outlive a failed server (see the module
@@ -299,7 +355,12 @@ impl ParamStore {
         let mut acked = Vec::with_capacity(replies.len());
         for (server, rx, kept) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(Ok(()))) => acked.push(server),
+                Ok(Ok(Ok(epoch))) => {
+                    if let (FlushMode::Apply, Some(part)) = (mode, &kept) {
+                        self.ledger_acknowledged(server, epoch, part);
+                    }
+                    acked.push(server)
+                }
                 Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
                     return Err(e);
@@ -340,11 +401,18 @@ impl ParamStore {
         Ok(())
     }
 
-    /// `server` failed: forget its address (its shards were rerouted before).
+    /// `server` failed: forget its address (its shards were rerouted before) and what it
+    /// acknowledged (the master asked for it before the reroute).
     pub(crate) fn forget_server(&self, server: ServerId) {
         {
             let mut routing = self.routing.write().unwrap_or_else(|p| p.into_inner());
             routing.servers.remove(&server);
+        }
+        if let Some(ledger) = &self.lost_ledger {
+            ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .forget(server);
         }
         self.rerouted.notify_waiters();
     }

@@ -11,8 +11,13 @@
 //!   lost (`Message::ServerLost`), so the reads and flush parts it left unanswered go to
 //!   the new owners (nodes of such a job keep each flush part until it is acknowledged:
 //!   `Assignment::server_recovery`). What the server applied after its rows were last
-//!   saved is lost; the values at the failure died with the process, so the recovery
-//!   report's `lost` is `None` (it lists the shards and the rows restored);
+//!   saved is lost. Its values at the failure died with the process, but the updates did
+//!   not: before the recovery the master asks every live node what the dead server
+//!   acknowledged to it since each row's last save (`Message::LostUpdatesQuery`; each node
+//!   keeps that record, `node/lost_ledger.rs`), and the recovery report's `lost` is
+//!   exactly those updates ([`query_lost_updates`]). In a job that also recovers worker
+//!   nodes, parts are applied at their commit and nodes keep no such record: `lost` is
+//!   `None` there;
 //! - a node that held a worker, in a job that recovers worker nodes
 //!   (`ClusterOptions::worker_recovery`, `harp run --recover-workers`): its executors are
 //!   created again on the live workers and exactly the micro-tasks whose updates were not
@@ -60,11 +65,19 @@
 //! values (G3). The `WorkerRecovery` report (`JobStats::worker_recoveries`) names the node,
 //! the executors and where they went, the tasks run again and when.
 
-use super::roster::{self, RosterContext};
+use super::proxies::Pending;
+use super::roster::{self, RosterContext, SharedRoster};
 use crate::app::App;
 use crate::error::HarpError;
-use crate::master::MasterMsg;
-use harp_core::ServerId;
+use crate::master::{Acknowledged, MasterMsg};
+use harp_core::{ParamKey, RowData, ServerId};
+use harp_wire::{LostUpdatesResult, Message};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How long the master waits for the live nodes' records of a dead server before it
+/// recovers without them (and reports no `lost`).
+const LOST_UPDATES_WAIT: Duration = Duration::from_secs(3);
 
 /// Node `node` died (`cause`: how the master learnt it): recover its server or end the job.
 pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
@@ -90,10 +103,25 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
         // Nodes that join later must not dial it.
         let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
-        let _ = ctx.master.send_message(MasterMsg::ServerLost {
-            server: ServerId(node),
-            at_failure: None,
-            reply: None,
+        if ctx.worker_recovery {
+            let _ = ctx.master.send_message(MasterMsg::ServerLost {
+                server: ServerId(node),
+                at_failure: None,
+                acknowledged: None,
+                reply: None,
+            });
+            return;
+        }
+        let roster = ctx.roster.clone();
+        let master = ctx.master.clone();
+        tokio::spawn(async move {
+            let acknowledged = query_lost_updates(&roster, node).await;
+            let _ = master.send_message(MasterMsg::ServerLost {
+                server: ServerId(node),
+                at_failure: None,
+                acknowledged: Some(acknowledged),
+                reply: None,
+            });
         });
         return;
     }
@@ -109,4 +137,45 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         detail: format!("{detail}{hint}"),
     };
     let _ = ctx.master.send_message(MasterMsg::Failed(error));
+}
+
+/// Asks every live node what server node `server` acknowledged to it since each row's last
+/// save, and puts the answers together; why not, if one node cannot say exactly or does not
+/// answer in time.
+async fn query_lost_updates(roster: &SharedRoster, server: u32) -> Acknowledged {
+    let mut waits = Vec::new();
+    for node in roster::lock(roster).live().filter(|n| n.id != server) {
+        let (tx, rx) = oneshot::channel();
+        let request_id = node.pending.register(Pending::LostUpdates(tx));
+        if node
+            .link
+            .send(&Message::LostUpdatesQuery { request_id, server })
+            .is_err()
+        {
+            return Err(format!("node {} could not be asked", node.id));
+        }
+        waits.push((node.id, rx));
+    }
+    let deadline = tokio::time::Instant::now() + LOST_UPDATES_WAIT;
+    let mut rows = Vec::new();
+    for (node, rx) in waits {
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(LostUpdatesResult::Ok(reported))) => {
+                rows.extend(reported.into_iter().map(|(key, sums)| {
+                    let sums: Vec<(u64, RowData)> = sums
+                        .into_iter()
+                        .map(|(e, d)| (e, RowData::from(d)))
+                        .collect();
+                    (ParamKey::from(key), sums)
+                }))
+            }
+            Ok(Ok(LostUpdatesResult::Inexact(why))) => return Err(format!("node {node}: {why}")),
+            Ok(Err(_)) | Err(_) => {
+                return Err(format!(
+                    "node {node} did not say what the server acknowledged to it"
+                ))
+            }
+        }
+    }
+    Ok(rows)
 }

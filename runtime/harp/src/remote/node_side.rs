@@ -308,12 +308,16 @@ async fn start_node<A: App>(
         },
     );
     // With SCAR's running checkpoint the master recovers failed servers: a flush part or a
-    // read a failed server left unanswered goes to its shards' new owners.
-    let store = Arc::new(if assignment.server_recovery {
-        store.with_server_recovery()
-    } else {
-        store
-    });
+    // read a failed server left unanswered goes to its shards' new owners, and what each
+    // server acknowledged since each row's last save is kept for the report of its loss
+    // (not with staged flushes: a staged part is applied at its commit, at an epoch this
+    // node never hears of).
+    let store = match (assignment.server_recovery, assignment.worker_recovery) {
+        (true, false) => store.with_server_recovery().with_lost_ledger(),
+        (true, true) => store.with_server_recovery(),
+        (false, _) => store,
+    };
+    let store = Arc::new(store);
     let master = spawn(MasterProxy::<A>::new(), master_link).await?;
     let info = JobInfo {
         num_executors: assignment.job.num_executors,
@@ -900,6 +904,35 @@ async fn serve_master<A: App>(
                 store.reroute(ShardId(shard), ServerId(server))?;
             }
             Message::ServerLost { server } => forget_server(store, servers, ServerId(server)),
+            Message::RowsSaved {
+                server,
+                epoch,
+                keys,
+            } => {
+                let keys: Vec<harp_core::ParamKey> = keys.into_iter().map(Into::into).collect();
+                store.rows_saved(ServerId(server), epoch, &keys);
+            }
+            Message::LostUpdatesQuery { request_id, server } => {
+                let result = match store.lost_updates(ServerId(server)) {
+                    Ok(rows) => harp_wire::LostUpdatesResult::Ok(
+                        rows.into_iter()
+                            .map(|(key, sums)| {
+                                let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
+                                (key.into(), sums)
+                            })
+                            .collect(),
+                    ),
+                    Err(why) => harp_wire::LostUpdatesResult::Inexact(why),
+                };
+                let link = master_link.clone();
+                tokio::spawn(async move {
+                    let _ = super::proxies::send_sized(
+                        &link,
+                        Message::LostUpdates { request_id, result },
+                    )
+                    .await;
+                });
+            }
             message @ (Message::CheckpointDistances { .. }
             | Message::CheckpointSave { .. }
             | Message::ResetRows { .. }

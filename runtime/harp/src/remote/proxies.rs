@@ -8,15 +8,16 @@ use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
 use crate::server::{
-    CheckpointRequest, DistancesReply, SaveAnswer, SaveReply, ServerMsg, ShardMoved, ShardRows,
+    AppliedAt, CheckpointRequest, DistancesReply, SaveAnswer, SaveReply, ServerMsg, ShardMoved,
+    ShardRows,
 };
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
 use harp_wire::{
-    CompletionWire, DistancesResult, HandOffResult, Message, ReleaseResult, RowsResult, SaveResult,
-    TaskEnvelope,
+    CompletionWire, DistancesResult, HandOffResult, LostUpdatesResult, Message, ReleaseResult,
+    RowsResult, SaveResult, TaskEnvelope,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
@@ -43,7 +44,7 @@ pub(crate) async fn send_sized(link: &Link, message: Message) -> Result<(), Harp
 /// A reply a proxy is waiting for, by request id.
 pub(crate) enum Pending {
     Rows(oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>),
-    Applied(oneshot::Sender<Result<(), HarpError>>),
+    Applied(oneshot::Sender<Result<AppliedAt, HarpError>>),
     Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
     /// A worker node's answer to `ReleaseExecutor`.
     Released(oneshot::Sender<ReleaseResult>),
@@ -62,7 +63,9 @@ pub(crate) enum Pending {
     /// A server node's answer to `ResetRows`.
     ResetDone(oneshot::Sender<Result<(), HarpError>>),
     /// A server node's answer to `CommitFlush`.
-    Committed(oneshot::Sender<Result<(), HarpError>>),
+    Committed(oneshot::Sender<Result<AppliedAt, HarpError>>),
+    /// A node's answer to `LostUpdatesQuery`.
+    LostUpdates(oneshot::Sender<LostUpdatesResult>),
 }
 
 /// Replies in flight on one link.
@@ -95,9 +98,19 @@ impl PendingReplies {
                 }
                 None
             }
-            Message::Applied { request_id, error } => {
+            Message::Applied {
+                request_id,
+                error,
+                save_epoch,
+            } => {
                 if let Some((_, Pending::Applied(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                    let _ = tx.send(error.map_or(Ok(save_epoch), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::LostUpdates { request_id, result } => {
+                if let Some((_, Pending::LostUpdates(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
                 }
                 None
             }
@@ -153,12 +166,17 @@ impl PendingReplies {
             Message::Saved { request_id, result } => {
                 if let Some((_, Pending::Saved(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(match result {
-                        SaveResult::Ok { saved, not_owned } => Ok(SaveAnswer {
+                        SaveResult::Ok {
+                            saved,
+                            not_owned,
+                            epoch,
+                        } => Ok(SaveAnswer {
                             saved: saved
                                 .into_iter()
                                 .map(|(k, r)| (k.into(), Arc::new(RowData::from(r))))
                                 .collect(),
                             not_owned: not_owned.into_iter().map(Into::into).collect(),
+                            epoch,
                         }),
                         SaveResult::Err(e) => Err(HarpError::Remote(e)),
                     });
@@ -173,7 +191,8 @@ impl PendingReplies {
             }
             Message::FlushCommitted { request_id, error } => {
                 if let Some((_, Pending::Committed(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                    // The master needs no epoch: it keeps no record of lost updates.
+                    let _ = tx.send(error.map_or(Ok(None), |e| Err(HarpError::Remote(e))));
                 }
                 None
             }
@@ -639,8 +658,15 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             tokio::spawn(async move {
-                let error = server_answer(rx).await.err();
-                let _ = link.send(&Message::Applied { request_id, error });
+                let (error, save_epoch) = match server_answer(rx).await {
+                    Ok(epoch) => (None, epoch),
+                    Err(e) => (Some(e), None),
+                };
+                let _ = link.send(&Message::Applied {
+                    request_id,
+                    error,
+                    save_epoch,
+                });
             });
         }
         Message::CommitFlush {
@@ -741,6 +767,7 @@ pub(crate) fn serve_server_request(
                             .map(|(k, v)| ((*k).into(), harp_wire::RowWire::from(&**v)))
                             .collect(),
                         not_owned: answer.not_owned.into_iter().map(Into::into).collect(),
+                        epoch: answer.epoch,
                     },
                     Err(e) => SaveResult::Err(e),
                 };

@@ -20,12 +20,11 @@
 //! ([`super::SaveAnswer::not_owned`]). A selected key no server saved is listed in
 //! [`RoundOutcome::missed`]; it keeps its distance at its owner and a later round picks it.
 //!
-//! **Not wired yet.** The master does not run rounds yet. Their place is the master actor's
-//! handling of task completions (`master/mod.rs`), every
-//! `harp_core::scar::checkpoint_schedule(C, r)` iterations (`harp_core::scar::due`): it
-//! would spawn the round on its server handles, so that the actor keeps serving, and hand
-//! [`RoundOutcome::saved`] to the storage writer. Servers in other node processes refuse
-//! checkpoint requests until the wire carries them.
+//! **Who runs it.** The master (`master/checkpoints.rs`), every
+//! `harp_core::scar::checkpoint_schedule(C, r)` iterations, on a task of its own so that it
+//! keeps dispatching; servers in node processes are reached through their proxies. Each
+//! server's save also reports the save epoch it opened ([`RoundOutcome::epochs`]), which
+//! the master keeps beside its image and tells the nodes (`node/lost_ledger.rs`).
 
 use super::{CheckpointRequest, SaveAnswer, SavedRows, ServerMsg};
 use crate::error::HarpError;
@@ -47,6 +46,9 @@ pub(crate) struct RoundOutcome {
     pub missed: Vec<ParamKey>,
     /// Servers whose save failed (they saved none of their keys).
     pub failed: Vec<(ServerId, HarpError)>,
+    /// Each server that saved rows: the save epoch the save opened and the keys it saved
+    /// (ascending), so that nodes can forget the deltas those saves hold.
+    pub epochs: Vec<(ServerId, u64, Vec<ParamKey>)>,
 }
 
 impl RoundOutcome {
@@ -118,10 +120,16 @@ pub(crate) async fn checkpoint_round(
     }
     for (id, answer) in saving {
         match answer.await {
-            Ok(Ok(SaveAnswer { saved, not_owned })) => {
+            Ok(Ok(SaveAnswer {
+                saved,
+                not_owned,
+                epoch,
+            })) => {
                 if !not_owned.is_empty() {
                     tracing::debug!(server = %id, keys = not_owned.len(), "checkpoint keys no longer on the server that reported them");
                 }
+                let keys = saved.iter().map(|(key, _)| *key).collect();
+                outcome.epochs.push((id, epoch, keys));
                 outcome.saved.extend(saved);
             }
             Ok(Err(e)) => outcome.failed.push((id, e)),
@@ -475,5 +483,37 @@ pub(super) mod tests {
         assert_eq!(reporters, vec![(k(1), 0), (k(2), 0), (k(2), 1), (k(3), 1)]);
         let routes = route(&[k(2), k(3)], &reporters, 2);
         assert_eq!(routes, vec![vec![k(2)], vec![k(2), k(3)]]);
+    }
+
+    /// The save epoch: a part applied at epoch `a` is in a row's save at epoch `e` exactly
+    /// when `a < e`; each save opens the next epoch, and the round reports it per server.
+    #[tokio::test]
+    async fn applies_are_acknowledged_with_the_save_epoch_each_save_opens() {
+        let set = one_table();
+        let servers = spawn_servers(2, &set).await;
+        let key = ParamKey::new(TableId(0), 0);
+        let (id, s0) = &servers[shard_of(key, 2).0 as usize];
+        let applied_at = |server: ActorRef<ServerMsg>| async move {
+            let (reply, answer) = oneshot::channel();
+            let delta = vec![(key, RowData::F32(vec![1.0, 1.0]))];
+            server
+                .send_message(ServerMsg::Apply {
+                    updates: delta,
+                    reply,
+                })
+                .unwrap();
+            answer.await.unwrap().unwrap()
+        };
+        assert_eq!(applied_at(s0.clone()).await, Some(0));
+        assert_eq!(save(s0, vec![key]).await.epoch, 1);
+        assert_eq!(applied_at(s0.clone()).await, Some(1));
+        assert_eq!(applied_at(s0.clone()).await, Some(1));
+        let mut selector = CheckpointSelector::new(Selection::Full);
+        let outcome = checkpoint_round(&servers, &mut selector, 1.0)
+            .await
+            .unwrap();
+        // The other server holds no row: it saved nothing and reports no epoch.
+        assert_eq!(outcome.epochs, vec![(*id, 2, vec![key])]);
+        assert_eq!(applied_at(s0.clone()).await, Some(2));
     }
 }

@@ -22,6 +22,13 @@
 //! answer then says exactly what it saved, and the row, still far from its saved value at
 //! its new owner, is picked again by a later round.
 //!
+//! **Save epochs.** A server counts the checkpoint saves it has taken (its *save epoch*)
+//! and answers every flush part it applied itself with the epoch at that moment
+//! ([`AppliedAt`]), and every save with the epoch it opened ([`SaveAnswer::epoch`]). A part
+//! applied at epoch `a` is in the saved value of a row saved at epoch `e` exactly when
+//! `a < e`, which is how the nodes of a job across processes can tell the master exactly
+//! which acknowledged updates a dead server's last saves miss (`node/lost_ledger.rs`).
+//!
 //! In a job that recovers worker nodes, a flush part is first staged
 //! ([`ServerMsg::Stage`], kept by [`staging`] under the sending node and its flush) and
 //! applied only when the master commits it ([`ServerMsg::Commit`], once however often it is
@@ -60,7 +67,7 @@ pub(crate) enum ServerMsg {
     /// Apply one flush's deltas for this server's shards, all of them before replying.
     Apply {
         updates: Vec<(ParamKey, RowData)>,
-        reply: oneshot::Sender<Result<(), HarpError>>,
+        reply: ApplyReply,
     },
     /// Keep one flush's deltas as the part `(node, flush)` until the master commits or drops
     /// it (worker recovery); every delta is checked now, and the reply says it is kept.
@@ -68,7 +75,7 @@ pub(crate) enum ServerMsg {
         node: u32,
         flush: u64,
         updates: Vec<(ParamKey, RowData)>,
-        reply: oneshot::Sender<Result<(), HarpError>>,
+        reply: ApplyReply,
     },
     /// The master committed flush `flush` of node `node`: apply its part here, the first
     /// time only (a second commit, or one of a flush that staged nothing here, answers at
@@ -76,7 +83,7 @@ pub(crate) enum ServerMsg {
     Commit {
         node: u32,
         flush: u64,
-        reply: oneshot::Sender<Result<(), HarpError>>,
+        reply: ApplyReply,
     },
     /// Worker node `node` died: drop its uncommitted parts and refuse its later ones.
     DropStaged { node: u32 },
@@ -149,6 +156,13 @@ pub(crate) enum CheckpointRequest {
 pub(crate) type DistancesReply = oneshot::Sender<Result<Vec<(ParamKey, f64)>, HarpError>>;
 pub(crate) type SaveReply = oneshot::Sender<Result<SaveAnswer, HarpError>>;
 
+/// The server's save epoch when it applied every delta of a flush part itself; `None` for a
+/// staged part (applied later, at its commit) or one partly forwarded to a shard's new owner.
+pub(crate) type AppliedAt = Option<u64>;
+
+/// The answer to [`ServerMsg::Apply`], [`ServerMsg::Stage`] and [`ServerMsg::Commit`].
+pub(crate) type ApplyReply = oneshot::Sender<Result<AppliedAt, HarpError>>;
+
 impl ServerMsg {
     /// Drops a fault-injection crash sent to a server in another node process: across
     /// processes a server fails by its process dying (e.g. SIGKILL), which the master
@@ -216,6 +230,8 @@ pub(crate) struct SaveAnswer {
     /// Keys of shards this server has given away or is giving away, ascending: not saved
     /// here (not forwarded either).
     pub not_owned: Vec<ParamKey>,
+    /// The save epoch this save opened (the server's count of saves, this one included).
+    pub epoch: u64,
 }
 
 pub(crate) struct ServerActor;
@@ -233,6 +249,8 @@ pub(crate) struct ServerState {
     crashed: bool,
     /// Flush parts staged by worker nodes and not committed yet.
     staging: staging::Staging,
+    /// Checkpoint saves taken (the save epoch; see the module doc).
+    saves: u64,
 }
 
 /// Where a part of a request goes: to a server now, or held until a shard's rows are in.
@@ -311,10 +329,14 @@ impl ServerState {
                     keys.into_iter().partition(|key| self.owns(*key));
                 not_owned.sort_unstable();
                 not_owned.dedup();
-                let answer = self
-                    .store
-                    .checkpoint_save(&here)
-                    .map(|saved| SaveAnswer { saved, not_owned });
+                let answer = self.store.checkpoint_save(&here).map(|saved| {
+                    self.saves += 1;
+                    SaveAnswer {
+                        saved,
+                        not_owned,
+                        epoch: self.saves,
+                    }
+                });
                 let _ = reply.send(answer);
             }
         }
@@ -431,7 +453,7 @@ impl ServerState {
         match self.staging.commit(node, flush) {
             Some(updates) => self.apply(updates, reply),
             None => {
-                let _ = reply.send(Ok(()));
+                let _ = reply.send(Ok(None));
             }
         }
     }
@@ -451,7 +473,7 @@ impl ServerState {
             for (key, delta) in &updates {
                 self.apply_here(*key, delta, &mut first_error);
             }
-            let _ = reply.send(first_error.map_or(Ok(()), Err));
+            let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
             return;
         }
         let (local, away) = self.split(updates.iter().map(|(k, _)| k));
@@ -475,7 +497,7 @@ impl ServerState {
             waits.push(rx);
         }
         if waits.is_empty() {
-            let _ = reply.send(first_error.map_or(Ok(()), Err));
+            let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
             return;
         }
         let id = self.id;
@@ -486,7 +508,8 @@ impl ServerState {
                     first_error.get_or_insert(e);
                 }
             }
-            let _ = reply.send(first_error.map_or(Ok(()), Err));
+            // Parts of it were applied by other servers, at their own epochs.
+            let _ = reply.send(first_error.map_or(Ok(None), Err));
         });
     }
 }
@@ -494,7 +517,6 @@ impl ServerState {
 /// Positions of a request's keys, grouped by where they go.
 type Forwards = Vec<(Away, Vec<usize>)>;
 type GetReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>;
-type ApplyReply = oneshot::Sender<Result<(), HarpError>>;
 
 impl Actor for ServerActor {
     type Msg = ServerMsg;
@@ -514,6 +536,7 @@ impl Actor for ServerActor {
             num_shards: 1,
             crashed: false,
             staging: staging::Staging::default(),
+            saves: 0,
         })
     }
 
@@ -536,7 +559,7 @@ impl Actor for ServerActor {
                 updates,
                 reply,
             } => {
-                let _ = reply.send(state.stage(node, flush, updates));
+                let _ = reply.send(state.stage(node, flush, updates).map(|()| None));
             }
             ServerMsg::Commit { node, flush, reply } => state.commit(node, flush, reply),
             ServerMsg::DropStaged { node } => {

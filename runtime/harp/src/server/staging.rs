@@ -185,7 +185,12 @@ mod tests {
             reply,
         };
         server.send_message(stage).unwrap();
-        answer.await.unwrap()
+        let kept = answer.await.unwrap()?;
+        assert_eq!(
+            kept, None,
+            "a staged part is applied later, at no epoch yet"
+        );
+        Ok(())
     }
 
     async fn commit_on(server: &ActorRef<ServerMsg>, node: u32, flush: u64) {

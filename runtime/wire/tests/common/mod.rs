@@ -220,8 +220,16 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 },
             )
             .boxed(),
-        (any::<u64>(), proptest::option::of(arb_string()))
-            .prop_map(|(request_id, error)| Message::Applied { request_id, error })
+        (
+            any::<u64>(),
+            proptest::option::of(arb_string()),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(|(request_id, error, save_epoch)| Message::Applied {
+                request_id,
+                error,
+                save_epoch,
+            })
             .boxed(),
         (any::<u64>(), any::<u32>())
             .prop_map(|(request_id, server)| Message::Dump { request_id, server })
@@ -400,8 +408,13 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (
             any::<u64>(),
             prop_oneof![
-                (arb_updates(), vec(arb_key(), 0..8))
-                    .prop_map(|(saved, not_owned)| SaveResult::Ok { saved, not_owned }),
+                (arb_updates(), vec(arb_key(), 0..8), any::<u64>()).prop_map(
+                    |(saved, not_owned, epoch)| SaveResult::Ok {
+                        saved,
+                        not_owned,
+                        epoch
+                    }
+                ),
                 arb_string().prop_map(SaveResult::Err),
             ],
         )
@@ -456,6 +469,26 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 request_id,
                 executor,
             })
+            .boxed(),
+        (any::<u32>(), any::<u64>(), vec(arb_key(), 0..8))
+            .prop_map(|(server, epoch, keys)| Message::RowsSaved {
+                server,
+                epoch,
+                keys,
+            })
+            .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, server)| Message::LostUpdatesQuery { request_id, server })
+            .boxed(),
+        (
+            any::<u64>(),
+            prop_oneof![
+                vec((arb_key(), vec((any::<u64>(), arb_row()), 0..3)), 0..4)
+                    .prop_map(LostUpdatesResult::Ok),
+                arb_string().prop_map(LostUpdatesResult::Inexact),
+            ],
+        )
+            .prop_map(|(request_id, result)| Message::LostUpdates { request_id, result })
             .boxed(),
     ])
 }

@@ -149,14 +149,20 @@ impl CnnObserver for CliObserver {
     }
 
     fn epoch_completed(&self, m: &CnnMetrics) {
-        self.bar.println(format!(
+        let line = format!(
             "epoch {:>3}  loss {:.4}  test loss {:.4}  accuracy {:.2}%  epoch {:.2}s",
             m.epoch,
             m.loss,
             m.test_loss,
             m.accuracy * 100.0,
             m.epoch_s
-        ));
+        );
+        // A hidden bar (--quiet) prints nothing, not even its println.
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
         if let Some(w) = &self.metrics {
             w.record(m);
         }

@@ -61,6 +61,8 @@ struct Saved {
     batch: u32,
     phase: Phase,
     pending: u32,
+    #[serde(default)]
+    phase_loss: Vec<f64>,
     tally: Tally,
     history: Vec<CnnMetrics>,
     elapsed_s: f64,
@@ -77,6 +79,9 @@ pub struct CnnDriver {
     phase: Phase,
     /// Tasks of the phase not completed yet.
     pending: u32,
+    /// Each executor's loss in the phase, added to the tally in executor order when the
+    /// phase ends, so the figures do not depend on the order completions arrive in.
+    phase_loss: Vec<f64>,
     tally: Tally,
     history: Vec<CnnMetrics>,
     started: Instant,
@@ -104,6 +109,7 @@ impl CnnDriver {
             batch: 0,
             phase: Phase::Gradient,
             pending: 0,
+            phase_loss: vec![0.0; executors as usize],
             tally: Tally::default(),
             history: Vec::new(),
             started: Instant::now(),
@@ -126,6 +132,8 @@ impl CnnDriver {
             Phase::Eval => CnnArgs::Eval { epoch },
         };
         self.pending = self.executors;
+        self.phase_loss.clear();
+        self.phase_loss.resize(self.executors as usize, 0.0);
         for e in 0..self.executors {
             ctx.dispatch(ExecutorId(e), args)?;
         }
@@ -180,13 +188,24 @@ impl Driver<super::CnnApp> for CnnDriver {
         completion: Completion<CnnOutput>,
         ctx: &mut DriverContext<'_, CnnArgs>,
     ) -> Result<(), AppError> {
+        let executor = completion.executor.0 as usize;
+        let mut record_loss = |loss: f64| -> Result<(), AppError> {
+            let slot = self
+                .phase_loss
+                .get_mut(executor)
+                .ok_or_else(|| -> AppError {
+                    format!("cnn: a completion from unknown {}", completion.executor).into()
+                })?;
+            *slot = loss;
+            Ok(())
+        };
         match completion.output {
             CnnOutput::Gradient {
                 loss_sum,
                 correct,
                 images,
             } => {
-                self.tally.train_loss += loss_sum;
+                record_loss(loss_sum)?;
                 self.tally.train_correct += correct;
                 self.tally.train_images += images;
             }
@@ -196,7 +215,7 @@ impl Driver<super::CnnApp> for CnnDriver {
                 correct,
                 images,
             } => {
-                self.tally.test_loss += loss_sum;
+                record_loss(loss_sum)?;
                 self.tally.test_correct += correct;
                 self.tally.test_images += images;
             }
@@ -210,6 +229,12 @@ impl Driver<super::CnnApp> for CnnDriver {
         })?;
         if self.pending > 0 {
             return Ok(());
+        }
+        let phase_loss: f64 = self.phase_loss.iter().sum();
+        match self.phase {
+            Phase::Gradient => self.tally.train_loss += phase_loss,
+            Phase::Eval => self.tally.test_loss += phase_loss,
+            Phase::Apply => {}
         }
         match self.phase {
             Phase::Gradient => {
@@ -241,6 +266,7 @@ impl Driver<super::CnnApp> for CnnDriver {
             batch: self.batch,
             phase: self.phase,
             pending: self.pending,
+            phase_loss: self.phase_loss.clone(),
             tally,
             history: self.history.clone(),
             elapsed_s: self.elapsed_before + self.started.elapsed().as_secs_f64(),
@@ -264,6 +290,8 @@ impl Driver<super::CnnApp> for CnnDriver {
         self.batch = saved.batch;
         self.phase = saved.phase;
         self.pending = saved.pending;
+        self.phase_loss = saved.phase_loss;
+        self.phase_loss.resize(self.executors as usize, 0.0);
         self.tally = saved.tally;
         self.history = saved.history;
         self.elapsed_before = saved.elapsed_s;

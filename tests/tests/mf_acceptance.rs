@@ -1,11 +1,12 @@
-//! Matrix factorization (`harp run mf`): ALS on MovieLens reaches the held-out RMSE,
-//! the model-parallel split gives the same factors on any number of executors (each row's
-//! solve sees the same ratings in the same order), a job across node processes matches the
-//! in-process one, and bad ratings files are refused with the file and line.
+//! Matrix factorization (`harp run mf`): ALS and SGD on MovieLens reach the held-out
+//! RMSE, the model-parallel ALS split gives the same factors on any number of executors
+//! (each row's solve sees the same ratings in the same order), stratified SGD gives the
+//! same factors however its executors are spread over workers, a job across node processes
+//! matches the in-process one, and bad ratings files are refused with the file and line.
 
 use harp::JobConfig;
 use harp_apps::data::{parse_ratings_reader, RatingRange, RatingsData};
-use harp_apps::mf::{MfApp, MfConfig, MfMetrics};
+use harp_apps::mf::{MfApp, MfConfig, MfMetrics, MfSolver};
 use harp_apps::mlr::Quiet;
 use harp_tests::{
     harp_binary, read_json_lines, run_cli, run_process, runtime, shared_data, Threads,
@@ -88,6 +89,58 @@ fn mf_on_movielens_small_reaches_a_held_out_rmse_of_at_most_0_95() {
     let (first, last) = (&history[0], &history[history.len() - 1]);
     assert!(last.train_rmse < first.train_rmse, "{history:?}");
     assert!(last.test_rmse <= 0.95, "held-out RMSE {}", last.test_rmse);
+}
+
+fn sgd() -> MfConfig {
+    MfConfig {
+        solver: MfSolver::Sgd { lr: 0.01 },
+        lambda: 0.05,
+        iterations: 20,
+        ..MfConfig::default()
+    }
+}
+
+#[test]
+fn sgd_on_movielens_small_reaches_a_held_out_rmse_of_at_most_0_95() {
+    let Some(path) = shared_data("movielens-small/ratings.csv") else {
+        return;
+    };
+    let data = harp_apps::data::load_ratings(&path, RatingRange::default()).unwrap();
+    let history = train(&data, sgd(), &job(2, 2));
+    assert_eq!(history.len(), 20);
+    for m in &history {
+        eprintln!(
+            "SGD iteration {}: train {:.4} test {:.4}",
+            m.iteration, m.train_rmse, m.test_rmse
+        );
+    }
+    let (first, last) = (&history[0], &history[history.len() - 1]);
+    assert!(last.train_rmse < first.train_rmse - 0.2, "{history:?}");
+    assert!(last.test_rmse <= 0.95, "held-out RMSE {}", last.test_rmse);
+}
+
+/// Each SGD sub-round gives every item block to one executor and every user to its owner,
+/// so the factors depend on the executors' ratings and order, not on where they run or how
+/// their tasks interleave.
+#[test]
+fn sgd_gives_the_same_factors_on_one_or_several_workers() {
+    let data = synthetic();
+    let config = MfConfig {
+        rank: 4,
+        iterations: 5,
+        solver: MfSolver::Sgd { lr: 0.05 },
+        ..sgd()
+    };
+    let one = train(&data, config.clone(), &job(1, 4));
+    let spread = train(&data, config, &job(2, 2));
+    assert_eq!(one.len(), 5);
+    assert_eq!(spread.len(), 5);
+    // The executors' squared errors are summed in completion order: equal up to rounding.
+    for (a, b) in one.iter().zip(&spread) {
+        assert!((a.train_rmse - b.train_rmse).abs() < 1e-9, "{a:?} vs {b:?}");
+        assert!((a.test_rmse - b.test_rmse).abs() < 1e-9, "{a:?} vs {b:?}");
+    }
+    assert!(one[4].train_rmse < one[0].train_rmse, "{one:?}");
 }
 
 #[test]

@@ -1,13 +1,13 @@
-//! `harp run mf`: loads a ratings file, factorizes it by ALS, prints one line per iteration,
-//! writes metrics.
+//! `harp run mf`: loads a ratings file, factorizes it by ALS or SGD, prints one line per
+//! iteration, writes metrics.
 
 use super::ClusterArgs;
 use crate::data::{load_ratings, RatingRange, RatingsData};
 use crate::metrics::MetricsWriter;
-use crate::mf::{MfApp, MfConfig, MfMetrics, MfObserver};
+use crate::mf::{MfApp, MfConfig, MfMetrics, MfObserver, MfSolver};
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,15 +29,30 @@ pub struct MfCliArgs {
     /// Factors per user and item (1..=128).
     #[arg(long, default_value_t = 20)]
     pub rank: usize,
-    /// ALS-WR regularization: a row with n ratings is regularized by lambda·n.
-    #[arg(long, default_value_t = 0.1)]
-    pub lambda: f32,
-    /// ALS iterations (each solves the users, then the items).
+    /// How the factors are fitted: `als` (ALS-WR, SCAR's MF) or `sgd` (stratified SGD,
+    /// every rating once per iteration).
+    #[arg(long, value_enum, default_value_t = SolverArg::Als)]
+    pub solver: SolverArg,
+    /// Regularization. ALS-WR: a row with n ratings is regularized by lambda·n (default
+    /// 0.1). SGD: the L2 term of each step (default 0.05).
+    #[arg(long)]
+    pub lambda: Option<f32>,
+    /// SGD's learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f32,
+    /// Iterations (ALS: each solves the users, then the items; SGD: each visits every
+    /// training rating once).
     #[arg(long, default_value_t = 10)]
     pub iterations: u32,
     /// Seed of the held-out split and of the items' initial values.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SolverArg {
+    Als,
+    Sgd,
 }
 
 fn rating_range(spec: &str) -> Result<RatingRange> {
@@ -60,9 +75,14 @@ fn load_split(args: &MfCliArgs) -> Result<(RatingsData, RatingsData)> {
 }
 
 fn mf_config(args: &MfCliArgs) -> MfConfig {
+    let (solver, default_lambda) = match args.solver {
+        SolverArg::Als => (MfSolver::Als, 0.1),
+        SolverArg::Sgd => (MfSolver::Sgd { lr: args.lr }, 0.05),
+    };
     MfConfig {
         rank: args.rank,
-        lambda: args.lambda,
+        lambda: args.lambda.unwrap_or(default_lambda),
+        solver,
         iterations: args.iterations,
         seed: args.seed,
         ..MfConfig::default()

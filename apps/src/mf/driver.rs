@@ -1,5 +1,6 @@
-//! The MF driver: each iteration solves the users, then the items, then evaluates, one
-//! micro-task per executor per phase with a barrier between phases.
+//! The MF driver: each iteration solves the users, then the items (ALS), or runs `E` SGD
+//! sub-rounds, then evaluates; one micro-task per executor per phase with a barrier between
+//! phases.
 
 use super::{MfArgs, MfOutput};
 use harp::{AppError, Completion, Driver, DriverContext, ExecutorId};
@@ -29,6 +30,7 @@ impl MfObserver for crate::mlr::Quiet {}
 enum Phase {
     Users,
     Items,
+    Sgd { sub_round: u32 },
     Eval,
 }
 
@@ -53,6 +55,8 @@ struct Saved {
 pub struct MfDriver {
     iterations: u32,
     executors: u32,
+    /// SGD sub-rounds instead of the two ALS phases.
+    sgd: bool,
     /// The iteration running (1-based) and its phase.
     iteration: u32,
     phase: Phase,
@@ -67,18 +71,27 @@ pub struct MfDriver {
 }
 
 impl MfDriver {
-    pub fn new(iterations: u32, executors: u32, observer: Arc<dyn MfObserver>) -> Self {
+    pub fn new(iterations: u32, executors: u32, sgd: bool, observer: Arc<dyn MfObserver>) -> Self {
         Self {
             iterations,
             executors,
+            sgd,
             iteration: 1,
-            phase: Phase::Users,
+            phase: Self::first_phase(sgd),
             pending: 0,
             tally: Tally::default(),
             history: Vec::new(),
             started: Instant::now(),
             elapsed_before: 0.0,
             observer,
+        }
+    }
+
+    fn first_phase(sgd: bool) -> Phase {
+        if sgd {
+            Phase::Sgd { sub_round: 0 }
+        } else {
+            Phase::Users
         }
     }
 
@@ -92,6 +105,10 @@ impl MfDriver {
         let args = match self.phase {
             Phase::Users => MfArgs::SolveUsers { iteration },
             Phase::Items => MfArgs::SolveItems { iteration },
+            Phase::Sgd { sub_round } => MfArgs::SgdBlock {
+                iteration,
+                sub_round,
+            },
             Phase::Eval => MfArgs::Eval { iteration },
         };
         self.pending = self.executors;
@@ -118,7 +135,7 @@ impl MfDriver {
             return Ok(());
         }
         self.iteration += 1;
-        self.phase = Phase::Users;
+        self.phase = Self::first_phase(self.sgd);
         self.dispatch_phase(ctx)
     }
 }
@@ -171,6 +188,16 @@ impl Driver<super::MfApp> for MfDriver {
                 self.phase = Phase::Eval;
                 self.dispatch_phase(ctx)
             }
+            Phase::Sgd { sub_round } => {
+                self.phase = if sub_round + 1 < self.executors {
+                    Phase::Sgd {
+                        sub_round: sub_round + 1,
+                    }
+                } else {
+                    Phase::Eval
+                };
+                self.dispatch_phase(ctx)
+            }
             Phase::Eval => self.finish_iteration(ctx),
         }
     }
@@ -189,13 +216,24 @@ impl Driver<super::MfApp> for MfDriver {
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), AppError> {
         let saved: Saved = serde_json::from_slice(state)?;
+        let phase_fits = match saved.phase {
+            Phase::Users | Phase::Items => !self.sgd,
+            Phase::Sgd { sub_round } => self.sgd && sub_round < self.executors,
+            Phase::Eval => true,
+        };
         if saved.iteration == 0
             || saved.iteration > self.iterations
             || saved.pending > self.executors
+            || !phase_fits
         {
             return Err(format!(
-                "saved MF driver (iteration {}, {} tasks pending) does not fit a job of {} iterations and {} executors",
-                saved.iteration, saved.pending, self.iterations, self.executors
+                "saved MF driver (iteration {}, phase {:?}, {} tasks pending) does not fit a job of {} iterations and {} executors ({})",
+                saved.iteration,
+                saved.phase,
+                saved.pending,
+                self.iterations,
+                self.executors,
+                if self.sgd { "SGD" } else { "ALS" }
             )
             .into());
         }

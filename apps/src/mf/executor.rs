@@ -1,10 +1,12 @@
 //! The MF executor: the users and items it owns, their centred training ratings in
-//! compressed-row form both ways, and its users' held-out ratings.
+//! compressed-row form both ways, its users' held-out ratings and, for SGD, its users'
+//! ratings split by item block.
 
-use super::{MfArgs, MfConfig, MfOutput};
+use super::{MfArgs, MfConfig, MfOutput, MfSolver};
 use crate::data::RatingsData;
+use harp::scar::SplitMix64;
 use harp::{AppError, Executor, ParamClient, Table};
-use harp_kernels::mf::{als_half_step, Csr};
+use harp_kernels::mf::{als_half_step, sgd_step, Csr, Ratings, Sgd};
 use std::collections::BTreeSet;
 
 /// One side of the factorization as an executor sees it: the rows it solves and, per row,
@@ -60,9 +62,63 @@ impl Side {
     }
 }
 
+/// SGD's work for one item block: this executor's users' ratings of the block's items, in
+/// a fixed shuffled order, indexed into the user and item rows they touch.
+struct SgdBlock {
+    /// User rows touched, ascending.
+    users: Vec<u64>,
+    /// Item rows touched, ascending.
+    items: Vec<u64>,
+    /// Per rating: index into `users`, index into `items`, centred rating.
+    local_users: Vec<u32>,
+    local_items: Vec<u32>,
+    values: Vec<f32>,
+}
+
+impl SgdBlock {
+    /// `ratings`: (user id, item id, centred rating); shuffled with `rng`.
+    fn build(mut ratings: Vec<(u64, u64, f32)>, rng: &mut SplitMix64) -> Result<Self, AppError> {
+        for i in (1..ratings.len()).rev() {
+            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+            ratings.swap(i, j);
+        }
+        let sorted_ids = |pick: fn(&(u64, u64, f32)) -> u64| -> Vec<u64> {
+            let ids: BTreeSet<u64> = ratings.iter().map(pick).collect();
+            ids.into_iter().collect()
+        };
+        let users = sorted_ids(|r| r.0);
+        let items = sorted_ids(|r| r.1);
+        let index = |list: &[u64], id: u64| -> Result<u32, AppError> {
+            let i = list
+                .binary_search(&id)
+                .map_err(|_| format!("mf: row {id} missing from an SGD block's index"))?;
+            u32::try_from(i).map_err(|_| "mf: more than 2^32 rows in one SGD block".into())
+        };
+        let mut block = Self {
+            local_users: Vec::with_capacity(ratings.len()),
+            local_items: Vec::with_capacity(ratings.len()),
+            values: Vec::with_capacity(ratings.len()),
+            users: Vec::new(),
+            items: Vec::new(),
+        };
+        for &(u, i, v) in &ratings {
+            block.local_users.push(index(&users, u)?);
+            block.local_items.push(index(&items, i)?);
+            block.values.push(v);
+        }
+        block.users = users;
+        block.items = items;
+        Ok(block)
+    }
+}
+
 pub struct MfExecutor {
+    me: u32,
+    executors: u32,
     rank: usize,
     lambda: f32,
+    /// SGD's step and its work per item block (`None` for ALS).
+    sgd: Option<(f32, Vec<SgdBlock>)>,
     users_table: Table<f32>,
     items_table: Table<f32>,
     users: Side,
@@ -139,9 +195,16 @@ impl MfExecutor {
         for (u, i, v) in my_test {
             test_eval.push((index(&users.owned, u)?, index(&eval_items, i)?, v));
         }
+        let sgd = match config.solver {
+            MfSolver::Als => None,
+            MfSolver::Sgd { lr } => Some((lr, sgd_blocks(&users, me, executors, config.seed)?)),
+        };
         Ok(Self {
+            me,
+            executors,
             rank: config.rank,
             lambda: config.lambda,
+            sgd,
             users_table,
             items_table,
             users,
@@ -185,6 +248,52 @@ impl MfExecutor {
         })
     }
 
+    /// One SGD sub-round: this executor's ratings of the items of block
+    /// `(me + sub_round) mod E`, against the current user and item rows; sends `new − old`.
+    async fn sgd_block(
+        &mut self,
+        sub_round: u32,
+        ps: &mut ParamClient,
+    ) -> Result<MfOutput, AppError> {
+        let Some((lr, blocks)) = &self.sgd else {
+            return Err("mf: an SGD task for an executor set up for ALS".into());
+        };
+        let b = (self.me + sub_round) % self.executors;
+        let Some(block) = blocks.get(b as usize) else {
+            return Err(format!("mf: no item block {b}").into());
+        };
+        if block.values.is_empty() {
+            return Ok(MfOutput::Solved { rows: 0 });
+        }
+        ps.get_many_into(&self.users_table, &block.users, &mut self.own_buf)
+            .await?;
+        ps.get_many_into(&self.items_table, &block.items, &mut self.fixed_buf)
+            .await?;
+        let mut p = self.own_buf.clone();
+        let mut q = self.fixed_buf.clone();
+        let ratings = Ratings {
+            users: &block.local_users,
+            items: &block.local_items,
+            values: &block.values,
+        };
+        let step = Sgd {
+            lr: *lr,
+            lambda: self.lambda,
+        };
+        sgd_step(self.rank, step, ratings, &mut p, &mut q)?;
+        for (new, old) in p.iter_mut().zip(&self.own_buf) {
+            *new -= old;
+        }
+        for (new, old) in q.iter_mut().zip(&self.fixed_buf) {
+            *new -= old;
+        }
+        ps.update_many(&self.users_table, &block.users, &p)?;
+        ps.update_many(&self.items_table, &block.items, &q)?;
+        Ok(MfOutput::Solved {
+            rows: (block.users.len() + block.items.len()) as u64,
+        })
+    }
+
     async fn eval(&mut self, ps: &mut ParamClient) -> Result<MfOutput, AppError> {
         ps.get_many_into(&self.users_table, &self.users.owned, &mut self.own_buf)
             .await?;
@@ -220,6 +329,7 @@ impl Executor<super::MfApp> for MfExecutor {
             MfArgs::SolveUsers { .. } => self.solve(true, ps).await,
             MfArgs::SolveItems { .. } => self.solve(false, ps).await,
             MfArgs::Eval { .. } => self.eval(ps).await,
+            MfArgs::SgdBlock { sub_round, .. } => self.sgd_block(sub_round, ps).await,
         }
     }
 
@@ -232,4 +342,25 @@ impl Executor<super::MfApp> for MfExecutor {
     fn restore_state(&mut self, _state: &[u8]) -> Result<(), AppError> {
         Ok(())
     }
+}
+
+/// SGD's work of executor `me` of `executors`: its users' ratings (`users`) split by item
+/// block (`item mod executors`), each block shuffled with a seed of its own.
+fn sgd_blocks(users: &Side, me: u32, executors: u32, seed: u64) -> Result<Vec<SgdBlock>, AppError> {
+    let mut by_block: Vec<Vec<(u64, u64, f32)>> = vec![Vec::new(); executors as usize];
+    for (r, window) in users.offsets.windows(2).enumerate() {
+        for e in window[0] as usize..window[1] as usize {
+            let item = users.fixed[users.cols[e] as usize];
+            let block = (item % u64::from(executors)) as usize;
+            by_block[block].push((users.owned[r], item, users.values[e]));
+        }
+    }
+    by_block
+        .into_iter()
+        .enumerate()
+        .map(|(b, ratings)| {
+            let mut rng = SplitMix64::new(seed ^ (u64::from(me) << 32) ^ b as u64);
+            SgdBlock::build(ratings, &mut rng)
+        })
+        .collect()
 }

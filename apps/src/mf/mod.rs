@@ -1,5 +1,5 @@
 //! Matrix factorization of explicit ratings (`R ≈ μ + P Qᵀ`) by alternating least squares
-//! (ALS-WR, as SCAR's MF), model-parallel on harp.
+//! (ALS-WR, as SCAR's MF) or by stochastic gradient descent, model-parallel on harp.
 //!
 //! Both factor matrices live on the parameter servers: `mf.users` (one row of `rank`
 //! values per user) and `mf.items` (one per item); the items start uniform in
@@ -13,6 +13,13 @@
 //!    regularized least squares ([`harp_kernels::als_half_step`]), send `new − old`;
 //! 2. `SolveItems`: the same for its items against the user rows;
 //! 3. `Eval`: squared errors of its users' training and held-out ratings.
+//!
+//! With [`MfSolver::Sgd`] the first two phases are replaced by `E` stratified SGD
+//! sub-rounds (DSGD): the items are split into `E` blocks (`i mod E`), and in sub-round `s`
+//! executor `e` runs SGD ([`harp_kernels::mf::sgd_step`]) over its users' ratings of items in
+//! block `(e + s) mod E`, reading those user and item rows and sending `new − old`. Users are
+//! owned and each block is worked on by one executor per sub-round, so no two executors
+//! update the same row at once and no update is lost or stale.
 //!
 //! Ratings are centred on the training mean μ, so a user or item with no training rating
 //! predicts μ. The driver reports `train_rmse` and `test_rmse` per iteration.
@@ -28,12 +35,24 @@ use harp::{App, AppError, ExecutorId, Init, JobInfo, Table, TableSet, UpdateRule
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+/// How the factors are fitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum MfSolver {
+    /// Alternating least squares (ALS-WR): each phase solves one side exactly.
+    #[default]
+    Als,
+    /// Stratified SGD with step `lr`, every rating once per iteration.
+    Sgd { lr: f32 },
+}
+
 /// Hyperparameters.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MfConfig {
     pub rank: usize,
-    /// ALS-WR's λ: a row with `n` ratings is regularized by `λ·n`.
+    /// Regularization. ALS-WR: a row with `n` ratings is regularized by `λ·n`; SGD: the L2
+    /// term of every step (`p += lr·(e·q − λ·p)`).
     pub lambda: f32,
+    pub solver: MfSolver,
     pub iterations: u32,
     /// Items start uniform in `[-init_scale, init_scale]`.
     pub init_scale: f32,
@@ -45,6 +64,7 @@ impl Default for MfConfig {
         Self {
             rank: 20,
             lambda: 0.1,
+            solver: MfSolver::Als,
             iterations: 10,
             init_scale: 0.1,
             seed: 1,
@@ -55,9 +75,20 @@ impl Default for MfConfig {
 /// One MF micro-task.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum MfArgs {
-    SolveUsers { iteration: u32 },
-    SolveItems { iteration: u32 },
-    Eval { iteration: u32 },
+    SolveUsers {
+        iteration: u32,
+    },
+    SolveItems {
+        iteration: u32,
+    },
+    Eval {
+        iteration: u32,
+    },
+    /// SGD over the executor's ratings of the items of block `(e + sub_round) mod E`.
+    SgdBlock {
+        iteration: u32,
+        sub_round: u32,
+    },
 }
 
 /// What a micro-task reports.
@@ -109,6 +140,13 @@ impl MfApp {
                 config.init_scale
             )
             .into());
+        }
+        if let MfSolver::Sgd { lr } = config.solver {
+            if !(lr.is_finite() && lr > 0.0) {
+                return Err(
+                    format!("mf: the learning rate must be a positive number, got {lr}").into(),
+                );
+            }
         }
         if config.iterations == 0 {
             return Err("mf: iterations must be at least 1".into());
@@ -174,6 +212,7 @@ impl App for MfApp {
         Ok(MfDriver::new(
             self.config.iterations,
             job.num_executors,
+            matches!(self.config.solver, MfSolver::Sgd { .. }),
             self.observer.clone(),
         ))
     }

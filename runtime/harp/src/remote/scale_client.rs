@@ -54,8 +54,10 @@ pub async fn send_scale_command(
     endpoint.close();
     match answer {
         Ok(Some(Ok(Message::ScaleDone { ok: true, message }))) => Ok(message),
+        // Refused before anything moved, or failed while carrying it out: the master's
+        // message says which.
         Ok(Some(Ok(Message::ScaleDone { ok: false, message }))) => Err(HarpError::Remote(format!(
-            "the master refused the command: {message}"
+            "the scale command did not succeed: {message}"
         ))),
         Ok(Some(Ok(Message::Refused { reason }))) => Err(HarpError::Remote(format!(
             "the master refused this client: {reason}"

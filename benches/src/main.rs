@@ -14,6 +14,8 @@
 //! | `scale-out` | MLR started on 1 node process with a second joining at 30%: total time against the ideal from static 1- and 2-node runs |
 //! | `state-transfer` | moving a 1 GiB executor state between two `harp node` processes against raw quinn on one stream |
 //!
+//! | `cnn` | an epoch of harp's CNN against PyTorch on the CPU with the same network, batch, Adam and threads (needs `scripts/torch-bench-venv.sh`) |
+//!
 //! `all` runs the first three; `transport` runs the last three. The transport benchmarks
 //! start their second process by running this executable again (`transport-peer`, hidden).
 
@@ -21,6 +23,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bulk;
+mod cnn;
 mod elastic;
 mod measure;
 mod peer;
@@ -63,6 +66,8 @@ enum Bench {
     ScaleOut,
     /// A large executor state moved between node processes against raw quinn (runs `harp`).
     StateTransfer,
+    /// harp's CNN epoch against PyTorch on the CPU (needs scripts/torch-bench-venv.sh).
+    Cnn,
     /// The second process of the transport benchmarks (started by them).
     #[value(hide = true)]
     TransportPeer,
@@ -156,6 +161,13 @@ pub(crate) struct Args {
     /// scale-out: epochs of each run (size it so the 1-node run takes at least 30 s).
     #[arg(long, default_value_t = 40, help_heading = "MLR across processes")]
     scale_out_epochs: u32,
+
+    /// cnn: epochs of each run (each side's median epoch is compared).
+    #[arg(long, default_value_t = 2, help_heading = "CNN")]
+    cnn_epochs: u32,
+    /// cnn: threads of harp's runtime (one executor each) and of PyTorch.
+    #[arg(long, default_value_t = 1, help_heading = "CNN")]
+    cnn_threads: usize,
 
     /// transport-peer: what to serve.
     #[arg(long, value_enum, hide = true)]
@@ -345,6 +357,9 @@ fn main() -> Result<()> {
     }
     if args.bench == Bench::StateTransfer {
         state_transfer::run(&args)?;
+    }
+    if args.bench == Bench::Cnn {
+        cnn::run(&args)?;
     }
     let in_process = [
         Bench::Overhead,

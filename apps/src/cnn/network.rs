@@ -472,12 +472,13 @@ mod tests {
     }
 
     fn passes(images: usize) -> Passes {
-        let mut p = Passes::default();
-        p.input = (0..images * IMAGE_PIXELS)
-            .map(|i| ((i * 7919) % 255) as f32 / 255.0)
-            .collect();
-        p.labels = (0..images as u32).map(|i| (i * 3) % 10).collect();
-        p
+        Passes {
+            input: (0..images * IMAGE_PIXELS)
+                .map(|i| ((i * 7919) % 255) as f32 / 255.0)
+                .collect(),
+            labels: (0..images as u32).map(|i| (i * 3) % 10).collect(),
+            ..Passes::default()
+        }
     }
 
     fn loss(net: &Network, w: &[Vec<f32>], p: &mut Passes) -> f64 {

@@ -182,7 +182,11 @@ pub async fn serve(
             Message::DumpRows { request_id, rows } => {
                 let all_f32 = rows.iter().all(|(_, row)| matches!(row, RowWire::F32(_)));
                 let error = (!all_f32).then(|| "expected f32 rows".to_string());
-                link.send(&Message::Applied { request_id, error })?;
+                link.send(&Message::Applied {
+                    request_id,
+                    error,
+                    save_epoch: None,
+                })?;
             }
             Message::Get { request_id, .. } => {
                 link.send(&rows_reply(request_id, reply_values))?;

@@ -131,6 +131,29 @@ fn execute_app<A: harp::App>(
     }
 }
 
+/// A node joined or left (across processes): the line printed for it.
+fn scale_line(e: &harp::ScaleEvent) -> String {
+    format!(
+        "scale: {} of node {} {} in {:.3}s ({} executors, {} shards, {} bytes moved)",
+        e.cause,
+        e.node.map_or("?".to_string(), |n| n.to_string()),
+        if e.ok { "done" } else { "failed" },
+        e.duration_s,
+        e.report.executors_moved,
+        e.report.shards_moved,
+        e.report.shard_bytes_moved
+    )
+}
+
+/// A node joined or left: one line on the terminal, one record in the metrics file (for
+/// apps without a progress bar to print it through).
+fn report_scale_event(e: &harp::ScaleEvent, metrics: Option<&metrics::MetricsWriter>) {
+    eprintln!("{}", scale_line(e));
+    if let Some(w) = metrics {
+        w.record(e);
+    }
+}
+
 /// The reports every app prints and writes at its end: SCAR's checkpoints, recoveries and
 /// injections, and the consistent checkpoints written.
 fn report_end(

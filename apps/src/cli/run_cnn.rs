@@ -201,7 +201,14 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
         args.lr,
         args.partition
     );
-    let (outcome, checkpoints) = super::execute_app(Arc::new(app), &args.cluster, false, |_| {})?;
+    let scale_observer = observer.clone();
+    let (outcome, checkpoints) =
+        super::execute_app(Arc::new(app), &args.cluster, false, move |e| {
+            scale_observer.bar.println(super::scale_line(e));
+            if let Some(w) = &scale_observer.metrics {
+                w.record(e);
+            }
+        })?;
     bar.finish_and_clear();
     if let Some(w) = &observer.metrics {
         w.take_error()?;

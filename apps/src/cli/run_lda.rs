@@ -124,7 +124,10 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         LdaApp::new(lda_config(&args), Arc::new(corpus), observer.clone())
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, |_| {})?;
+    let scale_observer = observer.clone();
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, move |e| {
+        super::report_scale_event(e, scale_observer.metrics.as_ref())
+    })?;
     if let Some(w) = &observer.metrics {
         w.take_error()?;
     }

@@ -76,16 +76,7 @@ struct CliObserver {
 impl CliObserver {
     /// A node joined or left: one line on the terminal, one in the metrics file.
     fn scale_event(&self, e: &harp::ScaleEvent) {
-        self.bar.println(format!(
-            "scale: {} of node {} {} in {:.3}s ({} executors, {} shards, {} bytes moved)",
-            e.cause,
-            e.node.map_or("?".to_string(), |n| n.to_string()),
-            if e.ok { "done" } else { "failed" },
-            e.duration_s,
-            e.report.executors_moved,
-            e.report.shards_moved,
-            e.report.shard_bytes_moved
-        ));
+        self.bar.println(super::scale_line(e));
         if let Some(w) = &self.metrics {
             w.record(e);
         }

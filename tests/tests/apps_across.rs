@@ -1,0 +1,284 @@
+//! Every app as MLR: across node processes it scales in and out while it trains, and it
+//! survives a killed server node (issue 6: "Every app runs across processes, scales in and
+//! out, and recovers from a killed server node").
+//!
+//! - **Scale in and out.** `harp run APP --processes 4`: after the second iteration node 2 is
+//!   given back (`harp scale --remove 2`), after the fourth a node is taken back (`--add 1`).
+//!   Every iteration is reported, both scale events succeed, and the figures equal an
+//!   undisturbed run's: executors (with their state: LDA's documents and topic assignments)
+//!   and shards moved without changing the computation. MF's SGD and LDA's sampling are
+//!   exact under their model-parallel schedules; the CNN sums its gradients in executor
+//!   order. Only the order in which the driver adds the executors' figures may differ, so
+//!   they are compared to 1e-9.
+//! - **A killed server node.** `--nodes 4` with SCAR's running checkpoint (a full image every
+//!   iteration); two worker-only and two server-only `harp node` processes; one server node
+//!   is SIGKILLed after the second iteration. The job finishes every iteration, the metrics
+//!   file records the server's recovery, and the figures stay finite. (MF and the CNN; LDA
+//!   does not survive it yet: its word-topic counts are derived from the executors' topic
+//!   assignments, and the counts restored from the checkpoint no longer match them, which
+//!   its exclusivity check reports as an error.)
+
+use harp_tests::{harp_binary, read_json_lines, shared_data, MasterProcess, PATIENCE};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+/// One app's command line and what its metrics lines report.
+struct AppRun {
+    args: Vec<String>,
+    /// The key every per-iteration metrics line has (`iteration` or `epoch`).
+    progress: &'static str,
+    /// The figures compared between runs.
+    figures: &'static [&'static str],
+    /// Iterations (or epochs) the run does.
+    steps: usize,
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+fn mf() -> Option<AppRun> {
+    let data = shared_data("movielens-small/ratings.csv")?;
+    let mut args = strings(&["run", "mf", "--solver", "sgd", "--rank", "8"]);
+    args.extend(["--iterations".into(), "8".into(), "--data".into()]);
+    args.push(data.to_str()?.to_string());
+    Some(AppRun {
+        args,
+        progress: "iteration",
+        figures: &["train_rmse", "test_rmse"],
+        steps: 8,
+    })
+}
+
+fn lda() -> Option<AppRun> {
+    let data = shared_data("newsgroups-subset")?;
+    let mut args = strings(&["run", "lda", "--topics", "10", "--iterations", "10"]);
+    args.extend(["--data".into(), data.to_str()?.to_string()]);
+    Some(AppRun {
+        args,
+        progress: "iteration",
+        figures: &["log_likelihood"],
+        steps: 10,
+    })
+}
+
+fn cnn() -> Option<AppRun> {
+    Some(AppRun {
+        args: strings(&[
+            "run",
+            "cnn",
+            "--epochs",
+            "6",
+            "--max-batches",
+            "6",
+            "--batch",
+            "32",
+            "--channels",
+            "4,8",
+            "--hidden",
+            "32,16",
+        ]),
+        progress: "epoch",
+        figures: &["loss", "accuracy"],
+        steps: 6,
+    })
+}
+
+fn steps_so_far(metrics: &Path, key: &str) -> usize {
+    std::fs::read_to_string(metrics)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r[key].is_u64() && r.get("event").is_none())
+        .count()
+}
+
+fn wait_for_steps(metrics: &Path, key: &str, steps: usize) {
+    let deadline = Instant::now() + PATIENCE;
+    while steps_so_far(metrics, key) < steps {
+        assert!(
+            Instant::now() < deadline,
+            "the job never reached {key} {steps}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The per-step figures of a finished run's metrics file.
+fn figures(app: &AppRun, metrics: &Path) -> Vec<Vec<f64>> {
+    let rows: Vec<Vec<f64>> = read_json_lines(metrics)
+        .iter()
+        .filter(|r| r[app.progress].is_u64() && r.get("event").is_none())
+        .map(|r| {
+            app.figures
+                .iter()
+                .map(|f| r[*f].as_f64().unwrap_or_else(|| panic!("no {f} in {r}")))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), app.steps, "{:?}", app.args);
+    for row in &rows {
+        assert!(row.iter().all(|v| v.is_finite()), "{row:?}");
+    }
+    rows
+}
+
+/// `app` on 3 node processes; `disturb` gives node 2 back after step 2 and takes a node
+/// back after step 4. Returns the figures and the scale events.
+fn on_three_nodes(app: &AppRun, disturb: bool) -> (Vec<Vec<f64>>, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let mut args: Vec<&str> = app.args.iter().map(String::as_str).collect();
+    args.extend([
+        "--processes",
+        "4",
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    let master = MasterProcess::start(harp_binary!(), &args);
+    if disturb {
+        wait_for_steps(&metrics, app.progress, 2);
+        let out = master.scale(&["--remove", "2"]);
+        assert!(out.status.success(), "{}", out.describe());
+        master.wait_for_nodes(&BTreeSet::from([0, 1]));
+        wait_for_steps(&metrics, app.progress, 4);
+        let out = master.scale(&["--add", "1"]);
+        assert!(out.status.success(), "{}", out.describe());
+        master.wait_for_nodes(&BTreeSet::from([0, 1, 3]));
+    }
+    let (status, stderr) = master.finish();
+    assert!(
+        status.success(),
+        "{:?}: the master failed: {stderr}",
+        app.args
+    );
+    let events = read_json_lines(&metrics)
+        .into_iter()
+        .filter(|r| r["event"] == "scale")
+        .collect();
+    (figures(app, &metrics), events)
+}
+
+fn scales_in_and_out_without_changing_the_result(app: Option<AppRun>) {
+    let Some(app) = app else {
+        eprintln!("skipped: the shared dataset is not here");
+        return;
+    };
+    let (steady, none) = on_three_nodes(&app, false);
+    assert!(none.is_empty());
+    let (disturbed, events) = on_three_nodes(&app, true);
+    let summary: Vec<String> = events
+        .iter()
+        .map(|e| format!("{}:{}:{}", e["cause"].as_str().unwrap(), e["node"], e["ok"]))
+        .collect();
+    assert_eq!(summary, ["leave:2:true", "join:3:true"], "{:?}", app.args);
+    for e in &events {
+        assert!(e["report"]["executors_moved"].as_u64().unwrap() >= 1, "{e}");
+    }
+    for (step, (a, b)) in steady.iter().zip(&disturbed).enumerate() {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+                "{:?}, step {}: undisturbed {a:?}, disturbed {b:?}",
+                app.args,
+                step + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn mf_scales_in_and_out_without_changing_the_result() {
+    scales_in_and_out_without_changing_the_result(mf());
+}
+
+#[test]
+fn lda_scales_in_and_out_without_changing_the_result() {
+    scales_in_and_out_without_changing_the_result(lda());
+}
+
+#[test]
+fn cnn_scales_in_and_out_without_changing_the_result() {
+    scales_in_and_out_without_changing_the_result(cnn());
+}
+
+fn node_process(master: &MasterProcess, role: &str, run_args: &[String]) -> Child {
+    Command::new(harp_binary!())
+        .args([
+            "node",
+            "--role",
+            role,
+            "--join",
+            &master.addr,
+            "--credentials",
+        ])
+        .arg(&master.credentials)
+        .arg("--")
+        .args(run_args)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+fn survives_a_killed_server_node(app: Option<AppRun>) {
+    let Some(app) = app else {
+        eprintln!("skipped: the shared dataset is not here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metrics: PathBuf = dir.path().join("metrics.jsonl");
+    let scar = ["--scar-fraction", "1", "--scar-period", "1"];
+    let mut args: Vec<&str> = app.args.iter().map(String::as_str).collect();
+    args.extend(scar);
+    args.extend([
+        "--nodes",
+        "4",
+        "--lease-timeout-ms",
+        "3000",
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    let master = MasterProcess::start(harp_binary!(), &args);
+    let mut node_args = app.args.clone();
+    node_args.extend(scar.iter().map(|s| s.to_string()));
+    let mut nodes: Vec<Child> = ["worker", "worker", "server", "server"]
+        .iter()
+        .map(|role| node_process(&master, role, &node_args))
+        .collect();
+    wait_for_steps(&metrics, app.progress, 2);
+    nodes[2].kill().unwrap(); // SIGKILL
+    let _ = nodes[2].wait();
+    let (status, stderr) = master.finish();
+    for node in nodes.iter_mut() {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+    assert!(
+        status.success(),
+        "{:?}: the master failed: {stderr}",
+        app.args
+    );
+    figures(&app, &metrics);
+    let recoveries: Vec<serde_json::Value> = read_json_lines(&metrics)
+        .into_iter()
+        .filter(|r| r["event"] == "recovery")
+        .collect();
+    assert_eq!(recoveries.len(), 1, "{:?}: {recoveries:?}", app.args);
+    let shards = recoveries[0]["report"]["shards"].as_array().unwrap();
+    assert!(!shards.is_empty(), "{recoveries:?}");
+}
+
+#[test]
+fn mf_survives_a_killed_server_node() {
+    survives_a_killed_server_node(mf());
+}
+
+#[test]
+fn cnn_survives_a_killed_server_node() {
+    survives_a_killed_server_node(cnn());
+}

@@ -13,6 +13,7 @@
 //! | `scale-in` | from `harp scale --remove` to the removed `harp node` process's exit, MLR (target ≤ 1 s) |
 //! | `scale-out` | MLR started on 1 node process with a second joining at 30%: total time against the ideal from static 1- and 2-node runs |
 //! | `state-transfer` | moving a 1 GiB executor state between two `harp node` processes against raw quinn on one stream |
+//! | `lda` | harp's LDA (1 executor, 1 thread) against the Python `lda` package (same topics, α, β, iterations): tokens/s and log likelihood per token, on the newsgroups subset and a synthetic corpus (needs `scripts/python-bench-venv.sh`) |
 //!
 //! | `cnn` | an epoch of harp's CNN against PyTorch on the CPU with the same network, batch, Adam and threads (needs `scripts/torch-bench-venv.sh`) |
 //!
@@ -25,6 +26,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bulk;
 mod cnn;
 mod elastic;
+mod lda;
 mod measure;
 mod peer;
 mod plain;
@@ -66,6 +68,8 @@ enum Bench {
     ScaleOut,
     /// A large executor state moved between node processes against raw quinn (runs `harp`).
     StateTransfer,
+    /// harp's LDA against the Python `lda` package (needs scripts/python-bench-venv.sh).
+    Lda,
     /// harp's CNN epoch against PyTorch on the CPU (needs scripts/torch-bench-venv.sh).
     Cnn,
     /// The second process of the transport benchmarks (started by them).
@@ -161,6 +165,19 @@ pub(crate) struct Args {
     /// scale-out: epochs of each run (size it so the 1-node run takes at least 30 s).
     #[arg(long, default_value_t = 40, help_heading = "MLR across processes")]
     scale_out_epochs: u32,
+
+    /// lda: Gibbs sweeps of each run.
+    #[arg(long, default_value_t = 50, help_heading = "LDA")]
+    lda_iterations: u32,
+    /// lda: topics (K).
+    #[arg(long, default_value_t = 20, help_heading = "LDA")]
+    lda_topics: usize,
+    /// lda: tokens of the synthetic corpus.
+    #[arg(long, default_value_t = 1_000_000, help_heading = "LDA")]
+    lda_synthetic_tokens: usize,
+    /// lda: vocabulary of the synthetic corpus.
+    #[arg(long, default_value_t = 20_000, help_heading = "LDA")]
+    lda_synthetic_words: usize,
 
     /// cnn: epochs of each run (each side's median epoch is compared).
     #[arg(long, default_value_t = 2, help_heading = "CNN")]
@@ -360,6 +377,9 @@ fn main() -> Result<()> {
     }
     if args.bench == Bench::Cnn {
         cnn::run(&args)?;
+    }
+    if args.bench == Bench::Lda {
+        lda::run(&args)?;
     }
     let in_process = [
         Bench::Overhead,

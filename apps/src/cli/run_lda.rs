@@ -69,6 +69,9 @@ fn lda_config(args: &LdaCliArgs) -> LdaConfig {
         seed: args.seed,
         top_words: args.top_words,
         report_counts: false,
+        // With SCAR's running checkpoint a lost server comes back with older counts:
+        // resync the tables from the topic assignments instead of failing.
+        recover: args.cluster.scar_fraction.is_some(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The LDA driver: the initial assignment, then per iteration `B` sub-rounds of one
 //! micro-task per executor with a barrier between them (the rotation of vocabulary blocks),
 //! the likelihood per iteration, the top words at the end; optionally the executors'
-//! token counts (tests).
+//! token counts (tests). With [`LdaConfig::recover`], the resync of the tables after an
+//! iteration that read counts that differ from what the driver expected (see [`super`]).
 
 use super::{LdaArgs, LdaConfig, LdaOutput};
 use crate::data::Corpus;
@@ -25,6 +26,10 @@ pub struct LdaMetrics {
     pub iteration_s: f64,
     /// Seconds since the driver started.
     pub elapsed_s: f64,
+    /// Resyncs of the tables so far (counts that no longer matched the topic assignments,
+    /// after a lost server; always 0 without [`LdaConfig::recover`]).
+    #[serde(default)]
+    pub resyncs: u32,
 }
 
 /// One of a topic's most frequent words.
@@ -46,9 +51,16 @@ enum Phase {
     Init,
     /// Sub-round of the current iteration (0-based).
     Sample(u32),
+    /// The resync's phases (after the sub-rounds of the current iteration).
+    ResyncZero,
+    ResyncAdd,
+    ResyncCheck,
     Counts,
     Done,
 }
+
+/// Resyncs in a row (with no clean iteration between them) before the driver gives up.
+const MAX_RESYNCS_IN_A_ROW: u32 = 3;
 
 /// What the sub-rounds of one iteration add up.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -71,6 +83,14 @@ struct Saved {
     history: Vec<LdaMetrics>,
     top: Vec<Vec<(u32, u32)>>,
     elapsed_s: f64,
+    #[serde(default)]
+    totals: Option<Vec<i64>>,
+    #[serde(default)]
+    resync_pending: bool,
+    #[serde(default)]
+    resyncs: u32,
+    #[serde(default)]
+    resyncs_in_a_row: u32,
 }
 
 pub struct LdaDriver {
@@ -79,6 +99,8 @@ pub struct LdaDriver {
     executors: u32,
     top_words: usize,
     report_counts: bool,
+    /// [`LdaConfig::recover`].
+    recover: bool,
     corpus: Arc<Corpus>,
     tokens: u64,
     /// The iteration running (1-based) and its phase.
@@ -90,6 +112,13 @@ pub struct LdaDriver {
     step: u64,
     /// Each block's checksum as its last owner left it.
     checksums: Vec<Option<u64>>,
+    /// The topic totals after the last completed sub-round (`None`: not known, e.g. a job
+    /// resumed from a driver saved before they were tracked).
+    totals: Option<Vec<i64>>,
+    /// An executor of this iteration read counts that differ from what was expected.
+    resync_pending: bool,
+    resyncs: u32,
+    resyncs_in_a_row: u32,
     tally: Tally,
     history: Vec<LdaMetrics>,
     /// `(count, word)` of each topic's most frequent words, best first.
@@ -118,6 +147,7 @@ impl LdaDriver {
             executors,
             top_words: config.top_words,
             report_counts: config.report_counts,
+            recover: config.recover,
             tokens: corpus.num_tokens(),
             corpus,
             iteration: 1,
@@ -125,6 +155,10 @@ impl LdaDriver {
             pending: 0,
             step: 0,
             checksums: vec![None; executors as usize],
+            totals: Some(vec![0; params.topics]),
+            resync_pending: false,
+            resyncs: 0,
+            resyncs_in_a_row: 0,
             tally: Tally::default(),
             history: Vec::new(),
             top: vec![Vec::new(); params.topics],
@@ -162,6 +196,11 @@ impl LdaDriver {
             .collect()
     }
 
+    /// Resyncs of the tables in the run (see [`LdaMetrics::resyncs`]).
+    pub fn resyncs(&self) -> u32 {
+        self.resyncs
+    }
+
     /// The executors' word–topic counts after the last iteration, `(word, topic) → count`
     /// (empty unless [`LdaConfig::report_counts`]).
     pub fn token_counts(&self) -> &BTreeMap<(u32, u32), u64> {
@@ -195,11 +234,13 @@ impl LdaDriver {
         let report = sub_round + 1 == blocks;
         let last = report && iteration == self.iterations;
         let checksums = self.checksums.clone();
+        let expected_totals = self.totals.as_deref().map(super::totals_checksum);
         self.dispatch_all(ctx, |e| LdaArgs::Sample {
             iteration,
             sub_round,
             step,
             expected: checksums[((e + sub_round) % blocks) as usize],
+            expected_totals,
             report,
             top_words: last,
         })
@@ -207,36 +248,38 @@ impl LdaDriver {
 
     fn record(&mut self, output: LdaOutput, executor: ExecutorId) -> Result<(), AppError> {
         match output {
-            LdaOutput::Initialized { .. } => {}
+            LdaOutput::Initialized { totals, .. } => self.add_to_totals(&totals),
+            LdaOutput::Resynced => {}
+            LdaOutput::Checked {
+                block,
+                checksum,
+                stale,
+                likelihood,
+                top,
+            } => {
+                self.resync_pending |= stale;
+                self.record_block(block, checksum, executor)?;
+                self.record_likelihood(executor, &likelihood);
+                self.record_top(top);
+            }
             LdaOutput::Sampled {
                 block,
                 checksum,
                 tokens,
                 likelihood,
                 top,
+                totals_delta,
+                stale,
             } => {
-                let slot = self.checksums.get_mut(block as usize).ok_or_else(|| {
-                    format!(
-                        "lda: {executor} reported block {block} of {}",
-                        self.executors
-                    )
-                })?;
-                *slot = Some(checksum);
+                // Only possible with `recover` (otherwise the executor fails the task).
+                self.resync_pending |= stale;
+                self.record_block(block, checksum, executor)?;
+                self.add_to_totals(&totals_delta);
                 self.tally.tokens += tokens;
                 if let Some(part) = likelihood {
-                    self.tally.parts.insert(executor.0, (part.docs, part.words));
-                    if self.tally.topic_sums.is_empty() {
-                        self.tally.topic_sums = vec![0; self.params.topics];
-                    }
-                    for (s, v) in self.tally.topic_sums.iter_mut().zip(&part.topic_sums) {
-                        *s += v;
-                    }
+                    self.record_likelihood(executor, &part);
                 }
-                for (topic, word, count) in top {
-                    if let Some(list) = self.top.get_mut(topic as usize) {
-                        list.push((count, word));
-                    }
-                }
+                self.record_top(top);
             }
             LdaOutput::Counts(counts) => {
                 for (w, z, n) in counts {
@@ -247,16 +290,99 @@ impl LdaDriver {
         Ok(())
     }
 
+    fn record_block(
+        &mut self,
+        block: u32,
+        checksum: u64,
+        executor: ExecutorId,
+    ) -> Result<(), AppError> {
+        let slot = self.checksums.get_mut(block as usize).ok_or_else(|| {
+            format!(
+                "lda: {executor} reported block {block} of {}",
+                self.executors
+            )
+        })?;
+        *slot = Some(checksum);
+        Ok(())
+    }
+
+    fn record_likelihood(&mut self, executor: ExecutorId, part: &super::LikelihoodPart) {
+        self.tally.parts.insert(executor.0, (part.docs, part.words));
+        if self.tally.topic_sums.is_empty() {
+            self.tally.topic_sums = vec![0; self.params.topics];
+        }
+        for (s, v) in self.tally.topic_sums.iter_mut().zip(&part.topic_sums) {
+            *s += v;
+        }
+    }
+
+    fn record_top(&mut self, top: Vec<(u32, u32, u32)>) {
+        for (topic, word, count) in top {
+            if let Some(list) = self.top.get_mut(topic as usize) {
+                list.push((count, word));
+            }
+        }
+    }
+
+    /// Adds an executor's change to the tracked topic totals.
+    fn add_to_totals(&mut self, delta: &[i64]) {
+        if let Some(totals) = &mut self.totals {
+            if delta.len() == totals.len() {
+                totals.iter_mut().zip(delta).for_each(|(t, d)| *t += d);
+            } else {
+                self.totals = None;
+            }
+        }
+    }
+
+    /// Starts a resync of the tables (with `recover`), or fails the job, after an iteration
+    /// whose counts differ from what was expected.
+    fn start_resync(
+        &mut self,
+        problem: String,
+        ctx: &mut DriverContext<'_, LdaArgs>,
+    ) -> Result<(), AppError> {
+        if !self.recover {
+            return Err(problem.into());
+        }
+        if self.resyncs_in_a_row >= MAX_RESYNCS_IN_A_ROW {
+            return Err(format!(
+                "{problem}, and {} resyncs in a row did not make the tables consistent",
+                self.resyncs_in_a_row
+            )
+            .into());
+        }
+        tracing::warn!("{problem}: resyncing the word-topic and topic-total tables from the executors' topic assignments");
+        self.resyncs += 1;
+        self.resyncs_in_a_row += 1;
+        self.resync_pending = false;
+        // The likelihood and the top words come again from the resync's check.
+        self.tally.parts.clear();
+        self.tally.topic_sums.clear();
+        self.top.iter_mut().for_each(Vec::clear);
+        self.phase = Phase::ResyncZero;
+        self.dispatch_all(ctx, |_| LdaArgs::ResyncZero)
+    }
+
     fn finish_iteration(&mut self, ctx: &mut DriverContext<'_, LdaArgs>) -> Result<(), AppError> {
         let totals = &self.tally.topic_sums;
         let total: i64 = totals.iter().sum();
         if totals.len() != self.params.topics || total != self.tokens as i64 {
-            return Err(format!(
+            let problem = format!(
                 "lda: after iteration {} the word-topic table holds {total} tokens, the corpus {}",
                 self.iteration, self.tokens
-            )
-            .into());
+            );
+            return self.start_resync(problem, ctx);
         }
+        if self.resync_pending {
+            let problem = format!(
+                "lda: in iteration {} an executor read counts that differ from what their \
+                 previous writers left",
+                self.iteration
+            );
+            return self.start_resync(problem, ctx);
+        }
+        self.resyncs_in_a_row = 0;
         let totals: Vec<u32> = totals
             .iter()
             .map(|&t| u32::try_from(t))
@@ -273,6 +399,7 @@ impl LdaDriver {
             tokens_per_s: self.tally.tokens as f64 / iteration_s.max(1e-9),
             iteration_s,
             elapsed_s: self.elapsed_before + self.started.elapsed().as_secs_f64(),
+            resyncs: self.resyncs,
         };
         self.observer.iteration_completed(&metrics);
         self.history.push(metrics);
@@ -313,6 +440,12 @@ impl Driver<super::LdaApp> for LdaDriver {
                 self.step = self.step.saturating_sub(1);
                 self.dispatch_sub_round(sub_round, ctx)
             }
+            Phase::ResyncZero | Phase::ResyncAdd | Phase::ResyncCheck => {
+                // Resumed between the resync's phases: it starts over (every phase is
+                // computed afresh from the tables and the assignments).
+                self.phase = Phase::ResyncZero;
+                self.dispatch_all(ctx, |_| LdaArgs::ResyncZero)
+            }
             Phase::Counts => self.dispatch_all(ctx, |_| LdaArgs::Counts),
             Phase::Done => {
                 ctx.finish();
@@ -343,6 +476,20 @@ impl Driver<super::LdaApp> for LdaDriver {
                 self.dispatch_sub_round(sub_round + 1, ctx)
             }
             Phase::Sample(_) => self.finish_iteration(ctx),
+            Phase::ResyncZero => {
+                self.phase = Phase::ResyncAdd;
+                self.dispatch_all(ctx, |_| LdaArgs::ResyncAdd)
+            }
+            Phase::ResyncAdd => {
+                self.phase = Phase::ResyncCheck;
+                let top_words = self.iteration == self.iterations;
+                self.dispatch_all(ctx, |_| LdaArgs::ResyncCheck { top_words })
+            }
+            Phase::ResyncCheck => {
+                // Both totals rows now hold the column sums of the table.
+                self.totals = Some(self.tally.topic_sums.clone());
+                self.finish_iteration(ctx)
+            }
             Phase::Counts | Phase::Done => {
                 self.phase = Phase::Done;
                 ctx.finish();
@@ -362,6 +509,10 @@ impl Driver<super::LdaApp> for LdaDriver {
             history: self.history.clone(),
             top: self.top.clone(),
             elapsed_s: self.elapsed_before + self.started.elapsed().as_secs_f64(),
+            totals: self.totals.clone(),
+            resync_pending: self.resync_pending,
+            resyncs: self.resyncs,
+            resyncs_in_a_row: self.resyncs_in_a_row,
         };
         Ok(serde_json::to_vec(&saved)?)
     }
@@ -389,6 +540,10 @@ impl Driver<super::LdaApp> for LdaDriver {
         self.history = saved.history;
         self.top = saved.top;
         self.elapsed_before = saved.elapsed_s;
+        self.totals = saved.totals;
+        self.resync_pending = saved.resync_pending;
+        self.resyncs = saved.resyncs;
+        self.resyncs_in_a_row = saved.resyncs_in_a_row;
         Ok(())
     }
 }

@@ -40,6 +40,9 @@ pub struct LdaExecutor {
     /// Its change to the topic totals in the previous sub-round (pushed again, with this
     /// sub-round's, to the other totals row).
     previous_delta: Vec<i64>,
+    /// [`super::LdaConfig::recover`]: sample counts that differ from what was expected
+    /// (clamped) and report them stale instead of failing.
+    recover: bool,
     // Buffers kept between sub-rounds.
     keys: Vec<u64>,
     counts: Vec<u32>,
@@ -79,6 +82,24 @@ fn checksum(first_row: usize, counts: &[u32]) -> u64 {
         lanes[0] = (lanes[0] ^ u64::from(v)).wrapping_mul(0x0000_0100_0000_01b3);
     }
     mix(&lanes)
+}
+
+/// A checksum of topic totals (the driver's expectation of a totals row).
+pub fn totals_checksum(totals: &[i64]) -> u64 {
+    let mut parts = Vec::with_capacity(totals.len() + 1);
+    parts.push(totals.len() as u64);
+    parts.extend(totals.iter().map(|&t| t as u64));
+    mix(&parts)
+}
+
+/// A count read from a table as `u32`: `None` if it is negative or too large.
+fn as_count(v: i64) -> Option<u32> {
+    u32::try_from(v).ok()
+}
+
+/// [`as_count`], clamped into `0..=u32::MAX`.
+fn clamped_count(v: i64) -> u32 {
+    v.clamp(0, i64::from(u32::MAX)) as u32
 }
 
 fn lda_error(message: String) -> AppError {
@@ -141,6 +162,7 @@ impl LdaExecutor {
             tokens,
             doc_topic,
             previous_delta: vec![0; k],
+            recover: config.recover,
             keys: Vec::new(),
             counts: Vec::new(),
             counts_before: Vec::new(),
@@ -173,48 +195,98 @@ impl LdaExecutor {
     /// Step 0: pushes the counts of the initial assignment, and the topic totals to both
     /// totals rows.
     fn init(&mut self, ps: &mut ParamClient) -> Result<LdaOutput, AppError> {
-        let k = self.params.topics;
         let own = self.own_word_topic_rows();
         let keys: Vec<u64> = own.iter().map(|(r, _)| *r).collect();
         let deltas: Vec<Vec<i64>> = own.into_iter().map(|(_, v)| v).collect();
         ps.update_many_owned(&self.word_topic, &keys, deltas)?;
+        let totals = self.own_totals();
+        ps.update(&self.topic_totals, 0, &totals)?;
+        ps.update(&self.topic_totals, 1, &totals)?;
+        Ok(LdaOutput::Initialized {
+            tokens: self.num_tokens(),
+            totals,
+        })
+    }
+
+    /// The topic totals of this executor's tokens.
+    fn own_totals(&self) -> Vec<i64> {
+        let k = self.params.topics;
         let mut totals = vec![0i64; k];
         for row in self.doc_topic.chunks_exact(k) {
             for (t, &n) in totals.iter_mut().zip(row) {
                 *t += i64::from(n);
             }
         }
-        ps.update(&self.topic_totals, 0, &totals)?;
-        ps.update(&self.topic_totals, 1, &totals)?;
-        Ok(LdaOutput::Initialized {
-            tokens: self.num_tokens(),
-        })
+        totals
     }
 
     /// Reads the rows of `rows` into `self.counts` as `u32`, refusing counts that are
-    /// negative or too large; returns the checksum of what was read.
+    /// negative or too large (with `recover`: clamping them); returns the checksum of what
+    /// was read and whether a count was clamped.
     async fn read_block(
         &mut self,
         rows: &Range<usize>,
         ps: &mut ParamClient,
-    ) -> Result<u64, AppError> {
+    ) -> Result<(u64, bool), AppError> {
         self.keys.clear();
         self.keys.extend(rows.clone().map(|r| r as u64));
         let got = ps.get_many(&self.word_topic, &self.keys).await?;
         self.counts.clear();
         self.counts.reserve(rows.len() * self.rows.width());
+        let mut clamped = false;
         for (row, values) in rows.clone().zip(&got) {
             for &v in values.iter() {
-                let v = u32::try_from(v).map_err(|_| {
-                    lda_error(format!(
-                        "lda: word-topic row {row} holds the count {v} (executor {})",
-                        self.me
-                    ))
-                })?;
-                self.counts.push(v);
+                let count = match as_count(v) {
+                    Some(count) => count,
+                    None if self.recover => {
+                        clamped = true;
+                        clamped_count(v)
+                    }
+                    None => {
+                        return Err(lda_error(format!(
+                            "lda: word-topic row {row} holds the count {v} (executor {})",
+                            self.me
+                        )))
+                    }
+                };
+                self.counts.push(count);
             }
         }
-        Ok(checksum(rows.start, &self.counts))
+        Ok((checksum(rows.start, &self.counts), clamped))
+    }
+
+    /// Raises every count of block `b` (in `self.counts`, rows `rows`) to at least this
+    /// executor's own tokens' count, so the sampler can take each of its tokens out of the
+    /// counts (stale counts after a lost server; the resync fixes the table afterwards).
+    fn raise_to_own_counts(&mut self, b: usize, rows: &Range<usize>) {
+        let k = self.params.topics;
+        let base = self.rows.words_of(rows).start as usize;
+        let mut own = vec![0u32; self.counts.len()];
+        let block = &self.tokens[b];
+        for (&w, &z) in block.words.iter().zip(&block.topics) {
+            own[(w as usize - base) * k + z as usize] += 1;
+        }
+        for (count, &mine) in self.counts.iter_mut().zip(&own) {
+            *count = (*count).max(mine);
+        }
+    }
+
+    /// The likelihood parts of this executor's documents and of the block in `self.counts`.
+    fn likelihood_part(&self) -> Result<LikelihoodPart, AppError> {
+        let k = self.params.topics;
+        let mut topic_sums = vec![0i64; k];
+        for word in self.counts.chunks_exact(k) {
+            for (s, &n) in topic_sums.iter_mut().zip(word) {
+                *s += i64::from(n);
+            }
+        }
+        Ok(LikelihoodPart {
+            docs: log_likelihood_docs(&self.params, &self.doc_topic)
+                .map_err(|e| lda_error(format!("lda: {e}")))?,
+            words: log_likelihood_words(&self.params, &self.counts)
+                .map_err(|e| lda_error(format!("lda: {e}")))?,
+            topic_sums,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -224,6 +296,7 @@ impl LdaExecutor {
         sub_round: u32,
         step: u64,
         expected: Option<u64>,
+        expected_totals: Option<u64>,
         report: bool,
         top_words: bool,
         ps: &mut ParamClient,
@@ -232,9 +305,12 @@ impl LdaExecutor {
         let num_blocks = self.blocks.len() as u32;
         let b = ((self.me + sub_round) % num_blocks) as usize;
         let rows = self.blocks[b].clone();
-        let found = self.read_block(&rows, ps).await?;
+        let (found, clamped) = self.read_block(&rows, ps).await?;
+        let mut stale = clamped;
         if let Some(expected) = expected {
-            if found != expected {
+            if found != expected && self.recover {
+                stale = true;
+            } else if found != expected {
                 return Err(lda_error(format!(
                     "lda: executor {} read block {b} (word-topic rows {}..{}) in iteration \
                      {iteration}, sub-round {sub_round}, and it differs from what its previous \
@@ -243,16 +319,47 @@ impl LdaExecutor {
                 )));
             }
         }
-        let tokens = &mut self.tokens[b];
+        if stale {
+            self.raise_to_own_counts(b, &rows);
+        }
         let mut delta = vec![0i64; k];
-        if !tokens.topics.is_empty() {
+        if !self.tokens[b].topics.is_empty() {
             let totals = ps.get(&self.topic_totals, step % 2).await?;
-            self.totals.clear();
-            for &t in totals.iter() {
-                self.totals.push(u32::try_from(t).map_err(|_| {
-                    lda_error(format!("lda: a topic total is {t} (executor {})", self.me))
-                })?);
+            let totals_stale = expected_totals.is_some_and(|e| e != totals_checksum(&totals));
+            if totals_stale && !self.recover {
+                return Err(lda_error(format!(
+                    "lda: executor {} read the topic totals (row {}) in iteration {iteration}, \
+                     sub-round {sub_round}, and they differ from what the driver expects: \
+                     another executor wrote them meanwhile",
+                    self.me,
+                    step % 2
+                )));
             }
+            self.totals.clear();
+            let mut totals_clamped = false;
+            for &t in totals.iter() {
+                self.totals.push(match as_count(t) {
+                    Some(t) => t,
+                    None if self.recover => {
+                        totals_clamped = true;
+                        clamped_count(t)
+                    }
+                    None => {
+                        return Err(lda_error(format!(
+                            "lda: a topic total is {t} (executor {})",
+                            self.me
+                        )))
+                    }
+                });
+            }
+            if totals_stale || totals_clamped {
+                stale = true;
+                let own = self.own_totals();
+                for (total, mine) in self.totals.iter_mut().zip(own) {
+                    *total = (*total).max(clamped_count(mine));
+                }
+            }
+            let tokens = &mut self.tokens[b];
             for (d, &t) in delta.iter_mut().zip(&self.totals) {
                 *d = -i64::from(t);
             }
@@ -289,21 +396,9 @@ impl LdaExecutor {
         if push.iter().any(|&v| v != 0) {
             ps.update(&self.topic_totals, (step + 1) % 2, &push)?;
         }
-        self.previous_delta = delta;
+        self.previous_delta.clone_from(&delta);
         let likelihood = if report {
-            let mut topic_sums = vec![0i64; k];
-            for word in self.counts.chunks_exact(k) {
-                for (s, &n) in topic_sums.iter_mut().zip(word) {
-                    *s += i64::from(n);
-                }
-            }
-            Some(LikelihoodPart {
-                docs: log_likelihood_docs(&self.params, &self.doc_topic)
-                    .map_err(|e| lda_error(format!("lda: {e}")))?,
-                words: log_likelihood_words(&self.params, &self.counts)
-                    .map_err(|e| lda_error(format!("lda: {e}")))?,
-                topic_sums,
-            })
+            Some(self.likelihood_part()?)
         } else {
             None
         };
@@ -318,6 +413,76 @@ impl LdaExecutor {
             tokens: self.tokens[b].topics.len() as u64,
             likelihood,
             top,
+            totals_delta: delta,
+            stale,
+        })
+    }
+
+    /// This executor's block in a resync (block `e`; blocks are as many as executors).
+    fn resync_block(&self) -> Result<Range<usize>, AppError> {
+        self.blocks.get(self.me as usize).cloned().ok_or_else(|| {
+            lda_error(format!(
+                "lda: executor {} of {} blocks",
+                self.me,
+                self.blocks.len()
+            ))
+        })
+    }
+
+    /// Resync, phase 1: pushes the negation of block `e`'s rows as read (it is the only
+    /// writer of them in this phase), and executor 0 that of both totals rows.
+    async fn resync_zero(&mut self, ps: &mut ParamClient) -> Result<LdaOutput, AppError> {
+        let rows = self.resync_block()?;
+        let keys: Vec<u64> = rows.map(|r| r as u64).collect();
+        let got = ps.get_many(&self.word_topic, &keys).await?;
+        let mut zero_keys = Vec::new();
+        let mut deltas = Vec::new();
+        for (&key, values) in keys.iter().zip(&got) {
+            if values.iter().any(|&v| v != 0) {
+                zero_keys.push(key);
+                deltas.push(values.iter().map(|&v| -v).collect::<Vec<i64>>());
+            }
+        }
+        ps.update_many_owned(&self.word_topic, &zero_keys, deltas)?;
+        if self.me == 0 {
+            for row in 0..2 {
+                let totals = ps.get(&self.topic_totals, row).await?;
+                if totals.iter().any(|&t| t != 0) {
+                    let negated: Vec<i64> = totals.iter().map(|&t| -t).collect();
+                    ps.update(&self.topic_totals, row, &negated)?;
+                }
+            }
+        }
+        Ok(LdaOutput::Resynced)
+    }
+
+    /// Resync, phase 2: pushes the counts of this executor's tokens (as step 0 does) and
+    /// forgets its previous totals delta (both totals rows are now current).
+    fn resync_add(&mut self, ps: &mut ParamClient) -> Result<LdaOutput, AppError> {
+        self.init(ps)?;
+        self.previous_delta.iter_mut().for_each(|d| *d = 0);
+        Ok(LdaOutput::Resynced)
+    }
+
+    /// Resync, phase 3: reads block `e` (nobody writes it in this phase) and reports its
+    /// checksum, the likelihood parts and, after the last iteration, its top words.
+    async fn resync_check(
+        &mut self,
+        top_words: bool,
+        ps: &mut ParamClient,
+    ) -> Result<LdaOutput, AppError> {
+        let rows = self.resync_block()?;
+        let (checksum, clamped) = self.read_block(&rows, ps).await?;
+        Ok(LdaOutput::Checked {
+            block: self.me,
+            checksum,
+            stale: clamped,
+            likelihood: self.likelihood_part()?,
+            top: if top_words {
+                self.block_top_words(&rows)
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -427,13 +592,26 @@ impl Executor<super::LdaApp> for LdaExecutor {
                 sub_round,
                 step,
                 expected,
+                expected_totals,
                 report,
                 top_words,
             } => {
-                self.sample(iteration, sub_round, step, expected, report, top_words, ps)
-                    .await
+                self.sample(
+                    iteration,
+                    sub_round,
+                    step,
+                    expected,
+                    expected_totals,
+                    report,
+                    top_words,
+                    ps,
+                )
+                .await
             }
             LdaArgs::Counts => Ok(LdaOutput::Counts(self.token_counts())),
+            LdaArgs::ResyncZero => self.resync_zero(ps).await,
+            LdaArgs::ResyncAdd => self.resync_add(ps),
+            LdaArgs::ResyncCheck { top_words } => self.resync_check(top_words, ps).await,
         }
     }
 

@@ -43,13 +43,40 @@
 //! token count), and reports `log p(w, z)` per token ([`LdaMetrics`]). After the last
 //! iteration the same executors report the `top_words` most frequent words of each topic
 //! in their block, which the driver merges.
+//!
+//! **Checks.** Besides each block's checksum, the driver tracks the topic totals (the
+//! executors report their change every sub-round) and hands each sub-round the checksum
+//! ([`totals_checksum`]) of the totals row it reads; and after each iteration it checks
+//! that the table holds as many tokens as the corpus. Without [`LdaConfig::recover`] any
+//! difference fails the job: in a job that loses nothing it can only be an exclusivity bug.
+//!
+//! **Recovery from a lost server** ([`LdaConfig::recover`], on in `harp run lda` with
+//! `--scar-fraction`). A server's shards restored from SCAR's running checkpoint hold
+//! counts up to a round old, which no longer match the executors' topic assignments (the
+//! executors' state survives). An executor that reads a block or a totals row that differs
+//! from what was expected (or holds a negative count) samples anyway, with the counts as
+//! read clamped at 0 and raised to at least its own tokens' counts (so every token can be
+//! taken out), and reports the sub-round stale. At the end of such an iteration (or when
+//! the token count is off) the driver logs a warning, counts a resync
+//! ([`LdaMetrics::resyncs`], in the metrics line) and runs three phases of one task per
+//! executor before it reports the iteration: (1) executor `e` reads block `e`'s rows and
+//! pushes their negation, executor 0 does so for both totals rows (each row has one
+//! writer, and the phase runs after every update of the iteration was applied); (2) every
+//! executor pushes the counts of its own tokens to the word rows and both totals rows (as
+//! in step 0; additive, so the order does not matter) and forgets its previous totals
+//! delta; (3) executor `e` reads block `e` and reports its checksum, likelihood parts and
+//! column sums, from which the driver reports the iteration and takes the totals and the
+//! checksums it expects next. The tables then equal the assignments exactly. The
+//! iteration's samples drawn from stale counts stay (a small perturbation of the chain, as
+//! SCAR intends); three resyncs in a row that do not make the tables consistent fail the
+//! job.
 
 mod driver;
 mod executor;
 pub mod layout;
 
 pub use driver::{LdaDriver, LdaMetrics, LdaObserver, TopWord};
-pub use executor::LdaExecutor;
+pub use executor::{totals_checksum, LdaExecutor};
 
 use crate::data::Corpus;
 use harp::Norm;
@@ -77,6 +104,12 @@ pub struct LdaConfig {
     /// own tokens ([`LdaDriver::token_counts`]): the tests' check that the tables equal the
     /// assignments.
     pub report_counts: bool,
+    /// Recover from lost parameter rows (a server restored from SCAR's running checkpoint):
+    /// counts that no longer match the executors' topic assignments are sampled as read
+    /// (clamped) and the tables are resynchronised from the assignments before the next
+    /// iteration (see the module doc). Off, such a mismatch fails the job (the exclusivity
+    /// check). `harp run lda` turns it on with `--scar-fraction`.
+    pub recover: bool,
 }
 
 impl Default for LdaConfig {
@@ -89,6 +122,7 @@ impl Default for LdaConfig {
             seed: 1,
             top_words: 10,
             report_counts: false,
+            recover: false,
         }
     }
 }
@@ -107,6 +141,9 @@ pub enum LdaArgs {
         /// The block's checksum as its previous owner left it (`None` before the first
         /// owner of the run has sampled it).
         expected: Option<u64>,
+        /// The checksum ([`totals_checksum`]) of the topic totals the driver expects in the
+        /// row this sub-round reads (`None` when it does not know them).
+        expected_totals: Option<u64>,
         /// The last sub-round of the iteration: report the likelihood parts.
         report: bool,
         /// The last sub-round of the run: report the block's top words.
@@ -114,6 +151,15 @@ pub enum LdaArgs {
     },
     /// Report the word–topic counts of the executor's tokens.
     Counts,
+    /// Resync, first phase: zero block `e` (push the negation of its rows as read);
+    /// executor 0 also zeroes both topic-totals rows.
+    ResyncZero,
+    /// Resync, second phase: push the counts of the executor's own tokens to every row and
+    /// its topic totals to both totals rows.
+    ResyncAdd,
+    /// Resync, third phase: read block `e` and report its checksum and likelihood parts
+    /// (and its top words after the last iteration).
+    ResyncCheck { top_words: bool },
 }
 
 /// The likelihood parts one executor reports in an iteration's last sub-round.
@@ -130,6 +176,8 @@ pub struct LikelihoodPart {
 pub enum LdaOutput {
     Initialized {
         tokens: u64,
+        /// The executor's topic totals (K values).
+        totals: Vec<i64>,
     },
     Sampled {
         block: u32,
@@ -137,6 +185,22 @@ pub enum LdaOutput {
         tokens: u64,
         likelihood: Option<LikelihoodPart>,
         /// `(topic, word, count)` of the block's `top_words` most frequent words per topic.
+        top: Vec<(u32, u32, u32)>,
+        /// The executor's change to the topic totals in this sub-round (K values).
+        totals_delta: Vec<i64>,
+        /// The block or the topic totals as read differed from what the driver expected
+        /// (only with [`LdaConfig::recover`]; otherwise that is an error).
+        stale: bool,
+    },
+    /// A resync phase that reports nothing.
+    Resynced,
+    /// What [`LdaArgs::ResyncCheck`] reports.
+    Checked {
+        block: u32,
+        checksum: u64,
+        /// A count was negative (clamped): the tables were disturbed again meanwhile.
+        stale: bool,
+        likelihood: LikelihoodPart,
         top: Vec<(u32, u32, u32)>,
     },
     /// `(word, topic, count)` of the executor's tokens, nonzero counts only.

@@ -2,8 +2,8 @@
 
 mod checkpoints;
 mod cluster;
-mod run_cnn;
 mod processes;
+mod run_cnn;
 mod run_counter;
 mod run_lda;
 mod run_mf;
@@ -194,57 +194,29 @@ pub fn run(cli: Cli) -> Result<()> {
             job,
         } => {
             let job = Cli::try_parse_from(std::iter::once("harp".to_string()).chain(job))?;
+            let node = |cluster: &ClusterArgs| processes::NodeTarget {
+                join,
+                credentials: credentials.clone(),
+                bind,
+                roles: role.into(),
+                cluster: cluster.clone(),
+            };
             match job.command {
                 Command::Run {
                     app: RunApp::Mlr(args),
-                } => processes::run_node(
-                    run_mlr::build_app(&args, true)?,
-                    join,
-                    &credentials,
-                    bind,
-                    role.into(),
-                    &args.cluster,
-                ),
+                } => node(&args.cluster).run(run_mlr::build_app(&args, true)?),
                 Command::Run {
                     app: RunApp::Counter(args),
-                } => processes::run_node(
-                    run_counter::build_app(&args)?,
-                    join,
-                    &credentials,
-                    bind,
-                    role.into(),
-                    &args.cluster,
-                ),
+                } => node(&args.cluster).run(run_counter::build_app(&args)?),
                 Command::Run {
                     app: RunApp::Mf(args),
-                } => processes::run_node(
-                    run_mf::build_app(&args)?,
-                    join,
-                    &credentials,
-                    bind,
-                    role.into(),
-                    &args.cluster,
-                ),
+                } => node(&args.cluster).run(run_mf::build_app(&args)?),
                 Command::Run {
                     app: RunApp::Lda(args),
-                } => processes::run_node(
-                    run_lda::build_app(&args)?,
-                    join,
-                    &credentials,
-                    bind,
-                    role.into(),
-                    &args.cluster,
-                ),
+                } => node(&args.cluster).run(run_lda::build_app(&args)?),
                 Command::Run {
                     app: RunApp::Cnn(args),
-                } => processes::run_node(
-                    run_cnn::build_app(&args)?,
-                    join,
-                    &credentials,
-                    bind,
-                    role.into(),
-                    &args.cluster,
-                ),
+                } => node(&args.cluster).run(run_cnn::build_app(&args)?),
                 Command::Node { .. } | Command::Scale { .. } => {
                     anyhow::bail!("a node's job must be a `run` command")
                 }

@@ -310,21 +310,30 @@ fn watch_etcd(
     Ok(tokio::sync::mpsc::unbounded_channel().1)
 }
 
-/// `harp node`: joins the master at `join` and runs `app` there until the job ends; with
-/// `--etcd`, holds a lease in etcd while it runs.
-pub fn run_node<A: App>(
-    app: Arc<A>,
-    join: SocketAddr,
-    credentials: &Path,
-    bind: IpAddr,
-    roles: harp::NodeRoles,
-    cluster: &ClusterArgs,
-) -> Result<()> {
-    let creds = JobCredentials::load(credentials).map_err(|e| anyhow!("{e}"))?;
-    let runtime = cluster.runtime()?;
-    runtime.block_on(node_with_membership(
-        app, &creds, join, bind, roles, cluster,
-    ))
+/// Where and as what a `harp node` process joins a job (its command line, less the app).
+pub struct NodeTarget {
+    pub join: SocketAddr,
+    pub credentials: PathBuf,
+    pub bind: IpAddr,
+    pub roles: harp::NodeRoles,
+    pub cluster: ClusterArgs,
+}
+
+impl NodeTarget {
+    /// `harp node`: joins the master at `join` and runs `app` there until the job ends; with
+    /// `--etcd`, holds a lease in etcd while it runs.
+    pub fn run<A: App>(&self, app: Arc<A>) -> Result<()> {
+        let creds = JobCredentials::load(&self.credentials).map_err(|e| anyhow!("{e}"))?;
+        let runtime = self.cluster.runtime()?;
+        runtime.block_on(node_with_membership(
+            app,
+            &creds,
+            self.join,
+            self.bind,
+            self.roles,
+            &self.cluster,
+        ))
+    }
 }
 
 #[cfg(feature = "etcd")]

@@ -39,27 +39,40 @@ fn strings(args: &[&str]) -> Vec<String> {
 }
 
 fn mf() -> Option<AppRun> {
+    mf_for(8)
+}
+
+fn mf_for(iterations: usize) -> Option<AppRun> {
     let data = shared_data("movielens-small/ratings.csv")?;
     let mut args = strings(&["run", "mf", "--solver", "sgd", "--rank", "8"]);
-    args.extend(["--iterations".into(), "8".into(), "--data".into()]);
+    args.extend([
+        "--iterations".into(),
+        iterations.to_string(),
+        "--data".into(),
+    ]);
     args.push(data.to_str()?.to_string());
     Some(AppRun {
         args,
         progress: "iteration",
         figures: &["train_rmse", "test_rmse"],
-        steps: 8,
+        steps: iterations,
     })
 }
 
 fn lda() -> Option<AppRun> {
+    lda_for(10, 10)
+}
+
+fn lda_for(topics: usize, iterations: usize) -> Option<AppRun> {
     let data = shared_data("newsgroups-subset")?;
-    let mut args = strings(&["run", "lda", "--topics", "10", "--iterations", "10"]);
+    let mut args = strings(&["run", "lda", "--topics", &topics.to_string()]);
+    args.extend(["--iterations".into(), iterations.to_string()]);
     args.extend(["--data".into(), data.to_str()?.to_string()]);
     Some(AppRun {
         args,
         progress: "iteration",
         figures: &["log_likelihood"],
-        steps: 10,
+        steps: iterations,
     })
 }
 
@@ -144,7 +157,13 @@ fn on_three_nodes(app: &AppRun, disturb: bool) -> (Vec<Vec<f64>>, Vec<serde_json
         master.wait_for_nodes(&BTreeSet::from([0, 1]));
         wait_for_steps(&metrics, app.progress, 4);
         let out = master.scale(&["--add", "1"]);
-        assert!(out.status.success(), "{}", out.describe());
+        assert!(
+            out.status.success(),
+            "{} (the job had done {} of its {} steps)",
+            out.describe(),
+            steps_so_far(&metrics, app.progress),
+            app.steps
+        );
         master.wait_for_nodes(&BTreeSet::from([0, 1, 3]));
     }
     let (status, stderr) = master.finish();
@@ -188,14 +207,18 @@ fn scales_in_and_out_without_changing_the_result(app: Option<AppRun>) {
     }
 }
 
+// The scale tests' jobs must outlast both scale commands (a node process started and
+// joined, load moved both ways: seconds): MF gets 30 iterations, LDA (a few ms an iteration
+// on newsgroups) 100 topics and 200 iterations.
+
 #[test]
 fn mf_scales_in_and_out_without_changing_the_result() {
-    scales_in_and_out_without_changing_the_result(mf());
+    scales_in_and_out_without_changing_the_result(mf_for(30));
 }
 
 #[test]
 fn lda_scales_in_and_out_without_changing_the_result() {
-    scales_in_and_out_without_changing_the_result(lda());
+    scales_in_and_out_without_changing_the_result(lda_for(100, 200));
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub use frame::{
 pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
     ArchivedMessage, Assignment, CompletionWire, DistancesResult, HandOffResult, Hello, JobId,
-    JobInfoWire, Message, MessageKind, NodeRole, OptStateWire, ParamKeyWire, Placement,
-    LostUpdatesResult, ReleaseResult, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace, ShardRowWire,
-    StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
+    JobInfoWire, LostUpdatesResult, Message, MessageKind, NodeRole, OptStateWire, ParamKeyWire,
+    Placement, ReleaseResult, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace,
+    ShardRowWire, StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
 };

@@ -32,9 +32,9 @@ use crate::table::{TableSet, UpdateRule};
 use cache::ParamCache;
 use dashmap::DashMap;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Version};
+use lost_ledger::LostLedger;
 use stats::NodeCounters;
 use std::collections::BTreeMap;
-use lost_ledger::LostLedger;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -129,7 +129,10 @@ impl ParamStore {
 
     /// What `server` acknowledged of this node's updates since each row's last save, by
     /// save epoch; an error when this node cannot say exactly (or keeps no record).
-    pub(crate) fn lost_updates(&self, server: ServerId) -> Result<lost_ledger::RowsByEpoch, String> {
+    pub(crate) fn lost_updates(
+        &self,
+        server: ServerId,
+    ) -> Result<lost_ledger::RowsByEpoch, String> {
         match &self.lost_ledger {
             Some(ledger) => ledger
                 .lock()
@@ -140,7 +143,12 @@ impl ParamStore {
     }
 
     /// Keeps `server`'s acknowledgement at `epoch` of `part` (its rows of `Add` tables).
-    fn ledger_acknowledged(&self, server: ServerId, epoch: AppliedAt, part: &[(ParamKey, RowData)]) {
+    fn ledger_acknowledged(
+        &self,
+        server: ServerId,
+        epoch: AppliedAt,
+        part: &[(ParamKey, RowData)],
+    ) {
         let Some(ledger) = &self.lost_ledger else {
             return;
         };

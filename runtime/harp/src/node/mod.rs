@@ -147,22 +147,18 @@ impl ParamStore {
         &self,
         server: ServerId,
         epoch: AppliedAt,
-        part: &[(ParamKey, RowData)],
+        mut part: Vec<(ParamKey, RowData)>,
     ) {
         let Some(ledger) = &self.lost_ledger else {
             return;
         };
-        let additive: Vec<(ParamKey, RowData)> = part
-            .iter()
-            .filter(|(key, _)| {
-                self.tables
-                    .get(key.table)
-                    .is_ok_and(|spec| spec.rule == UpdateRule::Add)
-            })
-            .cloned()
-            .collect();
+        part.retain(|(key, _)| {
+            self.tables
+                .get(key.table)
+                .is_ok_and(|spec| spec.rule == UpdateRule::Add)
+        });
         let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-        ledger.record(server, epoch, &additive);
+        ledger.record(server, epoch, part);
     }
 
     /// The same store, with reads and flushes that outlive a failed server (see the module
@@ -364,7 +360,8 @@ impl ParamStore {
         for (server, rx, kept) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(Ok(epoch))) => {
-                    if let (FlushMode::Apply, Some(part)) = (mode, &kept) {
+                    // The copy kept for a resend is not needed any more: the ledger takes it.
+                    if let (FlushMode::Apply, Some(part)) = (mode, kept) {
                         self.ledger_acknowledged(server, epoch, part);
                     }
                     acked.push(server)

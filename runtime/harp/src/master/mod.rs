@@ -642,7 +642,15 @@ impl<A: App> Actor for MasterActor<A> {
                 .map(|()| false),
             MasterMsg::CheckpointRoundDone(done) => {
                 if let Some(checkpoint) = state.checkpoint.as_mut() {
-                    for (server, epoch, keys) in checkpoint.round_done(done) {
+                    let saves = checkpoint.round_done(done);
+                    // Nodes of a job that recovers workers keep no ledger (staged parts are
+                    // applied at their commit): nothing to tell them.
+                    let saves = if state.worker_recovery.is_none() {
+                        saves
+                    } else {
+                        Vec::new()
+                    };
+                    for (server, epoch, keys) in saves {
                         for route in &state.routes {
                             route.rows_saved(server, epoch, &keys);
                         }

@@ -4,6 +4,7 @@
 //! token counts (tests). With [`LdaConfig::recover`], the resync of the tables after an
 //! iteration that read counts that differ from what the driver expected (see [`super`]).
 
+use super::blocks::Blocks;
 use super::{LdaArgs, LdaConfig, LdaOutput};
 use crate::data::Corpus;
 use harp::{AppError, Completion, Driver, DriverContext, ExecutorId};
@@ -79,6 +80,9 @@ struct Saved {
     pending: u32,
     step: u64,
     checksums: Vec<Option<u64>>,
+    /// Blocks found stale since the last resync (empty in drivers saved before).
+    #[serde(default)]
+    stale_blocks: Vec<bool>,
     tally: Tally,
     history: Vec<LdaMetrics>,
     top: Vec<Vec<(u32, u32)>>,
@@ -110,8 +114,8 @@ pub struct LdaDriver {
     pending: u32,
     /// Sub-rounds dispatched since the start (the step of the last dispatched one).
     step: u64,
-    /// Each block's checksum as its last owner left it.
-    checksums: Vec<Option<u64>>,
+    /// Each block's checksum as its last owner left it, or that it is stale.
+    blocks: Blocks,
     /// The topic totals after the last completed sub-round (`None`: not known, e.g. a job
     /// resumed from a driver saved before they were tracked).
     totals: Option<Vec<i64>>,
@@ -154,7 +158,7 @@ impl LdaDriver {
             phase: Phase::Init,
             pending: 0,
             step: 0,
-            checksums: vec![None; executors as usize],
+            blocks: Blocks::new(executors as usize),
             totals: Some(vec![0; params.topics]),
             resync_pending: false,
             resyncs: 0,
@@ -233,13 +237,15 @@ impl LdaDriver {
         let (iteration, step) = (self.iteration, self.step);
         let report = sub_round + 1 == blocks;
         let last = report && iteration == self.iterations;
-        let checksums = self.checksums.clone();
+        let expected: Vec<_> = (0..blocks as usize)
+            .map(|b| self.blocks.expectation(b))
+            .collect();
         let expected_totals = self.totals.as_deref().map(super::totals_checksum);
         self.dispatch_all(ctx, |e| LdaArgs::Sample {
             iteration,
             sub_round,
             step,
-            expected: checksums[((e + sub_round) % blocks) as usize],
+            expected: expected[((e + sub_round) % blocks) as usize],
             expected_totals,
             report,
             top_words: last,
@@ -258,7 +264,9 @@ impl LdaDriver {
                 top,
             } => {
                 self.resync_pending |= stale;
-                self.record_block(block, checksum, executor)?;
+                self.blocks
+                    .checked(block as usize, checksum, stale)
+                    .ok_or_else(|| self.no_such_block(block, executor))?;
                 self.record_likelihood(executor, &likelihood);
                 self.record_top(top);
             }
@@ -273,7 +281,9 @@ impl LdaDriver {
             } => {
                 // Only possible with `recover` (otherwise the executor fails the task).
                 self.resync_pending |= stale;
-                self.record_block(block, checksum, executor)?;
+                self.blocks
+                    .sampled(block as usize, checksum, stale)
+                    .ok_or_else(|| self.no_such_block(block, executor))?;
                 self.add_to_totals(&totals_delta);
                 self.tally.tokens += tokens;
                 if let Some(part) = likelihood {
@@ -290,20 +300,12 @@ impl LdaDriver {
         Ok(())
     }
 
-    fn record_block(
-        &mut self,
-        block: u32,
-        checksum: u64,
-        executor: ExecutorId,
-    ) -> Result<(), AppError> {
-        let slot = self.checksums.get_mut(block as usize).ok_or_else(|| {
-            format!(
-                "lda: {executor} reported block {block} of {}",
-                self.executors
-            )
-        })?;
-        *slot = Some(checksum);
-        Ok(())
+    fn no_such_block(&self, block: u32, executor: ExecutorId) -> AppError {
+        format!(
+            "lda: {executor} reported block {block} of {}",
+            self.executors
+        )
+        .into()
     }
 
     fn record_likelihood(&mut self, executor: ExecutorId, part: &super::LikelihoodPart) {
@@ -504,7 +506,8 @@ impl Driver<super::LdaApp> for LdaDriver {
             phase: self.phase,
             pending: self.pending,
             step: self.step,
-            checksums: self.checksums.clone(),
+            checksums: self.blocks.checksums().to_vec(),
+            stale_blocks: self.blocks.stale().to_vec(),
             tally: self.tally.clone(),
             history: self.history.clone(),
             top: self.top.clone(),
@@ -531,11 +534,20 @@ impl Driver<super::LdaApp> for LdaDriver {
             )
             .into());
         }
+        let blocks_saved = saved.stale_blocks.len();
+        self.blocks = Blocks::from_saved(saved.checksums, saved.stale_blocks).ok_or_else(
+            || -> AppError {
+                format!(
+                    "saved LDA driver has {blocks_saved} stale-block flags for {} blocks",
+                    self.executors
+                )
+                .into()
+            },
+        )?;
         self.iteration = saved.iteration;
         self.phase = saved.phase;
         self.pending = saved.pending;
         self.step = saved.step;
-        self.checksums = saved.checksums;
         self.tally = saved.tally;
         self.history = saved.history;
         self.top = saved.top;

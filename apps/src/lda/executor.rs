@@ -4,7 +4,7 @@
 //! document order; the topics are the state that moves with the executor.
 
 use super::layout::{self, WordRows};
-use super::{LdaArgs, LdaConfig, LdaOutput, LikelihoodPart};
+use super::{BlockExpectation, LdaArgs, LdaConfig, LdaOutput, LikelihoodPart};
 use crate::data::Corpus;
 use harp::{AppError, Executor, ParamClient, Table};
 use harp_kernels::lda::{
@@ -295,7 +295,7 @@ impl LdaExecutor {
         iteration: u32,
         sub_round: u32,
         step: u64,
-        expected: Option<u64>,
+        expected: BlockExpectation,
         expected_totals: Option<u64>,
         report: bool,
         top_words: bool,
@@ -306,19 +306,20 @@ impl LdaExecutor {
         let b = ((self.me + sub_round) % num_blocks) as usize;
         let rows = self.blocks[b].clone();
         let (found, clamped) = self.read_block(&rows, ps).await?;
-        let mut stale = clamped;
-        if let Some(expected) = expected {
-            if found != expected && self.recover {
-                stale = true;
-            } else if found != expected {
-                return Err(lda_error(format!(
-                    "lda: executor {} read block {b} (word-topic rows {}..{}) in iteration \
-                     {iteration}, sub-round {sub_round}, and it differs from what its previous \
-                     owner left: another executor wrote it meanwhile",
-                    self.me, rows.start, rows.end
-                )));
-            }
+        let differs = match expected {
+            BlockExpectation::Unknown => false,
+            BlockExpectation::Checksum(expected) => found != expected,
+            BlockExpectation::Stale => true,
+        };
+        if differs && !self.recover {
+            return Err(lda_error(format!(
+                "lda: executor {} read block {b} (word-topic rows {}..{}) in iteration \
+                 {iteration}, sub-round {sub_round}, and it differs from what its previous \
+                 owner left: another executor wrote it meanwhile",
+                self.me, rows.start, rows.end
+            )));
         }
+        let mut stale = clamped || differs;
         if stale {
             self.raise_to_own_counts(b, &rows);
         }

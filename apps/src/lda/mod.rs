@@ -56,7 +56,10 @@
 //! executors' state survives). An executor that reads a block or a totals row that differs
 //! from what was expected (or holds a negative count) samples anyway, with the counts as
 //! read clamped at 0 and raised to at least its own tokens' counts (so every token can be
-//! taken out), and reports the sub-round stale. At the end of such an iteration (or when
+//! taken out), and reports the sub-round stale. The driver then tells the block's later
+//! owners that it is stale ([`BlockExpectation::Stale`]) until the resync: the first
+//! owner raised the counts for its own tokens only, so a checksum that matches what it
+//! left proves nothing for the next owner's tokens. At the end of such an iteration (or when
 //! the token count is off) the driver logs a warning, counts a resync
 //! ([`LdaMetrics::resyncs`], in the metrics line) and runs three phases of one task per
 //! executor before it reports the iteration: (1) executor `e` reads block `e`'s rows and
@@ -71,6 +74,7 @@
 //! SCAR intends); three resyncs in a row that do not make the tables consistent fail the
 //! job.
 
+mod blocks;
 mod driver;
 mod executor;
 pub mod layout;
@@ -138,9 +142,8 @@ pub enum LdaArgs {
         sub_round: u32,
         /// Sub-rounds since the start of the run, from 1 (picks the totals rows).
         step: u64,
-        /// The block's checksum as its previous owner left it (`None` before the first
-        /// owner of the run has sampled it).
-        expected: Option<u64>,
+        /// What the driver knows of the block as its previous owner left it.
+        expected: BlockExpectation,
         /// The checksum ([`totals_checksum`]) of the topic totals the driver expects in the
         /// row this sub-round reads (`None` when it does not know them).
         expected_totals: Option<u64>,
@@ -160,6 +163,20 @@ pub enum LdaArgs {
     /// Resync, third phase: read block `e` and report its checksum and likelihood parts
     /// (and its top words after the last iteration).
     ResyncCheck { top_words: bool },
+}
+
+/// What the driver tells a block's next owner about the block ([`LdaArgs::Sample`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum BlockExpectation {
+    /// Nobody has sampled the block yet in this run: nothing to check.
+    Unknown,
+    /// The checksum of the block as its previous owner left it: the rows must match.
+    Checksum(u64),
+    /// An earlier owner found the block stale since the last resync (only with
+    /// [`LdaConfig::recover`]). A matching checksum then proves nothing: that owner raised
+    /// the counts to its own tokens only, so the next owner must raise them to its own
+    /// too, whatever it reads.
+    Stale,
 }
 
 /// The likelihood parts one executor reports in an iteration's last sub-round.

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`data`] | the dense [`data::Dataset`], LibSVM / IDX / ratings loaders, the synthetic generator |
 //! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
+//! | [`device`] | `--device cpu\|cuda[:N]`: where executors compute, and the opened GPU |
 //! | [`mlr`] | multinomial logistic regression under SSP |
 //! | [`mf`] | matrix factorization of ratings by ALS |
 //! | [`lda`] | latent Dirichlet allocation by collapsed Gibbs sampling, vocabulary blocks rotating across executors |
@@ -17,6 +18,7 @@ pub mod cnn;
 pub mod counter;
 pub mod data;
 pub mod default_data;
+pub mod device;
 pub mod lda;
 pub mod metrics;
 pub mod mf;

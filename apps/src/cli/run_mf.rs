@@ -3,6 +3,7 @@
 
 use super::ClusterArgs;
 use crate::data::{load_ratings, RatingRange, RatingsData};
+use crate::device::Device;
 use crate::metrics::MetricsWriter;
 use crate::mf::{MfApp, MfConfig, MfMetrics, MfObserver, MfSolver};
 use crate::mlr::Quiet;
@@ -47,6 +48,10 @@ pub struct MfCliArgs {
     /// Seed of the held-out split and of the items' initial values.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where the executors solve (ALS) or step (SGD): `cpu`, `cuda` or `cuda:N`. On the
+    /// GPU, SGD within a block is Hogwild (not bit-identical to the CPU's pass).
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -98,6 +103,7 @@ pub fn build_app(args: &MfCliArgs) -> Result<Arc<MfApp>> {
         Arc::new(test),
         Arc::new(Quiet),
     )
+    .and_then(|app| app.with_compute(args.device.open()?))
     .map_err(|e| anyhow!("{e}"))?;
     Ok(Arc::new(app))
 }
@@ -120,15 +126,17 @@ impl MfObserver for CliObserver {
 }
 
 pub fn run(args: MfCliArgs) -> Result<()> {
+    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
     let (train, test) = load_split(&args)?;
     eprintln!(
-        "mf on {}: {} users, {} items, {} training ratings, {} held out, rank {}",
+        "mf on {}: {} users, {} items, {} training ratings, {} held out, rank {}, on {}",
         args.data.display(),
         train.num_users(),
         train.num_items(),
         train.len(),
         test.len(),
-        args.rank
+        args.rank,
+        args.device
     );
     let observer = Arc::new(CliObserver {
         metrics: args
@@ -145,6 +153,7 @@ pub fn run(args: MfCliArgs) -> Result<()> {
             Arc::new(test),
             observer.clone(),
         )
+        .and_then(|app| app.with_compute(compute))
         .map_err(|e| anyhow!("{e}"))?,
     );
     let scale_observer = observer.clone();

@@ -3,6 +3,7 @@
 use super::ClusterArgs;
 use crate::data::{load_path, synthetic_classification, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
+use crate::device::Device;
 use crate::metrics::MetricsWriter;
 use crate::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver, Quiet};
 use anyhow::{anyhow, bail, Context, Result};
@@ -37,6 +38,9 @@ pub struct MlrCliArgs {
     /// Features per parameter row (default: at least 256 features, about 16K values per row).
     #[arg(long)]
     pub block_features: Option<usize>,
+    /// Where the executors compute the training gradients: `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
     /// Do not draw a progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -135,18 +139,21 @@ pub fn build_app(args: &MlrCliArgs, _node: bool) -> Result<Arc<MlrApp>> {
         Arc::new(test),
         Arc::new(Quiet),
     )
+    .and_then(|app| app.with_compute(args.device.open()?))
     .map_err(|e| anyhow!("{e}"))?;
     Ok(Arc::new(app))
 }
 
 pub fn run(args: MlrCliArgs) -> Result<()> {
+    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
     let (train, test, name) = load_split(&args)?;
     eprintln!(
-        "mlr on {name}: {} training rows, {} held out, {} features, {} classes",
+        "mlr on {name}: {} training rows, {} held out, {} features, {} classes, on {}",
         train.rows(),
         test.rows(),
         train.num_features,
-        train.num_classes.max(test.num_classes)
+        train.num_classes.max(test.num_classes),
+        args.device
     );
     let config = mlr_config(&args);
     let job = args.cluster.job_config(false);
@@ -181,6 +188,7 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
     });
     let app = Arc::new(
         MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
+            .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
     let scale_observer = observer.clone();

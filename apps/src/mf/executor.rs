@@ -4,6 +4,7 @@
 
 use super::{MfArgs, MfConfig, MfOutput, MfSolver};
 use crate::data::RatingsData;
+use crate::device::Compute;
 use harp::scar::SplitMix64;
 use harp::{AppError, Executor, ParamClient, Table};
 use harp_kernels::mf::{als_half_step, sgd_step, Csr, Ratings, Sgd};
@@ -130,6 +131,9 @@ pub struct MfExecutor {
     test_eval: Vec<(u32, u32, f32)>,
     fixed_buf: Vec<f32>,
     own_buf: Vec<f32>,
+    /// The GPU path (`--device cuda`); `None` computes on the CPU.
+    #[cfg(feature = "cuda")]
+    gpu: Option<super::gpu::MfGpu>,
 }
 
 impl MfExecutor {
@@ -143,7 +147,10 @@ impl MfExecutor {
         test: &RatingsData,
         users_table: Table<f32>,
         items_table: Table<f32>,
+        compute: &Compute,
     ) -> Result<Self, AppError> {
+        #[cfg(not(feature = "cuda"))]
+        let _ = compute;
         let mine = |id: u32| id % executors == me;
         let owned = |count: usize| -> Vec<u64> {
             (0..count as u64).filter(|&id| mine(id as u32)).collect()
@@ -214,6 +221,11 @@ impl MfExecutor {
             test_eval,
             fixed_buf: Vec::new(),
             own_buf: Vec::new(),
+            #[cfg(feature = "cuda")]
+            gpu: match compute {
+                Compute::Gpu(gpu) => Some(super::gpu::MfGpu::new(gpu.clone())),
+                Compute::Cpu => None,
+            },
         })
     }
 
@@ -232,13 +244,30 @@ impl MfExecutor {
             .await?;
         ps.get_many_into(own_table, &side.owned, &mut self.own_buf)
             .await?;
-        let mut new = vec![0.0f32; side.owned.len() * self.rank];
         let csr = Csr {
             offsets: &side.offsets,
             cols: &side.cols,
             values: &side.values,
         };
-        als_half_step(self.rank, self.lambda, csr, &self.fixed_buf, &mut new)?;
+        let mut new = vec![0.0f32; side.owned.len() * self.rank];
+        #[cfg(feature = "cuda")]
+        let solved_on_gpu = match self.gpu.as_mut() {
+            Some(gpu) => {
+                let kind = if users {
+                    super::gpu::SideKind::Users
+                } else {
+                    super::gpu::SideKind::Items
+                };
+                new = gpu.als(kind, csr, self.rank, self.lambda, &self.fixed_buf)?;
+                true
+            }
+            None => false,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let solved_on_gpu = false;
+        if !solved_on_gpu {
+            als_half_step(self.rank, self.lambda, csr, &self.fixed_buf, &mut new)?;
+        }
         for (n, old) in new.iter_mut().zip(&self.own_buf) {
             *n -= old;
         }
@@ -280,6 +309,13 @@ impl MfExecutor {
             lr: *lr,
             lambda: self.lambda,
         };
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.sgd(b, ratings, self.rank, step, &mut p, &mut q)?;
+        } else {
+            sgd_step(self.rank, step, ratings, &mut p, &mut q)?;
+        }
+        #[cfg(not(feature = "cuda"))]
         sgd_step(self.rank, step, ratings, &mut p, &mut q)?;
         for (new, old) in p.iter_mut().zip(&self.own_buf) {
             *new -= old;

@@ -26,11 +26,14 @@
 
 mod driver;
 mod executor;
+#[cfg(feature = "cuda")]
+mod gpu;
 
 pub use driver::{MfDriver, MfMetrics, MfObserver};
 pub use executor::MfExecutor;
 
 use crate::data::RatingsData;
+use crate::device::Compute;
 use harp::{App, AppError, ExecutorId, Init, JobInfo, Table, TableSet, UpdateRule};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -115,6 +118,7 @@ pub struct MfApp {
     users: Table<f32>,
     items: Table<f32>,
     observer: Arc<dyn MfObserver>,
+    compute: Compute,
 }
 
 impl MfApp {
@@ -177,7 +181,19 @@ impl MfApp {
             users,
             items,
             observer,
+            compute: Compute::Cpu,
         })
+    }
+
+    /// Runs the ALS solves and SGD steps on `compute` (`--device`); the CPU by default.
+    /// The RMSE evaluation stays on the CPU.
+    pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
+        #[cfg(feature = "cuda")]
+        for (source, name) in gpu::KERNELS {
+            compute.prepare(source, name)?;
+        }
+        self.compute = compute;
+        Ok(self)
     }
 
     pub fn users(&self) -> &Table<f32> {
@@ -227,6 +243,7 @@ impl App for MfApp {
             &self.test,
             self.users.clone(),
             self.items.clone(),
+            &self.compute,
         )
     }
 }

@@ -3,6 +3,7 @@
 
 use super::{MlrArgs, MlrConfig, MlrLayout, MlrOutput};
 use crate::data::Dataset;
+use crate::device::Compute;
 use harp::{AppError, Executor, ParamClient, Table};
 use harp_kernels::{MlrScratch, MlrShape};
 use std::ops::Range;
@@ -19,9 +20,13 @@ pub struct MlrExecutor {
     test_rows: Range<usize>,
     w: Vec<f32>,
     scratch: MlrScratch,
+    /// The GPU path (`--device cuda`); `None` computes on the CPU.
+    #[cfg(feature = "cuda")]
+    gpu: Option<super::gpu::MlrGpu>,
 }
 
 impl MlrExecutor {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: MlrConfig,
         layout: MlrLayout,
@@ -30,8 +35,16 @@ impl MlrExecutor {
         train_rows: Range<usize>,
         test: Arc<Dataset>,
         test_rows: Range<usize>,
+        compute: &Compute,
     ) -> Self {
+        #[cfg(not(feature = "cuda"))]
+        let _ = compute;
         Self {
+            #[cfg(feature = "cuda")]
+            gpu: match compute {
+                Compute::Gpu(gpu) => Some(super::gpu::MlrGpu::new(gpu.clone())),
+                Compute::Cpu => None,
+            },
             block_rows: (0..layout.blocks as u64).collect(),
             w: Vec::with_capacity(layout.padded_values()),
             scratch: MlrScratch::with_capacity(config.batch, layout.classes),
@@ -85,6 +98,10 @@ impl MlrExecutor {
                 rows: 0,
             });
         }
+        #[cfg(feature = "cuda")]
+        if self.gpu.is_some() {
+            return self.train_on_gpu(epoch, iteration, rows, ps).await;
+        }
         // Read the weight blocks in place and write each block's update into its own row:
         // no copy of the matrix either way.
         let blocks = ps.get_many(&self.weights, &self.block_rows).await?;
@@ -104,6 +121,43 @@ impl MlrExecutor {
             &mut self.scratch,
         )?;
         drop(blocks);
+        ps.update_many_owned(&self.weights, &self.block_rows, deltas)?;
+        Ok(MlrOutput::Train {
+            epoch,
+            iteration,
+            loss_sum,
+            rows: rows.len() as u64,
+        })
+    }
+
+    /// [`Self::train`] on the GPU: the weights are gathered into one matrix, the gradient
+    /// comes back as one and is cut into the table's blocks (the last one padded).
+    #[cfg(feature = "cuda")]
+    async fn train_on_gpu(
+        &mut self,
+        epoch: u32,
+        iteration: u32,
+        rows: Range<usize>,
+        ps: &mut ParamClient,
+    ) -> Result<MlrOutput, AppError> {
+        self.load_weights(ps).await?;
+        let (shape, params) = (self.shape(), self.params());
+        let alpha = -self.config.lr / rows.len() as f32;
+        let (x, labels) = slice_rows(&self.train, rows.clone())?;
+        let Some(gpu) = self.gpu.as_mut() else {
+            return Err("mlr: the GPU path without a GPU".into());
+        };
+        let (grad, loss_sum) =
+            gpu.gradient(shape, iteration, x, labels, &self.w[..params], alpha)?;
+        let width = self.weights.width();
+        let deltas: Vec<Vec<f32>> = grad
+            .chunks(width)
+            .map(|block| {
+                let mut row = block.to_vec();
+                row.resize(width, 0.0);
+                row
+            })
+            .collect();
         ps.update_many_owned(&self.weights, &self.block_rows, deltas)?;
         Ok(MlrOutput::Train {
             epoch,

@@ -13,11 +13,14 @@
 
 mod driver;
 mod executor;
+#[cfg(feature = "cuda")]
+mod gpu;
 
 pub use driver::{EpochMetrics, MlrDriver, MlrObserver, Quiet};
 pub use executor::MlrExecutor;
 
 use crate::data::Dataset;
+use crate::device::Compute;
 use harp::{App, AppError, ExecutorId, Init, JobInfo, Table, TableSet, UpdateRule};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -124,6 +127,7 @@ pub struct MlrApp {
     tables: TableSet,
     weights: Table<f32>,
     observer: Arc<dyn MlrObserver>,
+    compute: Compute,
 }
 
 impl MlrApp {
@@ -167,7 +171,17 @@ impl MlrApp {
             tables,
             weights,
             observer,
+            compute: Compute::Cpu,
         })
+    }
+
+    /// Computes the training gradients on `compute` (`--device`); the CPU by default.
+    /// Held-out evaluation stays on the CPU (one pass per epoch).
+    pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
+        #[cfg(feature = "cuda")]
+        compute.prepare(gpu::KERNEL.0, gpu::KERNEL.1)?;
+        self.compute = compute;
+        Ok(self)
     }
 
     pub fn layout(&self) -> MlrLayout {
@@ -222,6 +236,7 @@ impl App for MlrApp {
             train_rows,
             self.test.clone(),
             test_rows,
+            &self.compute,
         ))
     }
 }

@@ -1,0 +1,181 @@
+//! `harp run APP --device cuda`: without a usable GPU (CI) the command is refused with the
+//! reason before any work, never a panic and never a silent CPU run; with one, each app's
+//! GPU path trains like its CPU path (MLR's losses and MF ALS's RMSE to f32 rounding, MF SGD
+//! — Hogwild on the GPU — to a comparable RMSE). The GPU comparisons skip with a message
+//! where no device opens.
+
+use harp::JobConfig;
+use harp_apps::data::{parse_ratings_reader, synthetic_classification, RatingRange};
+use harp_apps::device::{Compute, Device};
+use harp_apps::mf::{MfApp, MfConfig, MfSolver};
+use harp_apps::mlr::{MlrApp, MlrConfig, Quiet};
+use harp_tests::{harp_binary, run_process, runtime, Threads};
+use std::path::Path;
+use std::sync::Arc;
+
+fn job() -> JobConfig {
+    JobConfig {
+        workers: 2,
+        servers: 2,
+        executors_per_worker: 1,
+        shards_per_server: 2,
+        collect_params: false,
+        scar: None,
+    }
+}
+
+/// The GPU, or `None` (with the reason printed) where none opens.
+fn gpu_or_skip(test: &str) -> Option<Compute> {
+    match (Device::Cuda { ordinal: 0 }).open() {
+        Ok(compute) => Some(compute),
+        Err(e) => {
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
+    if (Device::Cuda { ordinal: 0 }).open().is_ok() {
+        eprintln!("skipped: a GPU is present (the GPU tests below cover --device cuda)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ratings = dir.path().join("ratings.csv");
+    std::fs::write(&ratings, ratings_csv()).unwrap();
+    let ratings = ratings.to_str().unwrap();
+    let runs: [&[&str]; 2] = [
+        &["run", "mlr", "--epochs", "1", "--quiet", "--device", "cuda"],
+        &["run", "mf", "--data", ratings, "--device", "cuda:0"],
+    ];
+    for args in runs {
+        let out = run_process(&harp_binary!(), args);
+        assert!(!out.status.success(), "{args:?}: {}", out.describe());
+        assert!(
+            out.stderr.contains("--device cuda:0: no CUDA device"),
+            "{args:?}: {}",
+            out.describe()
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.describe());
+    }
+    // A device name that means nothing is a usage error naming the choices.
+    let out = run_process(&harp_binary!(), ["run", "mlr", "--device", "tpu"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("expected cpu, cuda or cuda:N"),
+        "{}",
+        out.describe()
+    );
+}
+
+fn mlr_losses(compute: Compute) -> Vec<(f64, f64)> {
+    let data = synthetic_classification(2_000, 64, 5, 3).unwrap();
+    let (train, test) = data.split_tail_fraction(0.2).unwrap();
+    let config = MlrConfig {
+        epochs: 4,
+        lr: 0.2,
+        batch: 100,
+        staleness: 0,
+        block_features: Some(16),
+    };
+    let app = MlrApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(compute))
+        .unwrap();
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(Arc::new(app), &job()))
+        .unwrap();
+    outcome
+        .driver
+        .history()
+        .iter()
+        .map(|m| (m.loss, m.test_loss))
+        .collect()
+}
+
+#[test]
+fn mlr_on_the_gpu_trains_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("mlr_on_the_gpu_trains_like_the_cpu") else {
+        return;
+    };
+    let cpu = mlr_losses(Compute::Cpu);
+    let on_gpu = mlr_losses(gpu);
+    assert!(cpu[3].0 < cpu[0].0, "the CPU run must learn: {cpu:?}");
+    for (epoch, (c, g)) in cpu.iter().zip(&on_gpu).enumerate() {
+        // Bulk-synchronous, so both see the same weights each step; only the gradient's
+        // f32 summation order differs.
+        assert!(
+            (c.0 - g.0).abs() < 1e-3 * c.0.abs().max(1.0),
+            "epoch {epoch}: {c:?} vs {g:?}"
+        );
+        assert!(
+            (c.1 - g.1).abs() < 1e-3 * c.1.abs().max(1.0),
+            "epoch {epoch}: {c:?} vs {g:?}"
+        );
+    }
+}
+
+/// Ratings of a rank-3 model plus noise: 120 users × 60 items, about half observed.
+fn ratings_csv() -> String {
+    let mut state = 5u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as f64) / (1u64 << 31) as f64
+    };
+    let users: Vec<[f64; 3]> = (0..120).map(|_| [next(), next(), next()]).collect();
+    let items: Vec<[f64; 3]> = (0..60).map(|_| [next(), next(), next()]).collect();
+    let mut csv = String::from("userId,movieId,rating\n");
+    for (u, p) in users.iter().enumerate() {
+        for (i, q) in items.iter().enumerate() {
+            if next() < 0.5 {
+                let dot: f64 = p.iter().zip(q).map(|(a, b)| a * b).sum();
+                let rating = (1.0 + 1.5 * dot + 0.1 * next()).clamp(0.5, 5.0);
+                csv.push_str(&format!("{},{},{rating:.3}\n", u + 1, i + 1));
+            }
+        }
+    }
+    csv
+}
+
+fn mf_test_rmse(solver: MfSolver, lambda: f32, compute: Compute) -> f64 {
+    let data = parse_ratings_reader(
+        ratings_csv().as_bytes(),
+        Path::new("r.csv"),
+        RatingRange::default(),
+    )
+    .unwrap();
+    let config = MfConfig {
+        rank: 8,
+        lambda,
+        solver,
+        iterations: 8,
+        ..MfConfig::default()
+    };
+    let (train, test) = data.split(0.2, config.seed).unwrap();
+    let app = MfApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(compute))
+        .unwrap();
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(Arc::new(app), &job()))
+        .unwrap();
+    outcome.driver.history().last().unwrap().test_rmse
+}
+
+#[test]
+fn mf_on_the_gpu_trains_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("mf_on_the_gpu_trains_like_the_cpu") else {
+        return;
+    };
+    let cpu = mf_test_rmse(MfSolver::Als, 0.1, Compute::Cpu);
+    let on_gpu = mf_test_rmse(MfSolver::Als, 0.1, gpu.clone());
+    assert!(
+        (cpu - on_gpu).abs() < 1e-3,
+        "ALS: cpu {cpu} vs gpu {on_gpu}"
+    );
+    let sgd = MfSolver::Sgd { lr: 0.02 };
+    let cpu = mf_test_rmse(sgd, 0.05, Compute::Cpu);
+    let on_gpu = mf_test_rmse(sgd, 0.05, gpu);
+    assert!(on_gpu < cpu + 0.05, "SGD: cpu {cpu} vs gpu {on_gpu}");
+}

@@ -41,7 +41,7 @@ pub use likelihood::{
     ln_gamma, log_likelihood, log_likelihood_docs, log_likelihood_topics, log_likelihood_words,
 };
 pub use parallel::{rebuild_counts, sample_parallel, PARALLEL_CHUNK};
-pub use rng::FastRng;
+pub use rng::{counter_uniform, FastRng};
 pub use sweep::gibbs_sweep;
 
 use crate::error::{check_len, KernelError};

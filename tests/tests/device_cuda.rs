@@ -7,9 +7,10 @@
 use harp::JobConfig;
 use harp_apps::data::{parse_ratings_reader, synthetic_classification, RatingRange};
 use harp_apps::device::{Compute, Device};
+use harp_apps::lda::{LdaApp, LdaConfig, LdaSampler};
 use harp_apps::mf::{MfApp, MfConfig, MfSolver};
 use harp_apps::mlr::{MlrApp, MlrConfig, Quiet};
-use harp_tests::{harp_binary, run_process, runtime, Threads};
+use harp_tests::{harp_binary, run_process, runtime, shared_data, Threads};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,9 +46,11 @@ fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
     let ratings = dir.path().join("ratings.csv");
     std::fs::write(&ratings, ratings_csv()).unwrap();
     let ratings = ratings.to_str().unwrap();
-    let runs: [&[&str]; 2] = [
+    let runs: [&[&str]; 3] = [
         &["run", "mlr", "--epochs", "1", "--quiet", "--device", "cuda"],
         &["run", "mf", "--data", ratings, "--device", "cuda:0"],
+        // The device is opened before the data is read.
+        &["run", "lda", "--data", "/nonexistent", "--device", "cuda"],
     ];
     for args in runs {
         let out = run_process(&harp_binary!(), args);
@@ -178,4 +181,59 @@ fn mf_on_the_gpu_trains_like_the_cpu() {
     let cpu = mf_test_rmse(sgd, 0.05, Compute::Cpu);
     let on_gpu = mf_test_rmse(sgd, 0.05, gpu);
     assert!(on_gpu < cpu + 0.05, "SGD: cpu {cpu} vs gpu {on_gpu}");
+}
+
+fn lda_log_likelihoods(compute: Compute) -> Option<Vec<f64>> {
+    let dir = shared_data("newsgroups-subset")?;
+    let corpus = harp_apps::data::load_docword_dir(&dir).unwrap();
+    let config = LdaConfig {
+        iterations: 5,
+        sampler: LdaSampler::Parallel,
+        ..LdaConfig::default()
+    };
+    let app = LdaApp::new(config, Arc::new(corpus), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(compute))
+        .unwrap();
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(Arc::new(app), &job()))
+        .unwrap();
+    Some(
+        outcome
+            .driver
+            .history()
+            .iter()
+            .map(|m| m.log_likelihood)
+            .collect(),
+    )
+}
+
+#[test]
+fn lda_on_the_gpu_draws_the_cpu_parallel_samplers_topics() {
+    let Some(gpu) = gpu_or_skip("lda_on_the_gpu_draws_the_cpu_parallel_samplers_topics") else {
+        return;
+    };
+    let Some(cpu) = lda_log_likelihoods(Compute::Cpu) else {
+        return;
+    };
+    // The CUDA sampling kernel does the CPU's f32 arithmetic in the same order, and the
+    // uniforms are the same counter-based draws: the same topics, so the same run.
+    let on_gpu = lda_log_likelihoods(gpu).unwrap();
+    assert_eq!(cpu, on_gpu);
+}
+
+#[test]
+fn the_gpu_refuses_the_sequential_lda_sampler() {
+    let Some(gpu) = gpu_or_skip("the_gpu_refuses_the_sequential_lda_sampler") else {
+        return;
+    };
+    let Some(dir) = shared_data("newsgroups-subset") else {
+        return;
+    };
+    let corpus = harp_apps::data::load_docword_dir(&dir).unwrap();
+    let error = LdaApp::new(LdaConfig::default(), Arc::new(corpus), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(gpu))
+        .err()
+        .expect("the sequential sampler on the GPU must be refused")
+        .to_string();
+    assert!(error.contains("--sampler parallel"), "{error}");
 }

@@ -4,11 +4,12 @@
 
 use super::ClusterArgs;
 use crate::data::{load_docword, Corpus, DocwordPaths};
-use crate::lda::{LdaApp, LdaConfig, LdaMetrics, LdaObserver};
+use crate::device::Device;
+use crate::lda::{LdaApp, LdaConfig, LdaMetrics, LdaObserver, LdaSampler};
 use crate::metrics::MetricsWriter;
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -46,6 +47,20 @@ pub struct LdaCliArgs {
     /// Words printed per topic at the end.
     #[arg(long, default_value_t = 10)]
     pub top_words: usize,
+    /// How a sub-round samples its block: `sequential` (collapsed Gibbs, token after token;
+    /// the default on the CPU) or `parallel` (every token from the sub-round's starting
+    /// counts, then all moves applied; the default and the only choice on the GPU).
+    #[arg(long, value_enum)]
+    pub sampler: Option<SamplerArg>,
+    /// Where the executors sample: `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SamplerArg {
+    Sequential,
+    Parallel,
 }
 
 fn load(args: &LdaCliArgs) -> Result<Corpus> {
@@ -72,6 +87,11 @@ fn lda_config(args: &LdaCliArgs) -> LdaConfig {
         // With SCAR's running checkpoint a lost server comes back with older counts:
         // resync the tables from the topic assignments instead of failing.
         recover: args.cluster.scar_fraction.is_some(),
+        sampler: match (args.sampler, args.device) {
+            (Some(SamplerArg::Sequential), _) => LdaSampler::Sequential,
+            (Some(SamplerArg::Parallel), _) | (None, Device::Cuda { .. }) => LdaSampler::Parallel,
+            (None, Device::Cpu) => LdaSampler::Sequential,
+        },
     }
 }
 
@@ -79,6 +99,7 @@ fn lda_config(args: &LdaCliArgs) -> LdaConfig {
 pub fn build_app(args: &LdaCliArgs) -> Result<Arc<LdaApp>> {
     let corpus = load(args)?;
     let app = LdaApp::new(lda_config(args), Arc::new(corpus), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(args.device.open()?))
         .map_err(|e| anyhow!("{e}"))?;
     Ok(Arc::new(app))
 }
@@ -104,16 +125,20 @@ impl LdaObserver for CliObserver {
 }
 
 pub fn run(args: LdaCliArgs) -> Result<()> {
+    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
     let corpus = load(&args)?;
+    let config = lda_config(&args);
     eprintln!(
-        "lda on {}: {} documents, {} words, {} tokens, {} topics, alpha {}, beta {}",
+        "lda on {}: {} documents, {} words, {} tokens, {} topics, alpha {}, beta {}, {:?} sampler on {}",
         corpus.source,
         corpus.num_docs(),
         corpus.num_words(),
         corpus.num_tokens(),
         args.topics,
         args.alpha,
-        args.beta
+        args.beta,
+        config.sampler,
+        args.device
     );
     let observer = Arc::new(CliObserver {
         metrics: args
@@ -124,7 +149,8 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
             .transpose()?,
     });
     let app = Arc::new(
-        LdaApp::new(lda_config(&args), Arc::new(corpus), observer.clone())
+        LdaApp::new(config, Arc::new(corpus), observer.clone())
+            .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
     let scale_observer = observer.clone();

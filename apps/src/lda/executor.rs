@@ -4,11 +4,14 @@
 //! document order; the topics are the state that moves with the executor.
 
 use super::layout::{self, WordRows};
-use super::{BlockExpectation, LdaArgs, LdaConfig, LdaOutput, LikelihoodPart};
+use super::parallel;
+use super::{BlockExpectation, LdaArgs, LdaConfig, LdaOutput, LdaSampler, LikelihoodPart};
 use crate::data::Corpus;
+use crate::device::Compute;
 use harp::{AppError, Executor, ParamClient, Table};
 use harp_kernels::lda::{
-    gibbs_sweep, log_likelihood_docs, log_likelihood_words, CountsMut, FastRng, LdaParams, Tokens,
+    gibbs_sweep, log_likelihood_docs, log_likelihood_words, sample_parallel, Counts, CountsMut,
+    FastRng, LdaParams, Tokens,
 };
 use std::ops::Range;
 
@@ -48,6 +51,10 @@ pub struct LdaExecutor {
     counts: Vec<u32>,
     counts_before: Vec<u32>,
     totals: Vec<u32>,
+    sampler: LdaSampler,
+    /// The GPU path (`--device cuda`, parallel sampler); `None` samples on the CPU.
+    #[cfg(feature = "cuda")]
+    gpu: Option<super::gpu::LdaGpu>,
 }
 
 /// SplitMix64's finalizer over a combination of inputs: seeds of the per-document and
@@ -117,7 +124,10 @@ impl LdaExecutor {
         rows: WordRows,
         word_topic: Table<i64>,
         topic_totals: Table<i64>,
+        compute: &Compute,
     ) -> Result<Self, AppError> {
+        #[cfg(not(feature = "cuda"))]
+        let _ = compute;
         let k = params.topics;
         let blocks = layout::word_blocks(&rows, &corpus.tokens_per_word(), executors as usize);
         let mut block_of_row = vec![0u32; rows.rows()];
@@ -167,6 +177,12 @@ impl LdaExecutor {
             counts: Vec::new(),
             counts_before: Vec::new(),
             totals: Vec::new(),
+            sampler: config.sampler,
+            #[cfg(feature = "cuda")]
+            gpu: match compute {
+                Compute::Gpu(gpu) => Some(super::gpu::LdaGpu::new(gpu.clone())),
+                Compute::Cpu => None,
+            },
         })
     }
 
@@ -271,6 +287,72 @@ impl LdaExecutor {
         }
     }
 
+    /// The parallel sampler over block `b` (rows `rows`, read into `self.counts`): draws
+    /// every token's new topic from the counts as read (on the GPU when there is one),
+    /// then moves the tokens in the counts (see [`super::parallel`]).
+    fn sample_block_parallel(
+        &mut self,
+        b: usize,
+        rows: &Range<usize>,
+        seed: u64,
+    ) -> Result<(), AppError> {
+        let word_base = self.rows.words_of(rows).start;
+        let block = &self.tokens[b];
+        let tokens = Tokens {
+            docs: &block.docs,
+            words: &block.words,
+        };
+        let fail = |e: String| lda_error(format!("lda: executor {}: {e}", self.me));
+        #[cfg(feature = "cuda")]
+        let on_gpu = match self.gpu.as_mut() {
+            Some(gpu) => {
+                let counts = super::gpu::HostCounts {
+                    doc_topic: &self.doc_topic,
+                    word_topic: &self.counts,
+                    word_base,
+                    totals: &self.totals,
+                };
+                Some(gpu.sample(b, &self.params, tokens, &block.topics, counts, seed)?)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let on_gpu: Option<Vec<u32>> = None;
+        let drawn = match on_gpu {
+            Some(drawn) => drawn,
+            None => {
+                let uniforms = parallel::uniforms(seed, block.topics.len());
+                let mut drawn = vec![0u32; block.topics.len()];
+                let counts = Counts {
+                    doc_topic: &self.doc_topic,
+                    word_topic: &self.counts,
+                    word_base,
+                    topic_totals: &self.totals,
+                };
+                sample_parallel(
+                    &self.params,
+                    tokens,
+                    &block.topics,
+                    counts,
+                    &uniforms,
+                    &mut drawn,
+                )
+                .map_err(|e| fail(e.to_string()))?;
+                drawn
+            }
+        };
+        let block = &mut self.tokens[b];
+        let counts = parallel::BlockCounts {
+            topics: self.params.topics,
+            doc_topic: &mut self.doc_topic,
+            word_topic: &mut self.counts,
+            word_base,
+            totals: &mut self.totals,
+        };
+        parallel::apply_moves(&block.docs, &block.words, &mut block.topics, &drawn, counts)
+            .map_err(|e| lda_error(format!("lda: executor {}: {e}", self.me)))
+    }
+
     /// The likelihood parts of this executor's documents and of the block in `self.counts`.
     fn likelihood_part(&self) -> Result<LikelihoodPart, AppError> {
         let k = self.params.topics;
@@ -360,28 +442,34 @@ impl LdaExecutor {
                     *total = (*total).max(clamped_count(mine));
                 }
             }
-            let tokens = &mut self.tokens[b];
             for (d, &t) in delta.iter_mut().zip(&self.totals) {
                 *d = -i64::from(t);
             }
             self.counts_before.clone_from(&self.counts);
-            let mut rng = FastRng::new(mix(&[self.seed, u64::from(self.me), step]));
-            gibbs_sweep(
-                &self.params,
-                Tokens {
-                    docs: &tokens.docs,
-                    words: &tokens.words,
-                },
-                &mut tokens.topics,
-                CountsMut {
-                    doc_topic: &mut self.doc_topic,
-                    word_topic: &mut self.counts,
-                    word_base: self.rows.words_of(&rows).start,
-                    topic_totals: &mut self.totals,
-                },
-                &mut rng,
-            )
-            .map_err(|e| lda_error(format!("lda: executor {}: {e}", self.me)))?;
+            let seed = mix(&[self.seed, u64::from(self.me), step]);
+            match self.sampler {
+                LdaSampler::Sequential => {
+                    let tokens = &mut self.tokens[b];
+                    let mut rng = FastRng::new(seed);
+                    gibbs_sweep(
+                        &self.params,
+                        Tokens {
+                            docs: &tokens.docs,
+                            words: &tokens.words,
+                        },
+                        &mut tokens.topics,
+                        CountsMut {
+                            doc_topic: &mut self.doc_topic,
+                            word_topic: &mut self.counts,
+                            word_base: self.rows.words_of(&rows).start,
+                            topic_totals: &mut self.totals,
+                        },
+                        &mut rng,
+                    )
+                    .map_err(|e| lda_error(format!("lda: executor {}: {e}", self.me)))?;
+                }
+                LdaSampler::Parallel => self.sample_block_parallel(b, &rows, seed)?,
+            }
             for (d, &t) in delta.iter_mut().zip(&self.totals) {
                 *d += i64::from(t);
             }

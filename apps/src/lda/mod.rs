@@ -77,12 +77,16 @@
 mod blocks;
 mod driver;
 mod executor;
+#[cfg(feature = "cuda")]
+mod gpu;
 pub mod layout;
+mod parallel;
 
 pub use driver::{LdaDriver, LdaMetrics, LdaObserver, TopWord};
 pub use executor::{totals_checksum, LdaExecutor};
 
 use crate::data::Corpus;
+use crate::device::Compute;
 use harp::Norm;
 use harp::{App, AppError, ExecutorId, JobInfo, Table, TableSet};
 use harp_kernels::lda::LdaParams;
@@ -114,6 +118,20 @@ pub struct LdaConfig {
     /// iteration (see the module doc). Off, such a mismatch fails the job (the exclusivity
     /// check). `harp run lda` turns it on with `--scar-fraction`.
     pub recover: bool,
+    /// How a sub-round samples its block ([`LdaSampler`]); the GPU needs `Parallel`.
+    pub sampler: LdaSampler,
+}
+
+/// How an executor samples its tokens of a block in a sub-round.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LdaSampler {
+    /// Collapsed Gibbs, one token after the other, each seeing the previous moves
+    /// (`harp_kernels::lda::gibbs_sweep`).
+    #[default]
+    Sequential,
+    /// Every token drawn from the counts at the start of the sub-round, then all moves
+    /// applied ([`parallel`]); the same bits on the CPU and on the GPU.
+    Parallel,
 }
 
 impl Default for LdaConfig {
@@ -127,6 +145,7 @@ impl Default for LdaConfig {
             top_words: 10,
             report_counts: false,
             recover: false,
+            sampler: LdaSampler::Sequential,
         }
     }
 }
@@ -234,6 +253,7 @@ pub struct LdaApp {
     word_topic: Table<i64>,
     topic_totals: Table<i64>,
     observer: Arc<dyn LdaObserver>,
+    compute: Compute,
 }
 
 impl LdaApp {
@@ -283,7 +303,26 @@ impl LdaApp {
             word_topic,
             topic_totals,
             observer,
+            compute: Compute::Cpu,
         })
+    }
+
+    /// Samples on `compute` (`--device`); the CPU by default. The GPU needs the parallel
+    /// sampler ([`LdaSampler::Parallel`]).
+    pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
+        if compute.is_gpu() && self.config.sampler != LdaSampler::Parallel {
+            return Err(
+                "lda: the GPU samples a block's tokens in parallel: use the parallel sampler \
+                 (`--sampler parallel`, the default with `--device cuda`)"
+                    .into(),
+            );
+        }
+        #[cfg(feature = "cuda")]
+        for (source, name) in gpu::KERNELS {
+            compute.prepare(source, name)?;
+        }
+        self.compute = compute;
+        Ok(self)
     }
 
     pub fn word_topic(&self) -> &Table<i64> {
@@ -342,6 +381,7 @@ impl App for LdaApp {
             self.rows,
             self.word_topic.clone(),
             self.topic_totals.clone(),
+            &self.compute,
         )
     }
 }

@@ -436,21 +436,7 @@ impl DeviceUniforms {
     }
 }
 
-/// SplitMix64's finalizer (as `harp_splitmix64` in `lda.cu`).
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// The `i`-th uniform of [`DeviceUniforms::generate`] with `seed`, computed on the host:
-/// the top 24 bits of `splitmix64(seed ^ splitmix64(i))` times `2⁻²⁴` (exact in `f32`,
-/// so host and device agree bit for bit), in `[0, 1)`.
-pub fn counter_uniform(seed: u64, i: u64) -> f32 {
-    let h = splitmix64(seed ^ splitmix64(i));
-    (h >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
-}
+pub use crate::lda::counter_uniform;
 
 /// Read-only count tables on the device (see [`crate::lda::Counts`]).
 #[derive(Clone, Copy, Debug)]

@@ -44,3 +44,20 @@ impl FastRng {
         (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
     }
 }
+
+/// SplitMix64's finalizer (as `harp_splitmix64` in `kernels/cuda/lda.cu`).
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The `i`-th counter-based uniform of `seed`: the top 24 bits of
+/// `splitmix64(seed ^ splitmix64(i))` times `2⁻²⁴` (exact in `f32`), in `[0, 1)`. The
+/// uniforms [`sample_parallel`](super::sample_parallel) takes, drawn the same way on the
+/// host and by the CUDA version's generator (`DeviceUniforms::generate`), bit for bit.
+pub fn counter_uniform(seed: u64, i: u64) -> f32 {
+    let h = splitmix64(seed ^ splitmix64(i));
+    (h >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+}

@@ -46,11 +46,20 @@ fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
     let ratings = dir.path().join("ratings.csv");
     std::fs::write(&ratings, ratings_csv()).unwrap();
     let ratings = ratings.to_str().unwrap();
-    let runs: [&[&str]; 3] = [
+    let runs: [&[&str]; 4] = [
         &["run", "mlr", "--epochs", "1", "--quiet", "--device", "cuda"],
         &["run", "mf", "--data", ratings, "--device", "cuda:0"],
         // The device is opened before the data is read.
         &["run", "lda", "--data", "/nonexistent", "--device", "cuda"],
+        &[
+            "run",
+            "cnn",
+            "--data",
+            "/nonexistent",
+            "--device",
+            "cuda",
+            "--quiet",
+        ],
     ];
     for args in runs {
         let out = run_process(&harp_binary!(), args);
@@ -236,4 +245,54 @@ fn the_gpu_refuses_the_sequential_lda_sampler() {
         .expect("the sequential sampler on the GPU must be refused")
         .to_string();
     assert!(error.contains("--sampler parallel"), "{error}");
+}
+
+fn cnn_figures(compute: Compute) -> Option<Vec<(f64, f64)>> {
+    let dir = shared_data("mnist10k")?;
+    let data = harp_apps::data::load_path(&dir).unwrap();
+    let mut data = data;
+    for v in &mut data.features {
+        *v /= 255.0;
+    }
+    let (train, test) = data.split_tail(2_000).unwrap();
+    let config = harp_apps::cnn::CnnConfig {
+        epochs: 1,
+        max_batches: Some(30),
+        ..harp_apps::cnn::CnnConfig::default()
+    };
+    let app = harp_apps::cnn::CnnApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet))
+        .and_then(|app| app.with_compute(compute))
+        .unwrap();
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(Arc::new(app), &job()))
+        .unwrap();
+    Some(
+        outcome
+            .driver
+            .history()
+            .iter()
+            .map(|m| (m.loss, m.accuracy))
+            .collect(),
+    )
+}
+
+#[test]
+fn cnn_on_the_gpu_trains_like_the_cpu() {
+    let Some(gpu) = gpu_or_skip("cnn_on_the_gpu_trains_like_the_cpu") else {
+        return;
+    };
+    let Some(cpu) = cnn_figures(Compute::Cpu) else {
+        return;
+    };
+    let on_gpu = cnn_figures(gpu).unwrap();
+    assert_eq!(cpu.len(), on_gpu.len());
+    // The GPU's convolution weight gradients add with atomics (their last bits vary), so
+    // the runs agree to rounding, not bit for bit.
+    for ((c_loss, c_acc), (g_loss, g_acc)) in cpu.iter().zip(&on_gpu) {
+        assert!(
+            (c_loss - g_loss).abs() < 1e-2 * c_loss.abs().max(1.0),
+            "{cpu:?} vs {on_gpu:?}"
+        );
+        assert!((c_acc - g_acc).abs() < 0.01, "{cpu:?} vs {on_gpu:?}");
+    }
 }

@@ -7,6 +7,7 @@ use crate::cnn::{
 };
 use crate::data::{load_path, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
+use crate::device::Device;
 use crate::metrics::MetricsWriter;
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
@@ -61,6 +62,9 @@ pub struct CnnCliArgs {
     /// Train only this many minibatches per epoch (short runs).
     #[arg(long)]
     pub max_batches: Option<u32>,
+    /// Where the executors run the forward and backward passes: `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
     /// Do not draw a progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -126,8 +130,11 @@ fn load_split(args: &CnnCliArgs) -> Result<(Dataset, Dataset, String)> {
 }
 
 fn new_app(args: &CnnCliArgs, observer: Arc<dyn CnnObserver>) -> Result<(CnnApp, String)> {
+    // The device first: a missing GPU is reported before the data is read.
+    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
     let (train, test, name) = load_split(args)?;
     let app = CnnApp::new(cnn_config(args)?, Arc::new(train), Arc::new(test), observer)
+        .and_then(|app| app.with_compute(compute))
         .map_err(|e| anyhow!("{e}"))?;
     Ok((app, name))
 }

@@ -6,6 +6,7 @@ use super::network::{Network, Passes, IMAGE_PIXELS, TENSORS};
 use super::tables::TensorTables;
 use super::{CnnArgs, CnnConfig, CnnOutput};
 use crate::data::Dataset;
+use crate::device::Compute;
 use harp::{AppError, Executor, ParamClient};
 use std::ops::Range;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ pub struct CnnExecutor {
     weights: [Vec<f32>; TENSORS],
     grads: [Vec<f32>; TENSORS],
     passes: Passes,
+    /// The GPU path (`--device cuda`); `None` computes on the CPU.
+    #[cfg(feature = "cuda")]
+    gpu: Option<super::gpu::CnnGpu>,
 }
 
 impl CnnExecutor {
@@ -46,7 +50,10 @@ impl CnnExecutor {
         train: Arc<Dataset>,
         test: Arc<Dataset>,
         test_rows: Range<usize>,
+        compute: &Compute,
     ) -> Self {
+        #[cfg(not(feature = "cuda"))]
+        let _ = compute;
         let all_rows: Vec<Vec<u64>> = layout.iter().map(|t| (0..t.rows).collect()).collect();
         // Rows numbered globally across tensors; executor e owns those ≡ e (mod E).
         let mut applied_rows = Vec::with_capacity(layout.len());
@@ -88,6 +95,11 @@ impl CnnExecutor {
             weights: Default::default(),
             grads,
             passes: Passes::default(),
+            #[cfg(feature = "cuda")]
+            gpu: match compute {
+                Compute::Gpu(gpu) => Some(super::gpu::CnnGpu::new(gpu.clone())),
+                Compute::Cpu => None,
+            },
         }
     }
 
@@ -169,9 +181,26 @@ impl CnnExecutor {
         self.load_weights(ps).await?;
         let w = weight_slices(&self.weights, &self.layout)?;
         let scale = 1.0 / len as f32;
-        let (loss_sum, correct) =
-            self.network
-                .train_pass(&w, scale, &mut self.grads, &mut self.passes)?;
+        #[cfg(feature = "cuda")]
+        let on_gpu = match self.gpu.as_mut() {
+            Some(gpu) => Some(gpu.train_pass(
+                &self.network,
+                &w,
+                scale,
+                &mut self.grads,
+                &self.passes.input,
+                &self.passes.labels,
+            )?),
+            None => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let on_gpu: Option<(f64, u64)> = None;
+        let (loss_sum, correct) = match on_gpu {
+            Some(result) => result,
+            None => self
+                .network
+                .train_pass(&w, scale, &mut self.grads, &mut self.passes)?,
+        };
         for (t, g) in self.layout.iter().zip(&self.grads) {
             let slots: Vec<u64> = (0..t.rows).map(|r| t.slot(self.id, r)).collect();
             let deltas: Vec<Vec<f32>> = g.chunks_exact(t.width).map(<[f32]>::to_vec).collect();
@@ -242,7 +271,22 @@ impl CnnExecutor {
             self.passes.input.extend_from_slice(x);
             self.passes.labels.clear();
             self.passes.labels.extend_from_slice(y);
-            let (c, l) = self.network.evaluate(&w, &mut self.passes)?;
+            #[cfg(feature = "cuda")]
+            let on_gpu = match self.gpu.as_mut() {
+                Some(gpu) => Some(gpu.evaluate(
+                    &self.network,
+                    &w,
+                    &self.passes.input,
+                    &self.passes.labels,
+                )?),
+                None => None,
+            };
+            #[cfg(not(feature = "cuda"))]
+            let on_gpu: Option<(u64, f64)> = None;
+            let (c, l) = match on_gpu {
+                Some(result) => result,
+                None => self.network.evaluate(&w, &mut self.passes)?,
+            };
             correct += c;
             loss_sum += l;
         }

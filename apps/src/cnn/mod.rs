@@ -31,6 +31,8 @@
 
 mod driver;
 mod executor;
+#[cfg(feature = "cuda")]
+mod gpu;
 pub mod network;
 pub mod tables;
 
@@ -40,6 +42,7 @@ pub use network::{Network, NetworkShape};
 pub use tables::{Partition, TensorTables};
 
 use crate::data::Dataset;
+use crate::device::Compute;
 use harp::{App, AppError, ExecutorId, JobInfo, TableSet};
 use harp_kernels::optim::Adam;
 use network::IMAGE_PIXELS;
@@ -119,6 +122,7 @@ pub struct CnnApp {
     tables: TableSet,
     layout: Arc<[TensorTables]>,
     observer: Arc<dyn CnnObserver>,
+    compute: Compute,
 }
 
 /// Checks that `data` holds 28×28 images with labels below 10, naming its file otherwise.
@@ -187,7 +191,19 @@ impl CnnApp {
             tables,
             layout: layout.into(),
             observer,
+            compute: Compute::Cpu,
         })
+    }
+
+    /// Runs the forward and backward passes on `compute` (`--device`); the CPU by
+    /// default. The Adam steps (on the servers) stay on the CPU.
+    pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
+        #[cfg(feature = "cuda")]
+        for (source, name) in gpu::KERNELS {
+            compute.prepare(source, name)?;
+        }
+        self.compute = compute;
+        Ok(self)
     }
 
     pub fn network(&self) -> &Network {
@@ -245,6 +261,7 @@ impl App for CnnApp {
             self.train.clone(),
             self.test.clone(),
             test_rows,
+            &self.compute,
         ))
     }
 }

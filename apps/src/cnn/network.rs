@@ -197,6 +197,11 @@ impl Network {
         out
     }
 
+    /// The layers: the two convolutions, the two poolings, the three dense layers.
+    pub fn layers(&self) -> (&[Conv2d; 2], &[MaxPool2x2; 2], &[Dense; 3]) {
+        (&self.conv, &self.pool, &self.dense)
+    }
+
     /// Parameters in the whole network.
     pub fn parameter_count(&self) -> usize {
         self.tensors().iter().map(ParamTensor::len).sum()

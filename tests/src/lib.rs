@@ -108,6 +108,29 @@ where
     }
 }
 
+/// Runs `binary` with `args` plus `--metrics-out METRICS`, asserts that it succeeded, and
+/// returns its outcome and the metrics lines that carry `key` (e.g. one per epoch).
+pub fn run_with_metrics(
+    binary: &Path,
+    args: &[&str],
+    metrics: &Path,
+    key: &str,
+) -> (ProcessOutcome, Vec<serde_json::Value>) {
+    let metrics_arg = metrics.to_str().expect("a UTF-8 metrics path");
+    let all: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--metrics-out", metrics_arg])
+        .collect();
+    let out = run_process(binary, &all);
+    assert!(out.status.success(), "{}", out.describe());
+    let lines = read_json_lines(metrics)
+        .into_iter()
+        .filter(|r| r.get(key).is_some())
+        .collect();
+    (out, lines)
+}
+
 /// Runs the `harp` command line in this process: `args` are what follows `harp`.
 ///
 /// Parse errors come back as errors too (as clap would print them). Must not be called from

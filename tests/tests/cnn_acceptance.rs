@@ -14,7 +14,7 @@ use harp_apps::cnn::{CnnApp, CnnConfig, CnnMetrics, NetworkShape, Partition};
 use harp_apps::data::Dataset;
 use harp_apps::default_data::mnist10k;
 use harp_apps::mlr::Quiet;
-use harp_tests::{harp_binary, idx_bytes, read_json_lines, run_cli, run_process, runtime, Threads};
+use harp_tests::{harp_binary, idx_bytes, run_cli, run_with_metrics, runtime, Threads};
 use std::sync::Arc;
 
 fn job(workers: u32, executors_per_worker: u32) -> JobConfig {
@@ -137,16 +137,9 @@ fn cnn_across_node_processes_matches_the_run_in_one_process() {
             "--hidden",
             "32,16",
             "--quiet",
-            "--metrics-out",
-            metrics.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = run_process(&harp_binary!(), &args);
-        assert!(out.status.success(), "{}", out.describe());
-        read_json_lines(&metrics)
-            .into_iter()
-            .filter(|r| r.get("accuracy").is_some())
-            .collect()
+        run_with_metrics(&harp_binary!(), &args, &metrics, "accuracy").1
     };
     // Two executors either way: two worker nodes flushing on their own, or one process.
     let local = run(&["--workers", "2"], "local.jsonl");

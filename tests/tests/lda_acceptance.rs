@@ -11,7 +11,7 @@ use harp_apps::data::{load_docword_dir, parse_docword_reader, Corpus};
 use harp_apps::lda::{LdaApp, LdaConfig, LdaMetrics, LdaSampler};
 use harp_apps::mlr::Quiet;
 use harp_tests::{
-    harp_binary, read_json_lines, run_cli, run_process, runtime, shared_data, Threads,
+    harp_binary, read_json_lines, run_cli, run_with_metrics, runtime, shared_data, Threads,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -409,15 +409,12 @@ fn lda_across_node_processes_matches_the_run_in_one_process() {
             "5",
             "--executors-per-worker",
             "2",
-            "--metrics-out",
-            metrics.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = run_process(&harp_binary!(), &args);
-        assert!(out.status.success(), "{}", out.describe());
-        let ll = read_json_lines(&metrics)
-            .into_iter()
-            .filter_map(|r| r.get("log_likelihood").and_then(|v| v.as_f64()))
+        let (out, lines) = run_with_metrics(&harp_binary!(), &args, &metrics, "log_likelihood");
+        let ll = lines
+            .iter()
+            .filter_map(|r| r["log_likelihood"].as_f64())
             .collect();
         let topics = out
             .stdout

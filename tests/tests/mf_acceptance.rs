@@ -8,9 +8,7 @@ use harp::JobConfig;
 use harp_apps::data::{parse_ratings_reader, RatingRange, RatingsData};
 use harp_apps::mf::{MfApp, MfConfig, MfMetrics, MfSolver};
 use harp_apps::mlr::Quiet;
-use harp_tests::{
-    harp_binary, read_json_lines, run_cli, run_process, runtime, shared_data, Threads,
-};
+use harp_tests::{harp_binary, run_cli, run_with_metrics, runtime, shared_data, Threads};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -181,16 +179,9 @@ fn mf_across_node_processes_matches_the_run_in_one_process() {
             "3",
             "--executors-per-worker",
             "2",
-            "--metrics-out",
-            metrics.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = run_process(&harp_binary!(), &args);
-        assert!(out.status.success(), "{}", out.describe());
-        read_json_lines(&metrics)
-            .into_iter()
-            .filter(|r| r.get("test_rmse").is_some())
-            .collect()
+        run_with_metrics(&harp_binary!(), &args, &metrics, "test_rmse").1
     };
     let local = run(&["--workers", "2"], "local.jsonl");
     let across = run(&["--processes", "2"], "across.jsonl");

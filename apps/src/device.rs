@@ -96,20 +96,56 @@ impl Compute {
         !matches!(self, Compute::Cpu)
     }
 
-    /// Compiles (once per process) the kernel `name` of `source` on the GPU, so that a
+    /// Compiles (once per process) each kernel `(source, name)` on the GPU, so that a
     /// missing NVRTC or a kernel that does not compile is reported when the job starts,
     /// not by its first task. Nothing to do on the CPU.
     #[cfg(feature = "cuda")]
     pub fn prepare(
         &self,
-        source: &harp_kernels::cuda::CudaSource,
-        name: &str,
+        kernels: &[(&harp_kernels::cuda::CudaSource, &str)],
     ) -> Result<(), AppError> {
         if let Compute::Gpu(gpu) = self {
-            gpu.function(source, name)
-                .map_err(|e| -> AppError { format!("--device cuda: {e}").into() })?;
+            for (source, name) in kernels {
+                gpu.function(source, name)
+                    .map_err(|e| -> AppError { format!("--device cuda: {e}").into() })?;
+            }
         }
         Ok(())
+    }
+}
+
+/// Device buffers an executor keeps between tasks (`Option` slots that grow on first use).
+#[cfg(feature = "cuda")]
+pub(crate) mod buffers {
+    use harp_kernels::cuda::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+    use harp_kernels::cuda::Gpu;
+    use harp_kernels::KernelError;
+
+    /// `slot` holding exactly `len` elements: reallocated (zeroed) only when its length
+    /// differs; otherwise its contents are left for the kernel to overwrite.
+    pub(crate) fn sized<'a, T: DeviceRepr + ValidAsZeroBits>(
+        gpu: &Gpu,
+        slot: &'a mut Option<CudaSlice<T>>,
+        len: usize,
+    ) -> Result<&'a mut CudaSlice<T>, KernelError> {
+        if slot.as_ref().is_none_or(|dev| dev.len() != len) {
+            *slot = Some(gpu.alloc_zeros(len)?);
+        }
+        slot.as_mut().ok_or_else(|| KernelError::Cuda {
+            op: "allocation",
+            message: "a device buffer is missing right after its allocation".into(),
+        })
+    }
+
+    /// `slot` holding a copy of `host` (reallocated only when the length changes).
+    pub(crate) fn uploaded<'a, T: DeviceRepr + ValidAsZeroBits>(
+        gpu: &Gpu,
+        slot: &'a mut Option<CudaSlice<T>>,
+        host: &[T],
+    ) -> Result<&'a mut CudaSlice<T>, KernelError> {
+        let dev = sized(gpu, slot, host.len())?;
+        gpu.upload_into(host, dev)?;
+        Ok(dev)
     }
 }
 

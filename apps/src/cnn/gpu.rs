@@ -6,6 +6,7 @@
 //! with atomics on the GPU, so their last bits vary from run to run (see the kernels).
 
 use super::network::{Network, CLASSES, TENSORS};
+use crate::device::buffers;
 use harp::AppError;
 use harp_kernels::cuda::cnn::{
     conv2d_backward, conv2d_forward, dense_backward, dense_forward, maxpool2x2_backward,
@@ -22,29 +23,22 @@ fn gpu_error(e: harp_kernels::KernelError) -> AppError {
     format!("cnn on the GPU: {e}").into()
 }
 
-/// `slot` holding exactly `len` elements (reallocated, zeroed, when the length differs;
-/// the kernels overwrite what they write).
+/// [`crate::device::buffers::sized`] with this module's errors.
 fn sized<'a, T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     slot: &'a mut Option<CudaSlice<T>>,
     len: usize,
 ) -> Result<&'a mut CudaSlice<T>, AppError> {
-    if slot.as_ref().is_none_or(|dev| dev.len() != len) {
-        *slot = Some(gpu.alloc_zeros(len).map_err(gpu_error)?);
-    }
-    slot.as_mut()
-        .ok_or_else(|| -> AppError { "cnn on the GPU: buffer not allocated".into() })
+    buffers::sized(gpu, slot, len).map_err(gpu_error)
 }
 
-/// `slot` holding a copy of `host`.
+/// [`crate::device::buffers::uploaded`] with this module's errors.
 fn uploaded<'a, T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     slot: &'a mut Option<CudaSlice<T>>,
     host: &[T],
 ) -> Result<&'a mut CudaSlice<T>, AppError> {
-    let dev = sized(gpu, slot, host.len())?;
-    gpu.upload_into(host, dev).map_err(gpu_error)?;
-    Ok(dev)
+    buffers::uploaded(gpu, slot, host).map_err(gpu_error)
 }
 
 type Slot<T = f32> = Option<CudaSlice<T>>;

@@ -199,9 +199,7 @@ impl CnnApp {
     /// default. The Adam steps (on the servers) stay on the CPU.
     pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
         #[cfg(feature = "cuda")]
-        for (source, name) in gpu::KERNELS {
-            compute.prepare(source, name)?;
-        }
+        compute.prepare(&gpu::KERNELS)?;
         self.compute = compute;
         Ok(self)
     }

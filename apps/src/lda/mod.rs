@@ -318,9 +318,7 @@ impl LdaApp {
             );
         }
         #[cfg(feature = "cuda")]
-        for (source, name) in gpu::KERNELS {
-            compute.prepare(source, name)?;
-        }
+        compute.prepare(&gpu::KERNELS)?;
         self.compute = compute;
         Ok(self)
     }

@@ -7,6 +7,7 @@
 //! CPU's sequential pass; ALS solves each row on its own and matches the CPU to f32
 //! rounding.
 
+use crate::device::buffers::{sized, uploaded};
 use harp::AppError;
 use harp_kernels::cuda::cudarc::driver::CudaSlice;
 use harp_kernels::cuda::mf::{als_half_step, sgd_step, DeviceCsr, DeviceRatings, SOURCE};
@@ -88,8 +89,8 @@ impl MfGpu {
             }),
         };
         let rows = csr.offsets.len().saturating_sub(1);
-        let fixed = upload_reusing(gpu, &mut side.fixed, fixed)?;
-        let out = zeros_reusing(gpu, &mut side.out, rows * rank)?;
+        let fixed = uploaded(gpu, &mut side.fixed, fixed).map_err(gpu_error)?;
+        let out = sized(gpu, &mut side.out, rows * rank).map_err(gpu_error)?;
         let device_csr = DeviceCsr {
             offsets: &side.offsets,
             cols: &side.cols,
@@ -119,8 +120,8 @@ impl MfGpu {
                 values: gpu.upload(ratings.values).map_err(gpu_error)?,
             }),
         };
-        let p_dev = upload_reusing(gpu, &mut self.p, p)?;
-        let q_dev = upload_reusing(gpu, &mut self.q, q)?;
+        let p_dev = uploaded(gpu, &mut self.p, p).map_err(gpu_error)?;
+        let q_dev = uploaded(gpu, &mut self.q, q).map_err(gpu_error)?;
         let device_ratings = DeviceRatings {
             users: &on_device.users,
             items: &on_device.items,
@@ -131,35 +132,4 @@ impl MfGpu {
         *q = gpu.download(q_dev).map_err(gpu_error)?;
         Ok(())
     }
-}
-
-/// `slot` holding a copy of `host` (reallocated only when the length changes).
-fn upload_reusing<'a>(
-    gpu: &Gpu,
-    slot: &'a mut Option<CudaSlice<f32>>,
-    host: &[f32],
-) -> Result<&'a mut CudaSlice<f32>, AppError> {
-    if slot.as_ref().is_some_and(|dev| dev.len() == host.len()) {
-        if let Some(dev) = slot.as_mut() {
-            gpu.upload_into(host, dev).map_err(gpu_error)?;
-        }
-    } else {
-        *slot = Some(gpu.upload(host).map_err(gpu_error)?);
-    }
-    slot.as_mut()
-        .ok_or_else(|| -> AppError { "mf on the GPU: buffer not uploaded".into() })
-}
-
-/// `slot` holding `len` values (reallocated only when the length changes; contents are
-/// overwritten by the kernel).
-fn zeros_reusing<'a>(
-    gpu: &Gpu,
-    slot: &'a mut Option<CudaSlice<f32>>,
-    len: usize,
-) -> Result<&'a mut CudaSlice<f32>, AppError> {
-    if slot.as_ref().is_none_or(|dev| dev.len() != len) {
-        *slot = Some(gpu.alloc_zeros(len).map_err(gpu_error)?);
-    }
-    slot.as_mut()
-        .ok_or_else(|| -> AppError { "mf on the GPU: buffer not allocated".into() })
 }

@@ -189,9 +189,7 @@ impl MfApp {
     /// The RMSE evaluation stays on the CPU.
     pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
         #[cfg(feature = "cuda")]
-        for (source, name) in gpu::KERNELS {
-            compute.prepare(source, name)?;
-        }
+        compute.prepare(&gpu::KERNELS)?;
         self.compute = compute;
         Ok(self)
     }

@@ -4,6 +4,7 @@
 //! gradient there; it comes back as one features × classes matrix, which the executor cuts
 //! into the table's blocks.
 
+use crate::device::buffers::{sized, uploaded};
 use harp::AppError;
 use harp_kernels::cuda::cudarc::driver::CudaSlice;
 use harp_kernels::cuda::mlr::{gradient_scaled, MlrGpuScratch, SOURCE};
@@ -13,7 +14,8 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 /// The kernel compiled when the job starts ([`crate::device::Compute::prepare`]).
-pub(super) const KERNEL: (&harp_kernels::cuda::CudaSource, &str) = (&SOURCE, "harp_mlr_gemm");
+pub(super) const KERNELS: [(&harp_kernels::cuda::CudaSource, &str); 1] =
+    [(&SOURCE, "harp_mlr_gemm")];
 
 /// One minibatch on the device.
 struct DeviceBatch {
@@ -72,14 +74,8 @@ impl MlrGpu {
                 labels: gpu.upload(labels).map_err(gpu_error)?,
             }),
         };
-        let w_dev = reuse(gpu, &mut self.w, w)?;
-        if self.grad.as_ref().is_none_or(|g| g.len() != w.len()) {
-            self.grad = Some(gpu.alloc_zeros(w.len()).map_err(gpu_error)?);
-        }
-        let grad = self
-            .grad
-            .as_mut()
-            .ok_or_else(|| -> AppError { "mlr on the GPU: gradient not allocated".into() })?;
+        let w_dev = uploaded(gpu, &mut self.w, w).map_err(gpu_error)?;
+        let grad = sized(gpu, &mut self.grad, w.len()).map_err(gpu_error)?;
         let loss = gradient_scaled(
             gpu,
             shape,
@@ -94,21 +90,4 @@ impl MlrGpu {
         let host = gpu.download(grad).map_err(gpu_error)?;
         Ok((host, loss))
     }
-}
-
-/// `slot` holding a copy of `host` on the device (reallocated only when the length changes).
-fn reuse<'a>(
-    gpu: &Gpu,
-    slot: &'a mut Option<CudaSlice<f32>>,
-    host: &[f32],
-) -> Result<&'a CudaSlice<f32>, AppError> {
-    if slot.as_ref().is_some_and(|dev| dev.len() == host.len()) {
-        if let Some(dev) = slot.as_mut() {
-            gpu.upload_into(host, dev).map_err(gpu_error)?;
-        }
-    } else {
-        *slot = Some(gpu.upload(host).map_err(gpu_error)?);
-    }
-    slot.as_ref()
-        .ok_or_else(|| -> AppError { "mlr on the GPU: weights not uploaded".into() })
 }

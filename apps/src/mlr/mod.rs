@@ -179,7 +179,7 @@ impl MlrApp {
     /// Held-out evaluation stays on the CPU (one pass per epoch).
     pub fn with_compute(mut self, compute: Compute) -> Result<Self, AppError> {
         #[cfg(feature = "cuda")]
-        compute.prepare(gpu::KERNEL.0, gpu::KERNEL.1)?;
+        compute.prepare(&gpu::KERNELS)?;
         self.compute = compute;
         Ok(self)
     }

@@ -31,6 +31,7 @@ use harp::{Fault, FaultTiming, Injection, JobConfig, Recovery, ScarOptions, Sele
 use harp_apps::data::Dataset;
 use harp_apps::mlr::{EpochMetrics, MlrApp, MlrConfig, Quiet};
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 mod overhead;
@@ -245,6 +246,8 @@ fn main() -> Result<()> {
     };
     let mut reference: Option<(f64, f64)> = None;
     let mut curves = Vec::new();
+    // Each trial's loss curve by `run_key`: settings that cannot differ share their runs.
+    let mut runs: HashMap<String, Vec<f64>> = HashMap::new();
     eprintln!(
         "{:<40} {:>8} {:>9} {:>8} {:>8} {:>9} {:>8}",
         "setting", "rework", "95% CI", "vs first", "interp.", "95% CI", "vs first"
@@ -260,7 +263,14 @@ fn main() -> Result<()> {
         let mut unreached = 0;
         for trial in 0..args.trials {
             let at = failure_iteration(&args, trial);
-            let curve = losses(&args, &data, Some((setting, at, trial)))?;
+            let curve = match runs.get(&run_key(&setting, trial)) {
+                Some(curve) => curve.clone(),
+                None => {
+                    let curve = losses(&args, &data, Some((setting, at, trial)))?;
+                    runs.insert(run_key(&setting, trial), curve.clone());
+                    curve
+                }
+            };
             let after = curve.get(at as usize..).unwrap_or(&[]);
             curves.push(
                 json!({ "setting": name, "trial": trial, "failure_at": at, "losses": curve }),
@@ -383,6 +393,27 @@ fn write_outputs(
         path("-curves.json").display()
     );
     Ok(())
+}
+
+/// What one trial of `setting` runs, as a key: settings that differ only where it cannot
+/// matter share it, so their trials run once. A full recovery restores every row whatever
+/// was lost, and a checkpoint fraction of 1 saves every row whatever the selection (so the
+/// full-recovery points of `--figure 5.7` and the three `r = 1` points of `--figure 5.9`
+/// are each one set of runs).
+fn run_key(setting: &Setting, trial: u32) -> String {
+    let selection = if setting.fraction >= 1.0 {
+        "every row".to_string()
+    } else {
+        format!("{:?}", setting.selection)
+    };
+    let lost = match setting.recovery {
+        Recovery::Full => "any".to_string(),
+        Recovery::Partial => setting.lost.to_string(),
+    };
+    format!(
+        "{selection} r={} {:?} lost={lost} trial={trial}",
+        setting.fraction, setting.recovery
+    )
 }
 
 /// The failure iteration of `trial`: the first `C` iterations, then a geometric number of
@@ -521,4 +552,48 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         })
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(selection: Selection, fraction: f64, recovery: Recovery, lost: f64) -> Setting {
+        Setting {
+            selection,
+            fraction,
+            recovery,
+            lost,
+        }
+    }
+
+    #[test]
+    fn only_settings_that_cannot_differ_share_their_runs() {
+        let key = |s: Setting| run_key(&s, 3);
+        // Full recovery: whatever was lost.
+        assert_eq!(
+            key(setting(Selection::Full, 1.0, Recovery::Full, 0.25)),
+            key(setting(Selection::Full, 1.0, Recovery::Full, 0.75))
+        );
+        // A fraction of 1: whatever the selection.
+        assert_eq!(
+            key(setting(Selection::Priority, 1.0, Recovery::Partial, 0.5)),
+            key(setting(Selection::RoundRobin, 1.0, Recovery::Partial, 0.5))
+        );
+        // Everything else differs.
+        let distinct = [
+            setting(Selection::Full, 1.0, Recovery::Partial, 0.25),
+            setting(Selection::Full, 1.0, Recovery::Partial, 0.75),
+            setting(Selection::Full, 1.0, Recovery::Full, 0.25),
+            setting(Selection::Priority, 0.5, Recovery::Partial, 0.5),
+            setting(Selection::RoundRobin, 0.5, Recovery::Partial, 0.5),
+            setting(Selection::Priority, 0.25, Recovery::Partial, 0.5),
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert_ne!(run_key(a, 3), run_key(b, 3), "{a:?} vs {b:?}");
+            }
+        }
+        assert_ne!(run_key(&distinct[0], 1), run_key(&distinct[0], 2), "trials");
+    }
 }

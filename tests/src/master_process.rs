@@ -24,6 +24,9 @@ pub struct MasterProcess {
     /// Stderr lines read so far that no wait has consumed.
     seen: std::cell::RefCell<Vec<String>>,
     lines: mpsc::Receiver<String>,
+    /// Reads stderr into `lines` until its end (the master and every process that shares
+    /// its stderr, e.g. the nodes it started, closed it).
+    reader: std::thread::JoinHandle<()>,
 }
 
 impl MasterProcess {
@@ -40,7 +43,7 @@ impl MasterProcess {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if tx.send(line).is_err() {
                     return;
@@ -54,6 +57,7 @@ impl MasterProcess {
             credentials: PathBuf::new(),
             seen: Default::default(),
             lines,
+            reader,
         };
         let line = master.wait_for_line(&["master listening on "]);
         let rest = line.split("master listening on ").nth(1).unwrap();
@@ -132,11 +136,48 @@ impl MasterProcess {
         }
     }
 
-    /// Waits for the master to exit; its status and the rest of its stderr.
+    /// Waits for the master to exit; its status and the rest of its stderr, every line of
+    /// it: the stream is read to its end (which comes once every process writing to it, the
+    /// master and the nodes it started, has exited).
     pub fn finish(mut self) -> (ExitStatus, String) {
         let status = self.child.wait().unwrap();
+        // The reader may still be behind the exited master: let it read to the end.
+        self.reader.join().expect("the stderr reader panicked");
         let mut rest = self.seen.take();
         rest.extend(self.lines.try_iter());
         (status, rest.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `finish` returns every line written to the master's stderr, also those its reader
+    /// had not passed on when the master was reaped: it used to take only what the reader
+    /// had passed on by then, and missed the end. To make that lag certain, a process that
+    /// shares the master's stderr (as the nodes it starts do) writes a burst and the last
+    /// line only once the master was reaped.
+    #[test]
+    fn finish_returns_every_line_up_to_the_last() {
+        const BURST: usize = 100_000;
+        let script = format!(
+            "echo 'master listening on 127.0.0.1:9; grow or shrink the job with: harp scale \
+             --job 127.0.0.1:9 --credentials /nonexistent --add N' >&2; \
+             (while kill -0 $$ 2>/dev/null; do :; done; \
+              head -c {BURST} /dev/zero | tr '\\0' '\\n'; echo 'the last line') >&2 &"
+        );
+        let master = MasterProcess::start("/bin/sh".into(), &["-c", &script]);
+        assert_eq!(master.addr, "127.0.0.1:9");
+        assert_eq!(master.credentials, PathBuf::from("/nonexistent"));
+        let (status, stderr) = master.finish();
+        assert!(status.success(), "{status}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(
+            (lines.len(), lines.last().copied()),
+            (BURST + 2, Some("the last line")),
+            "the listening line, {BURST} empty lines and the last one"
+        );
+        assert!(lines[0].starts_with("master listening on "), "{}", lines[0]);
     }
 }

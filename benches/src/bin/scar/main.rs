@@ -246,7 +246,7 @@ fn main() -> Result<()> {
     };
     let mut reference: Option<(f64, f64)> = None;
     let mut curves = Vec::new();
-    // Each trial's loss curve by `run_key`: settings that cannot differ share their runs.
+    // Each trial's loss curve by `run_key`: settings that are the same experiment share them.
     let mut runs: HashMap<String, Vec<f64>> = HashMap::new();
     eprintln!(
         "{:<40} {:>8} {:>9} {:>8} {:>8} {:>9} {:>8}",
@@ -395,11 +395,12 @@ fn write_outputs(
     Ok(())
 }
 
-/// What one trial of `setting` runs, as a key: settings that differ only where it cannot
-/// matter share it, so their trials run once. A full recovery restores every row whatever
-/// was lost, and a checkpoint fraction of 1 saves every row whatever the selection (so the
-/// full-recovery points of `--figure 5.7` and the three `r = 1` points of `--figure 5.9`
-/// are each one set of runs).
+/// What one trial of `setting` runs, as a key: settings that are the same experiment share
+/// it, so their trials run once. A full recovery restores every row whatever was lost, and
+/// a checkpoint fraction of 1 saves every row whatever the selection (so the full-recovery
+/// points of `--figure 5.7` and the three `r = 1` points of `--figure 5.9` are each one set
+/// of runs). Two runs of one setting are not bit-identical (rounds run beside training, so
+/// when a row is saved within its iteration varies a little), only the same experiment.
 fn run_key(setting: &Setting, trial: u32) -> String {
     let selection = if setting.fraction >= 1.0 {
         "every row".to_string()
@@ -568,7 +569,7 @@ mod tests {
     }
 
     #[test]
-    fn only_settings_that_cannot_differ_share_their_runs() {
+    fn only_settings_that_are_the_same_experiment_share_their_runs() {
         let key = |s: Setting| run_key(&s, 3);
         // Full recovery: whatever was lost.
         assert_eq!(

@@ -399,8 +399,9 @@ fn write_outputs(
 /// it, so their trials run once. A full recovery restores every row whatever was lost, and
 /// a checkpoint fraction of 1 saves every row whatever the selection (so the full-recovery
 /// points of `--figure 5.7` and the three `r = 1` points of `--figure 5.9` are each one set
-/// of runs). Two runs of one setting are not bit-identical (rounds run beside training, so
-/// when a row is saved within its iteration varies a little), only the same experiment.
+/// of runs). Two runs of one setting need not be bit-identical (the order in which
+/// updates and saves meet on the servers varies from run to run), only the same
+/// experiment.
 fn run_key(setting: &Setting, trial: u32) -> String {
     let selection = if setting.fraction >= 1.0 {
         "every row".to_string()

@@ -160,6 +160,8 @@ pub async fn run_job_across_controlled<A: App>(
     let job = job_id(creds);
     let counters = Arc::new(WireCounters::new());
     let nodes = accept_nodes(&endpoint, app.name(), job, options, &counters).await?;
+    // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
+    let accepting = roster::Accepting::<A>::start(endpoint.clone(), job, counters);
 
     // A node's worker and server take the node's id.
     let worker_ids: Vec<WorkerId> = nodes
@@ -290,7 +292,6 @@ pub async fn run_job_across_controlled<A: App>(
         },
         lease_timeout_ms: options.lease_timeout_ms,
         join_timeout_ms: options.join_timeout_ms,
-        counters: counters.clone(),
         launcher: options.launcher.clone(),
         events,
         leaving: leaving_tx,
@@ -347,7 +348,7 @@ pub async fn run_job_across_controlled<A: App>(
         workers.keys().copied().collect(),
         server_ids.clone(),
     ));
-    let accepting = tokio::spawn(roster::accept_while_running(endpoint.clone(), ctx.clone()));
+    accepting.run(ctx.clone());
     let leaves = tokio::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
     let _ = master.send_message(MasterMsg::Start {
         workers,
@@ -369,7 +370,7 @@ pub async fn run_job_across_controlled<A: App>(
     outside_failures.abort();
     leases.abort();
     control.abort();
-    accepting.abort();
+    accepting.stop();
     leaves.abort();
     if let Some(following) = following {
         following.abort();
@@ -467,10 +468,7 @@ async fn accept_nodes(
         }
         if !hello.role.worker && !hello.role.server {
             // A `harp scale` client before the job started.
-            let _ = link.send(&Message::ScaleDone {
-                ok: false,
-                message: "the job has not started yet: its nodes are still joining".into(),
-            });
+            let _ = link.send(&super::scale_client::job_starting_answer());
             continue;
         }
         let id = nodes.len() as u32;

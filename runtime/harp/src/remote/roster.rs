@@ -2,14 +2,19 @@
 //! it: a node that joins a running job is given load by a re-balancing; a node that leaves
 //! (it got SIGTERM, or `harp scale --remove` named it) gives its load away, every other node
 //! drains what it still had in flight to it, and then it is dismissed and exits; `harp scale`
-//! commands arrive on the master's endpoint like nodes do.
+//! commands arrive on the master's endpoint like nodes do ([`accepting`], from the moment
+//! every expected node joined: a command while the job still starts is refused at once;
+//! [`scale_clients`]).
 //!
 //! A node that left is remembered as departed, so its closed link and its silent lease are
 //! not reported as a death. An outside scheduler's desired node count ([`desired`]) grows and
 //! shrinks the job through the same paths.
 
+mod accepting;
 mod desired;
+mod scale_clients;
 
+pub(crate) use accepting::Accepting;
 pub(crate) use desired::{count_joins, follow_desired};
 
 use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy};
@@ -19,11 +24,8 @@ use crate::error::HarpError;
 use crate::job::spawn;
 use crate::master::MasterMsg;
 use harp_core::{MemberInfo, MembershipView, NodeId, NodeRoles, ServerId, WorkerId};
-use harp_net::{Incoming, Link, NetEndpoint};
-use harp_wire::{
-    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, ServerPlace, Welcome,
-    WireCounters, PROTOCOL_VERSION,
-};
+use harp_net::{Incoming, Link};
+use harp_wire::{Assignment, JobInfoWire, Message, ServerPlace, Welcome, PROTOCOL_VERSION};
 use ractor::ActorRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -131,7 +133,6 @@ pub(crate) struct RosterContext<A: App> {
     pub job_info: JobInfoWire,
     pub lease_timeout_ms: u64,
     pub join_timeout_ms: u64,
-    pub counters: Arc<WireCounters>,
     pub launcher: Option<NodeLauncher>,
     pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
     /// Where each node's reader reports a node asking to leave.
@@ -144,43 +145,6 @@ pub(crate) struct RosterContext<A: App> {
 
 /// How long the master waits for the other nodes to drain a leaving server.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
-
-/// Serves the master's endpoint after the start: nodes joining the running job and `harp
-/// scale` commands. Runs until the job ends (the caller aborts it).
-pub(crate) async fn accept_while_running<A: App>(
-    endpoint: NetEndpoint,
-    ctx: Arc<RosterContext<A>>,
-) {
-    while let Some(conn) = endpoint.accept().await {
-        let Ok(conn) = conn else { continue };
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let accepted = Link::accept(conn, FrameLimits::default(), ctx.counters.clone()).await;
-            let Ok((link, mut incoming)) = accepted else {
-                return;
-            };
-            let first = tokio::time::timeout(Duration::from_secs(5), incoming.recv()).await;
-            let hello = match first {
-                Ok(Some(Ok(Message::Hello(hello)))) => hello,
-                _ => return link.close("expected hello"),
-            };
-            if let Err(e) = check_hello(&hello, ctx.job) {
-                tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a connection");
-                let _ = link.send(&refusal(&e));
-                return;
-            }
-            let roles = NodeRoles {
-                worker: hello.role.worker,
-                server: hello.role.server,
-            };
-            if roles.worker || roles.server {
-                admit(&ctx, link, incoming, roles, hello.listen_addr).await;
-            } else {
-                serve_scale_client(&ctx, link, incoming).await;
-            }
-        });
-    }
-}
 
 /// A node joins the running job: it gets an empty assignment and the placement, the other
 /// nodes learn its server, and once it is ready a re-balancing gives it load.
@@ -440,76 +404,6 @@ async fn drain<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
             );
         }
     }
-}
-
-/// A `harp scale` client: one command, one answer.
-async fn serve_scale_client<A: App>(
-    ctx: &Arc<RosterContext<A>>,
-    link: Link,
-    mut incoming: mpsc::UnboundedReceiver<Incoming>,
-) {
-    let command = match tokio::time::timeout(Duration::from_secs(10), incoming.recv()).await {
-        Ok(Some(Ok(Message::ScaleCommand { add, remove }))) => (add, remove),
-        _ => return link.close("expected a scale command"),
-    };
-    let (ok, message) = match scale_command(ctx, command).await {
-        Ok(message) => (true, message),
-        Err(e) => (false, e.to_string()),
-    };
-    let _ = link.send(&Message::ScaleDone { ok, message });
-    // Let the answer reach the client before the link goes.
-    let _ = tokio::time::timeout(Duration::from_secs(2), link.connection().quic().closed()).await;
-}
-
-/// Carries out `harp scale`: the named nodes leave (one after the other), and `add` node
-/// processes are started by the launcher; with neither, lists the job's nodes.
-async fn scale_command<A: App>(
-    ctx: &Arc<RosterContext<A>>,
-    (add, remove): (u32, Vec<u32>),
-) -> Result<String, HarpError> {
-    if add == 0 && remove.is_empty() {
-        // Nothing to change: say who is in the job.
-        let roster = lock(&ctx.roster);
-        let nodes: Vec<String> = roster
-            .live()
-            .map(|n| {
-                let role = match (n.roles.worker, n.roles.server) {
-                    (true, true) => "worker+server",
-                    (true, false) => "worker",
-                    _ => "server",
-                };
-                let leaving = if roster.leaving.contains(&n.id) {
-                    ", leaving"
-                } else {
-                    ""
-                };
-                format!("{} ({role}{leaving})", n.id)
-            })
-            .collect();
-        return Ok(format!("nodes: {}", nodes.join(", ")));
-    }
-    {
-        let roster = lock(&ctx.roster);
-        if let Some(unknown) = remove.iter().find(|n| !roster.nodes.contains_key(n)) {
-            let live: Vec<String> = roster.live().map(|n| n.id.to_string()).collect();
-            return Err(HarpError::InvalidConfig(format!(
-                "node {unknown} is not one of the job's nodes (they are: {})",
-                live.join(", ")
-            )));
-        }
-    }
-    let mut done = Vec::new();
-    for node in remove {
-        leave(ctx, node).await?;
-        done.push(format!("node {node} left"));
-    }
-    if add > 0 {
-        desired::launch(ctx, add)?;
-        done.push(format!(
-            "started {add} node processes; they get load as they join"
-        ));
-    }
-    Ok(done.join("; "))
 }
 
 /// Records a scale event: the log, and the events channel (the metrics file).

@@ -1,8 +1,13 @@
-//! The `harp scale` side of the master's control endpoint: one command to a running job.
+//! The `harp scale` side of the master's control endpoint: one command to a running job, and
+//! what its answer (or the lack of one) means, as a [`ScaleError`].
+//!
+//! The master answers every command it took with `ScaleDone`; a command that arrives while
+//! the job is still starting is answered at once with [`JOB_STARTING`] instead of being
+//! carried out (see `roster/accepting.rs`).
 
 use super::job_id;
 use crate::error::HarpError;
-use harp_net::{JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     FrameLimits, Hello, Message, NodeRole, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
 };
@@ -13,15 +18,64 @@ use std::time::Duration;
 /// How long `harp scale` waits for the master to carry a command out.
 const SCALE_ANSWER_WAIT: Duration = Duration::from_secs(300);
 
+/// The message of the master's `ScaleDone` for a command that came while the job was still
+/// starting; the client turns exactly this answer into [`ScaleError::JobStarting`].
+pub(crate) const JOB_STARTING: &str = "the job is still starting";
+
+/// What the master answers a `harp scale` command while the job is still starting (its
+/// nodes joining, or setting up their executors and tables).
+pub(crate) fn job_starting_answer() -> Message {
+    Message::ScaleDone {
+        ok: false,
+        message: JOB_STARTING.into(),
+    }
+}
+
+/// Why a `harp scale` command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaleError {
+    /// The job has not started yet: its nodes are still joining or setting up. Nothing was
+    /// done; the same command may be sent again once the job runs.
+    #[error("the job has not started yet: it is still starting; try again when it runs")]
+    JobStarting,
+    /// The master carried the command out (or tried to) and it failed, or refused it before
+    /// anything moved; `0` is the master's reason.
+    #[error("the scale command did not succeed: {0}")]
+    NotCarriedOut(String),
+    /// The master refused this client at the handshake (e.g. another job's credentials).
+    #[error("the master refused this client: {0}")]
+    Refused(String),
+    /// The master hung up before answering.
+    #[error("the master hung up before answering")]
+    HungUp,
+    /// No answer within the client's patience; the command may still be running.
+    #[error("no answer from the master within {after_s} s")]
+    NoAnswer { after_s: u64 },
+    /// The master answered with something that is not an answer to a command.
+    #[error("expected the command's answer, got {0}")]
+    Unexpected(String),
+    /// The command could not be sent or its answer not read: credentials, connecting, the
+    /// handshake, a broken frame.
+    #[error(transparent)]
+    Transport(#[from] HarpError),
+}
+
+impl From<harp_net::NetError> for ScaleError {
+    fn from(e: harp_net::NetError) -> Self {
+        ScaleError::Transport(e.into())
+    }
+}
+
 /// Asks the master of the job at `master` to start `add` more node processes and to let the
-/// nodes in `remove` leave (their load moves to the others, then they exit). Returns the
-/// master's account of what it did once every named node is gone.
+/// nodes in `remove` leave (their load moves to the others, then they exit); with neither,
+/// asks for the job's nodes. Returns the master's account of what it did once every named
+/// node is gone.
 pub async fn send_scale_command(
     creds: &JobCredentials,
     master: SocketAddr,
     add: u32,
     remove: Vec<u32>,
-) -> Result<String, HarpError> {
+) -> Result<String, ScaleError> {
     let job = job_id(creds);
     let identity = creds.issue_node()?;
     let bind = SocketAddr::new(
@@ -53,26 +107,66 @@ pub async fn send_scale_command(
     link.close("done");
     endpoint.close();
     match answer {
-        Ok(Some(Ok(Message::ScaleDone { ok: true, message }))) => Ok(message),
+        Ok(answer) => outcome(answer),
+        Err(_) => Err(ScaleError::NoAnswer {
+            after_s: SCALE_ANSWER_WAIT.as_secs(),
+        }),
+    }
+}
+
+/// What the first thing read from the master after the command means (`None`: the link's
+/// readers ended, i.e. the connection is gone).
+fn outcome(answer: Option<Incoming>) -> Result<String, ScaleError> {
+    match answer {
+        Some(Ok(Message::ScaleDone { ok: true, message })) => Ok(message),
+        Some(Ok(Message::ScaleDone { ok: false, message })) if message == JOB_STARTING => {
+            Err(ScaleError::JobStarting)
+        }
         // Refused before anything moved, or failed while carrying it out: the master's
         // message says which.
-        Ok(Some(Ok(Message::ScaleDone { ok: false, message }))) => Err(HarpError::Remote(format!(
-            "the scale command did not succeed: {message}"
-        ))),
-        Ok(Some(Ok(Message::Refused { reason }))) => Err(HarpError::Remote(format!(
-            "the master refused this client: {reason}"
-        ))),
-        Ok(Some(Ok(other))) => Err(HarpError::Remote(format!(
-            "expected the command's answer, got {:?}",
-            other.kind()
-        ))),
-        Ok(Some(Err(e))) => Err(e.into()),
-        Ok(None) => Err(HarpError::Remote(
-            "the master hung up before answering".into(),
-        )),
-        Err(_) => Err(HarpError::Remote(format!(
-            "no answer from the master within {} s",
-            SCALE_ANSWER_WAIT.as_secs()
-        ))),
+        Some(Ok(Message::ScaleDone { ok: false, message })) => {
+            Err(ScaleError::NotCarriedOut(message))
+        }
+        Some(Ok(Message::Refused { reason })) => Err(ScaleError::Refused(reason)),
+        Some(Ok(other)) => Err(ScaleError::Unexpected(format!("{:?}", other.kind()))),
+        Some(Err(e)) => Err(e.into()),
+        None => Err(ScaleError::HungUp),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(ok: bool, message: &str) -> Option<Incoming> {
+        Some(Ok(Message::ScaleDone {
+            ok,
+            message: message.into(),
+        }))
+    }
+
+    #[test]
+    fn the_starting_answer_is_the_typed_starting_error() {
+        let error = outcome(Some(Ok(job_starting_answer()))).unwrap_err();
+        assert!(matches!(error, ScaleError::JobStarting), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "the job has not started yet: it is still starting; try again when it runs"
+        );
+    }
+
+    #[test]
+    fn answers_map_to_what_happened() {
+        assert_eq!(outcome(done(true, "node 2 left")).unwrap(), "node 2 left");
+        let failed = outcome(done(false, "node 0 is the last worker")).unwrap_err();
+        assert!(
+            matches!(&failed, ScaleError::NotCarriedOut(m) if m == "node 0 is the last worker"),
+            "{failed:?}"
+        );
+        let refused = outcome(Some(Ok(Message::Refused {
+            reason: "another job".into(),
+        })))
+        .unwrap_err();
+        assert!(matches!(refused, ScaleError::Refused(_)), "{refused:?}");
     }
 }

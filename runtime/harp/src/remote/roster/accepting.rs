@@ -1,0 +1,193 @@
+//! The master's endpoint from the moment every expected node joined until the job ends:
+//! nodes that join later, and `harp scale` clients.
+//!
+//! While the job is still starting (the nodes set up their executors and servers, the
+//! driver is created) nothing else serves the endpoint, so this takes connections from then
+//! on: a `harp scale` command is answered at once with the starting answer (the client's
+//! `ScaleError::JobStarting`) instead of timing out in a handshake nobody completes, and a
+//! node that connects is held until the job runs ([`Accepting::run`]), then taken in like any
+//! node joining the running job. At the job's end [`Accepting::stop`] stops taking
+//! connections.
+
+use super::scale_clients::{answer_starting, serve_scale_client};
+use super::{admit, RosterContext};
+use crate::app::App;
+use harp_core::NodeRoles;
+use harp_net::{NetEndpoint, PeerConnection};
+use harp_wire::{check_hello, refusal, FrameLimits, JobId, Message, WireCounters};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long a connection has to say hello.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+/// The job's context once it runs (`None` while it starts).
+type Running<A> = Option<Arc<RosterContext<A>>>;
+
+/// Takes the connections to the master's endpoint (see the module doc). Dropping it stops
+/// taking them.
+pub(crate) struct Accepting<A: App> {
+    running: watch::Sender<Running<A>>,
+    accept_loop: JoinHandle<()>,
+}
+
+impl<A: App> Accepting<A> {
+    /// Starts taking connections on `endpoint` for job `job`; the job is starting.
+    pub(crate) fn start(endpoint: NetEndpoint, job: JobId, counters: Arc<WireCounters>) -> Self {
+        let (running, starting) = watch::channel(None);
+        let accept_loop = tokio::spawn(accept_loop(endpoint, job, counters, starting));
+        Self {
+            running,
+            accept_loop,
+        }
+    }
+
+    /// The job runs: nodes held so far and from now on join it, `harp scale` commands are
+    /// carried out.
+    pub(crate) fn run(&self, ctx: Arc<RosterContext<A>>) {
+        self.running.send_replace(Some(ctx));
+    }
+
+    /// Takes no more connections (the job ended); clients taken are still answered.
+    pub(crate) fn stop(&self) {
+        self.accept_loop.abort();
+    }
+}
+
+impl<A: App> Drop for Accepting<A> {
+    fn drop(&mut self) {
+        self.accept_loop.abort();
+    }
+}
+
+async fn accept_loop<A: App>(
+    endpoint: NetEndpoint,
+    job: JobId,
+    counters: Arc<WireCounters>,
+    running: watch::Receiver<Running<A>>,
+) {
+    while let Some(conn) = endpoint.accept().await {
+        let Ok(conn) = conn else { continue };
+        tokio::spawn(take(conn, (job, counters.clone()), running.clone()));
+    }
+}
+
+/// One connection: its hello says whether it is a node or a `harp scale` client.
+async fn take<A: App>(
+    conn: PeerConnection,
+    (job, counters): (JobId, Arc<WireCounters>),
+    mut running: watch::Receiver<Running<A>>,
+) {
+    let accepted = harp_net::Link::accept(conn, FrameLimits::default(), counters).await;
+    let Ok((link, mut incoming)) = accepted else {
+        return;
+    };
+    let hello = match tokio::time::timeout(HELLO_WAIT, incoming.recv()).await {
+        Ok(Some(Ok(Message::Hello(hello)))) => hello,
+        _ => return link.close("expected hello"),
+    };
+    if let Err(e) = check_hello(&hello, job) {
+        tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a connection");
+        let _ = link.send(&refusal(&e));
+        return;
+    }
+    let roles = NodeRoles {
+        worker: hello.role.worker,
+        server: hello.role.server,
+    };
+    if roles.worker || roles.server {
+        // A node that came while the job starts joins once it runs.
+        let ctx = running.wait_for(Option::is_some).await.map(|r| r.clone());
+        match ctx {
+            Ok(Some(ctx)) => admit(&ctx, link, incoming, roles, hello.listen_addr).await,
+            _ => link.close("the job did not start"),
+        }
+    } else {
+        let ctx = running.borrow().clone();
+        match ctx {
+            Some(ctx) => serve_scale_client(&ctx, link, incoming).await,
+            None => answer_starting(link, incoming).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::{Driver, DriverContext, Executor, JobInfo};
+    use crate::remote::scale_client::{send_scale_command, ScaleError};
+    use crate::{AppError, Completion, ExecutorId, JobCredentials, ParamClient, TableSet};
+    use harp_net::TransportConfig;
+    use std::net::SocketAddr;
+
+    /// The acceptor's type parameter; never run (the job here never starts).
+    struct NoApp(TableSet);
+    struct NoDriver;
+    struct NoExecutor;
+
+    impl App for NoApp {
+        type Args = ();
+        type Output = ();
+        type Driver = NoDriver;
+        type Executor = NoExecutor;
+        fn name(&self) -> &str {
+            "none"
+        }
+        fn tables(&self) -> &TableSet {
+            &self.0
+        }
+        fn create_driver(&self, _: &JobInfo) -> Result<NoDriver, AppError> {
+            Err("never created".into())
+        }
+        fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<NoExecutor, AppError> {
+            Err("never created".into())
+        }
+    }
+
+    impl Driver<NoApp> for NoDriver {
+        fn dispatch_initial_tasks(
+            &mut self,
+            _: &mut DriverContext<'_, ()>,
+        ) -> Result<(), AppError> {
+            Ok(())
+        }
+        fn handle_task_completion(
+            &mut self,
+            _: Completion<()>,
+            _: &mut DriverContext<'_, ()>,
+        ) -> Result<(), AppError> {
+            Ok(())
+        }
+    }
+
+    impl Executor<NoApp> for NoExecutor {
+        async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
+            Ok(())
+        }
+    }
+
+    /// A master's endpoint whose job is starting, and the credentials of its job.
+    fn starting_master() -> (Accepting<NoApp>, SocketAddr, JobCredentials) {
+        let creds = JobCredentials::generate("accepting").unwrap();
+        let identity = creds.issue_node().unwrap();
+        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        let endpoint =
+            NetEndpoint::bind(listen, &creds, &identity, TransportConfig::default()).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        let job = crate::remote::job_id(&creds);
+        let accepting = Accepting::start(endpoint, job, Arc::new(WireCounters::new()));
+        (accepting, addr, creds)
+    }
+
+    /// Issue 4: `harp scale` while the job still starts gets the typed starting error at
+    /// once, not a handshake timeout.
+    #[tokio::test]
+    async fn a_command_while_the_job_starts_is_answered_that_it_is_starting() {
+        let (accepting, addr, creds) = starting_master();
+        let answer = send_scale_command(&creds, addr, 1, vec![2]).await;
+        assert!(matches!(answer, Err(ScaleError::JobStarting)), "{answer:?}");
+        accepting.stop();
+    }
+}

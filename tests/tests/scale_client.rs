@@ -1,17 +1,22 @@
 //! `harp scale` (`harp::send_scale_command`) against a job across processes whose master and
-//! node run in this process and talk over QUIC exactly as processes do (issue 4): a command
-//! that arrives while the job is still starting (its node is creating its executor) is
-//! answered at once that the job is starting, a typed error; it used to wait for a QUIC
-//! handshake nobody completed until the connect deadline.
+//! node run in this process and talk over QUIC exactly as processes do (issue 4):
+//!
+//! - a command that arrives while the job is still starting (its node is creating its
+//!   executor) is answered at once that the job is starting, a typed error; it used to wait
+//!   for a QUIC handshake nobody completed until the connect deadline;
+//! - a command the master carries out as the job ends still gets its answer: the master's
+//!   exit used to close its endpoint right after the nodes hung up, discarding the answer
+//!   still queued, and the client only saw its connection lost.
 //!
 //! The tiny app here runs empty micro-tasks until the test stops it; creating an executor
 //! waits until the test lets the setup go on.
 
 use harp::{
     App, AppError, ClusterOptions, Completion, Driver, DriverContext, Executor, ExecutorId,
-    HarpError, Init, JobCredentials, JobInfo, NodeRoles, ParamClient, TableSet, UpdateRule,
+    HarpError, Init, JobCredentials, JobInfo, NodeLauncher, NodeRoles, ParamClient, TableSet,
+    UpdateRule,
 };
-use harp_tests::{runtime, Threads};
+use harp_tests::{runtime, spawn_nodes, Threads};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -150,12 +155,17 @@ impl Executor<StepApp> for StepExecutor {
 type MasterTask = tokio::task::JoinHandle<Result<harp::JobOutcome<StepApp>, HarpError>>;
 
 /// Starts the master of a one-node job of `app`; returns it and where it listens.
-async fn start_master(app: &Arc<StepApp>, creds: &Arc<JobCredentials>) -> (MasterTask, SocketAddr) {
+async fn start_master(
+    app: &Arc<StepApp>,
+    creds: &Arc<JobCredentials>,
+    launcher: Option<NodeLauncher>,
+) -> (MasterTask, SocketAddr) {
     let options = ClusterOptions {
         nodes: 1,
         shards_per_server: 2,
         // A node blocked in its setup must not look dead.
         lease_timeout_ms: 30_000,
+        launcher,
         ..ClusterOptions::default()
     };
     let (addr_tx, addr_rx) = oneshot::channel();
@@ -178,7 +188,7 @@ fn a_command_while_the_job_starts_is_told_so_at_once() {
     let creds = Arc::new(JobCredentials::generate("scale-client").unwrap());
     let setup_goes_on = OpenOnDrop(app.setup.clone());
     runtime(Threads::Multi(2)).block_on(async {
-        let (master, addr) = start_master(&app, &creds).await;
+        let (master, addr) = start_master(&app, &creds, None).await;
         // The node runs on a runtime of its own: the creation of its executor holds that
         // thread until the test lets it go, not one of the master's.
         let node = {
@@ -214,4 +224,53 @@ fn a_command_while_the_job_starts_is_told_so_at_once() {
         master.await.unwrap().expect("the job ends well");
         node.join().unwrap().expect("the node ends well");
     });
+}
+
+/// Jobs the answer-at-the-end scenario runs: the answer was lost in some of them before the
+/// fix (see the test).
+const ENDINGS: usize = 6;
+
+/// Issue 4: `harp scale --add 1` whose launcher is still running when the job ends (it ends
+/// the job and returns only once the node has exited: the master's exit is under way) gets
+/// the master's answer; before the fix the master closed its endpoint as soon as the node
+/// hung up and the client saw its connection lost.
+#[test]
+fn a_command_carried_out_as_the_job_ends_is_still_answered() {
+    for ending in 0..ENDINGS {
+        let app = Arc::new(StepApp::new(true));
+        let creds = Arc::new(JobCredentials::generate("scale-client").unwrap());
+        let node_exited = Arc::new(Latch::default());
+        let _no_wait_left = OpenOnDrop(node_exited.clone());
+        let launcher = {
+            let (stop, node_exited) = (app.stop.clone(), node_exited.clone());
+            NodeLauncher(Arc::new(move |_n| {
+                stop.store(true, Ordering::SeqCst);
+                // Starts nothing: returns once the job ended and its node exited. The
+                // master's other tasks go on meanwhile.
+                tokio::task::block_in_place(|| node_exited.wait());
+                Ok(())
+            }))
+        };
+        runtime(Threads::Multi(2)).block_on(async {
+            let (master, addr) = start_master(&app, &creds, Some(launcher)).await;
+            let nodes = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]);
+            {
+                let node_exited = node_exited.clone();
+                tokio::spawn(async move {
+                    for node in nodes {
+                        let _ = node.await;
+                    }
+                    node_exited.open();
+                });
+            }
+            app.started.notified().await;
+            let answer = harp::send_scale_command(&creds, addr, 1, vec![]).await;
+            let answer = answer.unwrap_or_else(|e| panic!("job {ending}: {e}"));
+            assert_eq!(
+                answer,
+                "started 1 node processes; they get load as they join"
+            );
+            master.await.unwrap().expect("the job ends well");
+        });
+    }
 }

@@ -421,7 +421,8 @@ pub async fn run_job_across_controlled<A: App>(
         let left = deadline.saturating_duration_since(Instant::now());
         let _ = tokio::time::timeout(left, link.connection().quic().closed()).await;
     }
-    endpoint.close();
+    // Closing the endpoint discards what is still queued: the `harp scale` answers go first.
+    accepting.close_endpoint().await;
     result
 }
 

@@ -3,8 +3,8 @@
 //! (it got SIGTERM, or `harp scale --remove` named it) gives its load away, every other node
 //! drains what it still had in flight to it, and then it is dismissed and exits; `harp scale`
 //! commands arrive on the master's endpoint like nodes do ([`accepting`], from the moment
-//! every expected node joined: a command while the job still starts is refused at once;
-//! [`scale_clients`]).
+//! every expected node joined: a command while the job still starts is refused at once, and
+//! the job's exit waits for the answers owed; [`scale_clients`]).
 //!
 //! A node that left is remembered as departed, so its closed link and its silent lease are
 //! not reported as a death. An outside scheduler's desired node count ([`desired`]) grows and

@@ -3,7 +3,8 @@
 //!
 //! The master answers every command it took with `ScaleDone`; a command that arrives while
 //! the job is still starting is answered at once with [`JOB_STARTING`] instead of being
-//! carried out (see `roster/accepting.rs`).
+//! carried out (see `roster/accepting.rs`). A connection that ends before the answer means
+//! the master went away (the job ended, or the master process died).
 
 use super::job_id;
 use crate::error::HarpError;
@@ -45,9 +46,11 @@ pub enum ScaleError {
     /// The master refused this client at the handshake (e.g. another job's credentials).
     #[error("the master refused this client: {0}")]
     Refused(String),
-    /// The master hung up before answering.
-    #[error("the master hung up before answering")]
-    HungUp,
+    /// The connection ended after the command was sent and before its answer arrived: the
+    /// master process exited (typically because the job ended) or died. Whether the command
+    /// took effect is unknown.
+    #[error("the master exited before answering; the job may have ended ({detail})")]
+    MasterExited { detail: String },
     /// No answer within the client's patience; the command may still be running.
     #[error("no answer from the master within {after_s} s")]
     NoAnswer { after_s: u64 },
@@ -104,6 +107,7 @@ pub async fn send_scale_command(
     let (link, mut incoming) = Link::open(conn, &hello, FrameLimits::default(), counters).await?;
     link.send(&Message::ScaleCommand { add, remove })?;
     let answer = tokio::time::timeout(SCALE_ANSWER_WAIT, incoming.recv()).await;
+    // Hanging up tells the master that its answer arrived.
     link.close("done");
     endpoint.close();
     match answer {
@@ -129,8 +133,13 @@ fn outcome(answer: Option<Incoming>) -> Result<String, ScaleError> {
         }
         Some(Ok(Message::Refused { reason })) => Err(ScaleError::Refused(reason)),
         Some(Ok(other)) => Err(ScaleError::Unexpected(format!("{:?}", other.kind()))),
+        Some(Err(harp_net::NetError::ConnectionLost { message, .. })) => {
+            Err(ScaleError::MasterExited { detail: message })
+        }
         Some(Err(e)) => Err(e.into()),
-        None => Err(ScaleError::HungUp),
+        None => Err(ScaleError::MasterExited {
+            detail: "it hung up".into(),
+        }),
     }
 }
 
@@ -168,5 +177,26 @@ mod tests {
         })))
         .unwrap_err();
         assert!(matches!(refused, ScaleError::Refused(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn a_connection_that_ends_before_the_answer_says_the_master_exited() {
+        let lost = harp_net::NetError::ConnectionLost {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+            message: "closed by peer: endpoint closed".into(),
+        };
+        for answer in [Some(Err(lost)), None] {
+            let error = outcome(answer).unwrap_err();
+            assert!(
+                matches!(error, ScaleError::MasterExited { .. }),
+                "{error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("the master exited before answering; the job may have ended"),
+                "{error}"
+            );
+        }
     }
 }

@@ -7,9 +7,12 @@
 //! `ScaleError::JobStarting`) instead of timing out in a handshake nobody completes, and a
 //! node that connects is held until the job runs ([`Accepting::run`]), then taken in like any
 //! node joining the running job. At the job's end [`Accepting::stop`] stops taking
-//! connections.
+//! connections, and [`Accepting::close_endpoint`] closes the endpoint once every `harp
+//! scale` client taken has its answer (or a bounded wait passed): closing it discards what
+//! is still queued on its connections, and an answer queued as the job ended was lost that
+//! way (the client only saw its connection lost).
 
-use super::scale_clients::{answer_starting, serve_scale_client};
+use super::scale_clients::{answer_starting, serve_scale_client, OwedAnswers};
 use super::{admit, RosterContext};
 use crate::app::App;
 use harp_core::NodeRoles;
@@ -23,13 +26,18 @@ use tokio::task::JoinHandle;
 /// How long a connection has to say hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the job's exit waits for the answers owed to `harp scale` clients.
+const ANSWERS_WAIT: Duration = Duration::from_secs(2);
+
 /// The job's context once it runs (`None` while it starts).
 type Running<A> = Option<Arc<RosterContext<A>>>;
 
 /// Takes the connections to the master's endpoint (see the module doc). Dropping it stops
 /// taking them.
 pub(crate) struct Accepting<A: App> {
+    endpoint: NetEndpoint,
     running: watch::Sender<Running<A>>,
+    answers: OwedAnswers,
     accept_loop: JoinHandle<()>,
 }
 
@@ -37,9 +45,18 @@ impl<A: App> Accepting<A> {
     /// Starts taking connections on `endpoint` for job `job`; the job is starting.
     pub(crate) fn start(endpoint: NetEndpoint, job: JobId, counters: Arc<WireCounters>) -> Self {
         let (running, starting) = watch::channel(None);
-        let accept_loop = tokio::spawn(accept_loop(endpoint, job, counters, starting));
+        let answers = OwedAnswers::default();
+        let accept_loop = tokio::spawn(accept_loop(
+            endpoint.clone(),
+            job,
+            counters,
+            starting,
+            answers.clone(),
+        ));
         Self {
+            endpoint,
             running,
+            answers,
             accept_loop,
         }
     }
@@ -54,6 +71,19 @@ impl<A: App> Accepting<A> {
     pub(crate) fn stop(&self) {
         self.accept_loop.abort();
     }
+
+    /// Closes the endpoint (and every connection on it) once every `harp scale` client
+    /// taken has its answer (it hung up after reading it, or the master gave up waiting for
+    /// that), waiting at most [`ANSWERS_WAIT`].
+    pub(crate) async fn close_endpoint(&self) {
+        if !self.answers.delivered(ANSWERS_WAIT).await {
+            tracing::warn!(
+                owed = self.answers.owed(),
+                "the master exits before every harp scale client had its answer"
+            );
+        }
+        self.endpoint.close();
+    }
 }
 
 impl<A: App> Drop for Accepting<A> {
@@ -67,10 +97,16 @@ async fn accept_loop<A: App>(
     job: JobId,
     counters: Arc<WireCounters>,
     running: watch::Receiver<Running<A>>,
+    answers: OwedAnswers,
 ) {
     while let Some(conn) = endpoint.accept().await {
         let Ok(conn) = conn else { continue };
-        tokio::spawn(take(conn, (job, counters.clone()), running.clone()));
+        tokio::spawn(take(
+            conn,
+            (job, counters.clone()),
+            running.clone(),
+            answers.clone(),
+        ));
     }
 }
 
@@ -79,6 +115,7 @@ async fn take<A: App>(
     conn: PeerConnection,
     (job, counters): (JobId, Arc<WireCounters>),
     mut running: watch::Receiver<Running<A>>,
+    answers: OwedAnswers,
 ) {
     let accepted = harp_net::Link::accept(conn, FrameLimits::default(), counters).await;
     let Ok((link, mut incoming)) = accepted else {
@@ -105,6 +142,7 @@ async fn take<A: App>(
             _ => link.close("the job did not start"),
         }
     } else {
+        let _owed = answers.owe();
         let ctx = running.borrow().clone();
         match ctx {
             Some(ctx) => serve_scale_client(&ctx, link, incoming).await,
@@ -188,6 +226,23 @@ mod tests {
         let (accepting, addr, creds) = starting_master();
         let answer = send_scale_command(&creds, addr, 1, vec![2]).await;
         assert!(matches!(answer, Err(ScaleError::JobStarting)), "{answer:?}");
-        accepting.stop();
+        accepting.close_endpoint().await;
+    }
+
+    /// Issue 4: the master closing its endpoint right after it took a command (the job
+    /// ended) still lets the answer reach the client first.
+    #[tokio::test]
+    async fn closing_the_endpoint_waits_for_the_answers_owed() {
+        let (accepting, addr, creds) = starting_master();
+        let client = tokio::spawn(async move { send_scale_command(&creds, addr, 0, vec![]).await });
+        // As the master's exit does, on a task of its own: as soon as the command was taken
+        // (its answer is owed), the job ends and the endpoint closes.
+        let exit = tokio::spawn(async move {
+            accepting.answers.wait_owed().await;
+            accepting.close_endpoint().await;
+        });
+        let answer = client.await.unwrap();
+        exit.await.unwrap();
+        assert!(matches!(answer, Err(ScaleError::JobStarting)), "{answer:?}");
     }
 }

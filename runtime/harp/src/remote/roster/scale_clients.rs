@@ -1,8 +1,14 @@
-//! `harp scale` clients on the master: one command, one answer.
+//! `harp scale` clients on the master: one command, one answer, and the answers the master
+//! still owes.
 //!
 //! A command taken while the job runs is carried out ([`scale_command`]) and answered with
 //! its outcome; one that arrives while the job is still starting is answered at once with
-//! the starting answer (`scale_client::job_starting_answer`), and nothing is done.
+//! the starting answer (`scale_client::job_starting_answer`), and nothing is done. Every
+//! client being served holds an [`Owed`] until its answer is acknowledged (the client hangs
+//! up once it has read it) or a bounded wait passed; the job's exit waits for
+//! [`OwedAnswers::delivered`] before it closes the endpoint, which would otherwise discard
+//! an answer still queued on its way out (and the client would only see its connection
+//! lost).
 
 use super::{desired, leave, lock, RosterContext};
 use crate::app::App;
@@ -12,13 +18,59 @@ use harp_net::{Incoming, Link};
 use harp_wire::Message;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// How long a client has to send its command after its hello.
 const COMMAND_WAIT: Duration = Duration::from_secs(10);
 
 /// How long the master waits for a client to hang up after its answer was sent.
 const ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// The `harp scale` clients the master took and has not finished answering.
+#[derive(Clone)]
+pub(crate) struct OwedAnswers(Arc<watch::Sender<usize>>);
+
+impl Default for OwedAnswers {
+    fn default() -> Self {
+        Self(Arc::new(watch::Sender::new(0)))
+    }
+}
+
+/// One client's answer is owed until this is dropped.
+pub(crate) struct Owed(Arc<watch::Sender<usize>>);
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl OwedAnswers {
+    /// A client was taken: its answer is owed until the returned guard drops.
+    pub(crate) fn owe(&self) -> Owed {
+        self.0.send_modify(|n| *n += 1);
+        Owed(self.0.clone())
+    }
+
+    /// How many answers are owed now.
+    pub(crate) fn owed(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until some answer is owed.
+    #[cfg(test)]
+    pub(crate) async fn wait_owed(&self) {
+        let mut owed = self.0.subscribe();
+        let _ = owed.wait_for(|n| *n > 0).await;
+    }
+
+    /// Waits until no answer is owed, at most `within`; whether none is.
+    pub(crate) async fn delivered(&self, within: Duration) -> bool {
+        let mut owed = self.0.subscribe();
+        let none = tokio::time::timeout(within, owed.wait_for(|n| *n == 0)).await;
+        matches!(none, Ok(Ok(_)))
+    }
+}
 
 /// A `harp scale` client of the running job: its command is carried out and answered.
 pub(crate) async fn serve_scale_client<A: App>(
@@ -95,6 +147,11 @@ pub(crate) async fn scale_command<A: App>(
     }
     {
         let roster = lock(&ctx.roster);
+        if roster.ended {
+            return Err(HarpError::Remote(
+                "the job has ended; nothing was changed".into(),
+            ));
+        }
         if let Some(unknown) = remove.iter().find(|n| !roster.nodes.contains_key(n)) {
             let live: Vec<String> = roster.live().map(|n| n.id.to_string()).collect();
             return Err(HarpError::InvalidConfig(format!(
@@ -115,4 +172,28 @@ pub(crate) async fn scale_command<A: App>(
         ));
     }
     Ok(done.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn answers_are_delivered_once_every_guard_dropped() {
+        let owed = OwedAnswers::default();
+        assert!(owed.delivered(Duration::ZERO).await, "none owed at first");
+        let first = owed.owe();
+        let second = owed.owe();
+        assert_eq!(owed.owed(), 2);
+        assert!(!owed.delivered(Duration::ZERO).await);
+        drop(first);
+        assert!(!owed.delivered(Duration::ZERO).await);
+        let waiting = tokio::spawn({
+            let owed = owed.clone();
+            async move { owed.delivered(Duration::from_secs(60)).await }
+        });
+        drop(second);
+        assert!(waiting.await.unwrap(), "the waiter sees the last answer go");
+        assert_eq!(owed.owed(), 0);
+    }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds harp-kernels' CUDA test binaries (kernels/tests/cuda_*.rs) and the bandwidth
-# benchmark (release, feature `cuda`, no debug info, stripped) and copies them into
-# gpu-bundle/ at the repository root, together with gpu-bundle/run.sh, which runs them on a
-# GPU machine that has no cargo:
+# Builds harp-kernels' CUDA test binaries (kernels/tests/cuda_*.rs), the bandwidth
+# benchmark, the apps' GPU test (tests/tests/device_cuda.rs) with the `harp` command and
+# the two small datasets it reads (release, feature `cuda`, no debug info, stripped) and
+# copies them into gpu-bundle/ at the repository root, together with gpu-bundle/run.sh,
+# which runs them on a GPU machine that has no cargo:
 #
 #   bash scripts/gpu-bundle.sh
 #   scp -r gpu-bundle gpu-box: && ssh gpu-box gpu-bundle/run.sh
@@ -47,6 +48,9 @@ mapfile -t built < <(
         "${test_args[@]}"
     executables cargo build -p harp-kernels --features cuda --release --locked \
         --bin harp-kernel-bench
+    # The apps on the GPU (`--device cuda`): their test against the CPU paths, and `harp`.
+    executables cargo test -p harp-tests --release --locked --no-run --test device_cuda
+    executables cargo build -p harp-apps --release --locked --bin harp
 )
 
 rm -rf "$bundle"
@@ -55,13 +59,22 @@ names=()
 for entry in "${built[@]}"; do
     name="${entry%%$'\t'*}"
     path="${entry#*$'\t'}"
-    # `cargo test --no-run` reports the bench binary too; copy each name once.
+    # `cargo test --no-run` reports the bench binary (and harp-tests' own copy of the
+    # command, `harp-cli`: `harp` serves) too; copy each name once.
+    [ "$name" = harp-cli ] && continue
     if [ ! -e "$bundle/$name" ]; then
         cp "$path" "$bundle/$name"
         names+=("$name")
     fi
 done
-for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench; do
+# The datasets device_cuda reads (LDA on newsgroups, the CNN on mnist10k): a few MB.
+mkdir -p "$bundle/data"
+for data in newsgroups-subset mnist10k; do
+    if [ -d "$root/../shared/data/$data" ]; then
+        cp -r "$root/../shared/data/$data" "$bundle/data/"
+    fi
+done
+for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp; do
     if [ ! -x "$bundle/$want" ]; then
         echo "gpu-bundle: $want was not built" >&2
         exit 1
@@ -88,6 +101,10 @@ for test in "${tests[@]}"; do
     echo "== $test"
     ./"$test" --nocapture || failed+=("$test")
 done
+# Every app's --device cuda against its CPU path (data from ./data, the harp command here).
+echo "== device_cuda"
+HARP_BIN="$PWD/harp" HARP_SHARED_DATA="$PWD/data" ./device_cuda --nocapture \
+    || failed+=(device_cuda)
 echo "== harp-kernel-bench"
 ./harp-kernel-bench "$@" | tee bench.jsonl || failed+=(harp-kernel-bench)
 # The update rules should reach >= 60% of copy bandwidth: report, don't fail.

@@ -148,7 +148,11 @@ where
 /// `shared/data/<relative>` when it exists; otherwise prints why the caller skips and
 /// returns `None`.
 pub fn shared_data(relative: &str) -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+    // `$HARP_SHARED_DATA` where the tests run away from the checkout (the GPU bundle).
+    let root = match std::env::var_os("HARP_SHARED_DATA") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+    };
     let path = root.join(relative);
     if path.exists() {
         Some(path)

@@ -25,10 +25,14 @@ fn job() -> JobConfig {
     }
 }
 
-/// The GPU, or `None` (with the reason printed) where none opens.
+/// The GPU, or `None` (with the reason printed) where none opens; with
+/// `HARP_REQUIRE_GPU=1` (the GPU bundle's `run.sh`) a missing GPU fails the test instead.
 fn gpu_or_skip(test: &str) -> Option<Compute> {
     match (Device::Cuda { ordinal: 0 }).open() {
         Ok(compute) => Some(compute),
+        Err(e) if std::env::var("HARP_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("{test}: HARP_REQUIRE_GPU=1 but {e}")
+        }
         Err(e) => {
             eprintln!("skipped {test}: {e}");
             None

@@ -29,7 +29,11 @@ fn job() -> JobConfig {
 /// `HARP_REQUIRE_GPU=1` (the GPU bundle's `run.sh`) a missing GPU fails the test instead.
 fn gpu_or_skip(test: &str) -> Option<Compute> {
     match (Device::Cuda { ordinal: 0 }).open() {
-        Ok(compute) => Some(compute),
+        // Opening `cuda` must give a GPU or an error, never the CPU.
+        Ok(compute) => {
+            assert!(compute.is_gpu(), "{test}: --device cuda opened {compute:?}");
+            Some(compute)
+        }
         Err(e) if std::env::var("HARP_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             panic!("{test}: HARP_REQUIRE_GPU=1 but {e}")
         }
@@ -42,7 +46,11 @@ fn gpu_or_skip(test: &str) -> Option<Compute> {
 
 #[test]
 fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
-    if (Device::Cuda { ordinal: 0 }).open().is_ok() {
+    // Only a real GPU skips this test: `cuda` silently opening the CPU must fail it.
+    if (Device::Cuda { ordinal: 0 })
+        .open()
+        .is_ok_and(|compute| compute.is_gpu())
+    {
         eprintln!("skipped: a GPU is present (the GPU tests below cover --device cuda)");
         return;
     }

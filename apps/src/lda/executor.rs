@@ -302,7 +302,8 @@ impl LdaExecutor {
             docs: &block.docs,
             words: &block.words,
         };
-        let fail = |e: String| lda_error(format!("lda: executor {}: {e}", self.me));
+        let me = self.me;
+        let fail = move |e: String| lda_error(format!("lda: executor {me}: {e}"));
         #[cfg(feature = "cuda")]
         let on_gpu = match self.gpu.as_mut() {
             Some(gpu) => {
@@ -350,7 +351,7 @@ impl LdaExecutor {
             totals: &mut self.totals,
         };
         parallel::apply_moves(&block.docs, &block.words, &mut block.topics, &drawn, counts)
-            .map_err(|e| lda_error(format!("lda: executor {}: {e}", self.me)))
+            .map_err(fail)
     }
 
     /// The likelihood parts of this executor's documents and of the block in `self.counts`.

@@ -273,12 +273,12 @@ impl CnnExecutor {
             self.passes.labels.extend_from_slice(y);
             #[cfg(feature = "cuda")]
             let on_gpu = match self.gpu.as_mut() {
-                Some(gpu) => Some(gpu.evaluate(
-                    &self.network,
-                    &w,
-                    &self.passes.input,
-                    &self.passes.labels,
-                )?),
+                Some(gpu) => {
+                    if start == rows.start {
+                        gpu.set_weights(&w)?;
+                    }
+                    Some(gpu.evaluate(&self.network, &self.passes.input, &self.passes.labels)?)
+                }
                 None => None,
             };
             #[cfg(not(feature = "cuda"))]

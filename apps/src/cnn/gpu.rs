@@ -83,24 +83,23 @@ impl CnnGpu {
         }
     }
 
-    /// Uploads the batch and the weights and runs the forward pass; the logits are left in
-    /// `self.logits`. Returns the batch size.
-    fn forward(
-        &mut self,
-        net: &Network,
-        w: &[&[f32]; TENSORS],
-        input: &[f32],
-        labels: &[u32],
-    ) -> Result<usize, AppError> {
+    /// Uploads the ten weight tensors, for the passes that follow.
+    pub(super) fn set_weights(&mut self, w: &[&[f32]; TENSORS]) -> Result<(), AppError> {
+        for (slot, host) in self.weights.iter_mut().zip(w) {
+            uploaded(&self.gpu, slot, host)?;
+        }
+        Ok(())
+    }
+
+    /// Uploads the batch and runs the forward pass with the weights of the last
+    /// [`Self::set_weights`]; the logits are left in `self.logits`. Returns the batch size.
+    fn forward(&mut self, net: &Network, input: &[f32], labels: &[u32]) -> Result<usize, AppError> {
         let gpu = &self.gpu;
         let n = labels.len();
         let ([conv1, conv2], [pool1, pool2], [dense1, dense2, dense3]) = net.layers();
         let k = gpu_error;
         let x = uploaded(gpu, &mut self.input, input)?;
         uploaded(gpu, &mut self.labels, labels)?;
-        for (slot, host) in self.weights.iter_mut().zip(w) {
-            uploaded(gpu, slot, host)?;
-        }
         let [Some(c1w), Some(c1b), Some(c2w), Some(c2b), Some(f1w), Some(f1b), Some(f2w), Some(f2b), Some(f3w), Some(f3b)] =
             &self.weights
         else {
@@ -136,15 +135,16 @@ impl CnnGpu {
         Ok(n)
     }
 
-    /// [`Network::evaluate`] on the GPU: (correct predictions, Σ cross-entropy).
+    /// [`Network::evaluate`] on the GPU with the weights of the last [`Self::set_weights`]
+    /// (uploaded once for all of an evaluation's chunks): (correct predictions,
+    /// Σ cross-entropy).
     pub(super) fn evaluate(
         &mut self,
         net: &Network,
-        w: &[&[f32]; TENSORS],
         input: &[f32],
         labels: &[u32],
     ) -> Result<(u64, f64), AppError> {
-        self.forward(net, w, input, labels)?;
+        self.forward(net, input, labels)?;
         let (Some(logits), Some(labels)) = (&self.logits, &self.labels) else {
             return Err("cnn on the GPU: no logits".into());
         };
@@ -166,7 +166,8 @@ impl CnnGpu {
         input: &[f32],
         labels: &[u32],
     ) -> Result<(f64, u64), AppError> {
-        let n = self.forward(net, w, input, labels)?;
+        self.set_weights(w)?;
+        let n = self.forward(net, input, labels)?;
         let gpu = &self.gpu;
         let k = gpu_error;
         let ([conv1, conv2], [pool1, pool2], [dense1, dense2, dense3]) = net.layers();

@@ -11,6 +11,8 @@
 //   harp_lda_sample_small     K <= 32: a warp samples a tile of 32 tokens; it computes the
 //                             tile's 32*K weights with coalesced row reads into shared
 //                             memory, then each lane scans and samples its own token
+//   harp_lda_sample_tiles     32 < K <= 256: as sample_small, the lane's scan chunk by chunk,
+//                             cumulative values written back to shared memory
 //   harp_lda_sample_warp_reg  32 < K <= 256: one warp per token, every row chunk loaded at
 //                             once, cumulative values kept in registers, one ballot per chunk
 //   harp_lda_sample_warp_smem 256 < K (while shared memory allows): as above, cumulative
@@ -162,6 +164,66 @@ __device__ __forceinline__ float harp_warp_scan(float v, unsigned int lane) {
     return v;
 }
 
+// Phase 1 of the tile kernels: the weights of a tile's `count` tokens into wts (token
+// t's row at t * stride, stride = K | 1), lane-contiguous cells (t, k), 8 cells per lane in
+// flight. Lanes 0..count hold their token's document row d, word row w and topic z. Trip
+// counts are warp-uniform (the shuffles need every lane). Ends with __syncwarp().
+__device__ __forceinline__ void harp_lda_tile_weights(
+    float* wts, const float* inv, const unsigned int* __restrict__ doc_topic,
+    const unsigned int* __restrict__ word_topic, unsigned int count, unsigned int K,
+    unsigned int lane, unsigned int d, unsigned int w, unsigned int z, float alpha,
+    float beta) {
+    const unsigned int stride = K | 1u;
+    // Advancing a flat cell index (t * K + k) by 32 (for K > 32: t stays, k += 32, and
+    // one wrap at most, since 32 < K).
+    const unsigned int step_t = 32u / K, step_k = 32u % K;
+    const unsigned int cells = count * K;
+    unsigned int t = lane / K, k = lane % K;
+    for (unsigned int base = 0; base < cells; base += 256u) {
+        // Per cell: both counts and a packed code, (shared index of the weight) |
+        // (index of its reciprocal: own * K + k) << 16.
+        unsigned int nd[8], nw[8], code[8];
+#pragma unroll
+        for (unsigned int j = 0; j < 8u; ++j) {
+            const bool active = base + 32u * j + lane < cells;
+            const unsigned int src = t & 31u;
+            const unsigned int dt = __shfl_sync(HARP_FULL_MASK, d, src);
+            const unsigned int wt = __shfl_sync(HARP_FULL_MASK, w, src);
+            const unsigned int zt = __shfl_sync(HARP_FULL_MASK, z, src);
+            nd[j] = active ? doc_topic[(size_t)dt * K + k] : 0u;
+            nw[j] = active ? word_topic[(size_t)wt * K + k] : 0u;
+            const unsigned int own = k == zt ? 1u : 0u;
+            code[j] = active ? (t * stride + k) | ((own * K + k) << 16) : ~0u;
+            t += step_t;
+            k += step_k;
+            if (k >= K) {
+                k -= K;
+                ++t;
+            }
+        }
+#pragma unroll
+        for (unsigned int j = 0; j < 8u; ++j) {
+            if (code[j] != ~0u) {
+                const unsigned int r = code[j] >> 16;
+                const unsigned int own = r >= K ? 1u : 0u;
+                wts[code[j] & 0xffffu] =
+                    harp_lda_weight_inv(nd[j], nw[j], own, inv[r], alpha, beta);
+            }
+        }
+    }
+    __syncwarp();
+}
+
+// The 32-wide inclusive Hillis-Steele scan of s in registers (the order of harp_warp_scan:
+// s[j] = s[j] + s[j - off] with the values before the pass).
+__device__ __forceinline__ void harp_lda_lane_scan(float* s) {
+#pragma unroll
+    for (unsigned int off = 1; off < 32u; off <<= 1) {
+#pragma unroll
+        for (unsigned int j = 31u; j >= off; --j) s[j] = __fadd_rn(s[j], s[j - off]);
+    }
+}
+
 // K <= 32. Dynamic shared memory (floats): 2K inverses, then per warp 32 rows of
 // (K | 1) weights (an odd row stride, so lane t reading row t is conflict-free).
 // blockDim.x must be a multiple of 32.
@@ -178,9 +240,6 @@ extern "C" __global__ void harp_lda_sample_small(
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned int stride = K | 1u;
     float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
-    // Advancing a flat cell index (t * K + k) by 32.
-    const unsigned int step_t = 32u / K, step_k = 32u % K;
-    const unsigned int lane_t = lane / K, lane_k = lane % K;
     const unsigned long long tiles = (n + 31ull) >> 5;
     const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
     for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -197,54 +256,15 @@ extern "C" __global__ void harp_lda_sample_small(
             z = topics[i];
             u = uniforms[i];
         }
-        // Phase 1: the tile's count * K weights, lane-contiguous cells (t, k), 8 cells per
-        // lane in flight. Trip counts are warp-uniform (the shuffles need every lane).
-        const unsigned int cells = count * K;
-        unsigned int t = lane_t, k = lane_k;
-        for (unsigned int base = 0; base < cells; base += 256u) {
-            // Per cell: both counts and a packed code, (shared index of the weight) |
-            // (index of its reciprocal: own * K + k) << 16.
-            unsigned int nd[8], nw[8], code[8];
-#pragma unroll
-            for (unsigned int j = 0; j < 8u; ++j) {
-                const bool active = base + 32u * j + lane < cells;
-                const unsigned int src = t & 31u;
-                const unsigned int dt = __shfl_sync(HARP_FULL_MASK, d, src);
-                const unsigned int wt = __shfl_sync(HARP_FULL_MASK, w, src);
-                const unsigned int zt = __shfl_sync(HARP_FULL_MASK, z, src);
-                nd[j] = active ? doc_topic[(size_t)dt * K + k] : 0u;
-                nw[j] = active ? word_topic[(size_t)wt * K + k] : 0u;
-                const unsigned int own = k == zt ? 1u : 0u;
-                code[j] = active ? (t * stride + k) | ((own * K + k) << 16) : ~0u;
-                t += step_t;
-                k += step_k;
-                if (k >= K) {
-                    k -= K;
-                    ++t;
-                }
-            }
-#pragma unroll
-            for (unsigned int j = 0; j < 8u; ++j) {
-                if (code[j] != ~0u) {
-                    const unsigned int r = code[j] >> 16;
-                    const unsigned int own = r >= K ? 1u : 0u;
-                    wts[code[j] & 0xffffu] =
-                        harp_lda_weight_inv(nd[j], nw[j], own, inv[r], alpha, beta);
-                }
-            }
-        }
-        __syncwarp();
+        harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z, alpha,
+                              beta);
         // Phase 2: lane t scans and samples token t (one chunk: running sum 0).
         if (lane < count) {
             const float* row = wts + lane * stride;
             float s[32];
 #pragma unroll
             for (unsigned int j = 0; j < 32u; ++j) s[j] = j < K ? row[j] : 0.0f;
-#pragma unroll
-            for (unsigned int off = 1; off < 32u; off <<= 1) {
-#pragma unroll
-                for (unsigned int j = 31u; j >= off; --j) s[j] = __fadd_rn(s[j], s[j - off]);
-            }
+            harp_lda_lane_scan(s);
             const float target = __fmul_rn(u, s[31]);
             unsigned int result = K - 1u;
             bool found = false;
@@ -254,6 +274,72 @@ extern "C" __global__ void harp_lda_sample_small(
                 if (hit && !found) {
                     result = j;
                     found = true;
+                }
+            }
+            new_topics[i] = result;
+        }
+        __syncwarp();
+    }
+}
+
+// 32 < K while a warp's tile fits in shared memory (the host allows K <= 256). As
+// harp_lda_sample_small, then lane t scans token t's row chunk by chunk in registers,
+// writes the cumulative values fadd(running, prefix) back over the weights, and searches
+// them in order. Dynamic shared memory (floats): 2K inverses, then per warp 32 rows of
+// (K | 1) values. blockDim.x must be a multiple of 32.
+extern "C" __global__ void harp_lda_sample_tiles(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    const unsigned int K = topic_count;
+    float* inv = harp_lda_smem;
+    harp_lda_inverses(inv, totals, K, vbeta);
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned int stride = K | 1u;
+    const unsigned int chunks = (K + 31u) >> 5;
+    float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
+    const unsigned long long tiles = (n + 31ull) >> 5;
+    const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
+    for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
+         tile < tiles; tile += warps) {
+        const unsigned long long first = tile << 5;
+        const unsigned long long left = n - first;
+        const unsigned int count = left < 32ull ? (unsigned int)left : 32u;
+        const unsigned long long i = first + lane;
+        unsigned int d = 0u, w = 0u, z = 0u;
+        float u = 0.0f;
+        if (lane < count) {
+            d = docs[i];
+            w = words[i] - word_base;
+            z = topics[i];
+            u = uniforms[i];
+        }
+        harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z, alpha,
+                              beta);
+        if (lane < count) {
+            float* row = wts + lane * stride;
+            float running = 0.0f;
+            for (unsigned int c = 0; c < chunks; ++c) {
+                const unsigned int k0 = c << 5;
+                float s[32];
+#pragma unroll
+                for (unsigned int j = 0; j < 32u; ++j) s[j] = k0 + j < K ? row[k0 + j] : 0.0f;
+                harp_lda_lane_scan(s);
+#pragma unroll
+                for (unsigned int j = 0; j < 32u; ++j) {
+                    if (k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
+                }
+                running = __fadd_rn(running, s[31]);
+            }
+            const float target = __fmul_rn(u, running);
+            unsigned int result = K - 1u;
+            for (unsigned int k = 0; k < K; ++k) {
+                if (row[k] > target) {
+                    result = k;
+                    break;
                 }
             }
             new_topics[i] = result;

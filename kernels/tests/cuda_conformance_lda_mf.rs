@@ -20,8 +20,8 @@ mod cuda_common;
 use cuda_common::assert_close;
 use harp_kernels::cuda::cudarc::driver::CudaSlice;
 use harp_kernels::cuda::lda::{
-    self as gpu_lda, counter_uniform, sample_variant, DeviceCounts, DeviceCountsMut, DeviceTokens,
-    DeviceTopics, DeviceUniforms, SampleVariant,
+    self as gpu_lda, counter_uniform, sample_variant, sample_variants, DeviceCounts,
+    DeviceCountsMut, DeviceTokens, DeviceTopics, DeviceUniforms, SampleVariant,
 };
 use harp_kernels::cuda::mf::{self as gpu_mf, DeviceCsr, DeviceRatings, ALS_MAX_RANK};
 use harp_kernels::cuda::Gpu;
@@ -138,8 +138,18 @@ fn poisoned(gpu: &Gpu, n: usize) -> DeviceTopics {
 }
 
 fn gpu_sample(gpu: &Gpu, s: &Lda, d: &DevLda) -> Result<Vec<u32>, KernelError> {
+    gpu_sample_with(sample_variant(s.params.topics), gpu, s, d)
+}
+
+fn gpu_sample_with(
+    variant: SampleVariant,
+    gpu: &Gpu,
+    s: &Lda,
+    d: &DevLda,
+) -> Result<Vec<u32>, KernelError> {
     let mut out = poisoned(gpu, s.docs.len());
-    gpu_lda::sample_parallel(
+    gpu_lda::sample_parallel_with(
+        variant,
         gpu,
         &s.params,
         &d.tokens,
@@ -191,8 +201,49 @@ fn assert_same_topics(what: &str, gpu: &[u32], cpu: &[u32]) {
 fn sample_variant_follows_k() {
     assert_eq!(sample_variant(1), SampleVariant::ThreadPerToken);
     assert_eq!(sample_variant(32), SampleVariant::ThreadPerToken);
-    assert_eq!(sample_variant(33), SampleVariant::WarpRegisters);
+    assert_eq!(
+        sample_variant(33),
+        SampleVariant::ChunkedTiles { warps_per_block: 8 }
+    );
+    assert_eq!(
+        sample_variant(100),
+        SampleVariant::ChunkedTiles { warps_per_block: 3 }
+    );
+    assert_eq!(
+        sample_variant(112),
+        SampleVariant::ChunkedTiles { warps_per_block: 3 }
+    );
+    assert_eq!(sample_variant(113), SampleVariant::WarpRegisters);
+    assert_eq!(sample_variant(128), SampleVariant::WarpRegisters);
     assert_eq!(sample_variant(256), SampleVariant::WarpRegisters);
+    assert_eq!(
+        sample_variants(256),
+        [
+            SampleVariant::WarpRegisters,
+            SampleVariant::ChunkedTiles { warps_per_block: 1 },
+            SampleVariant::WarpRecompute
+        ]
+    );
+    // The alternatives a test or benchmark may launch instead, the default first.
+    assert_eq!(
+        sample_variants(20),
+        [SampleVariant::ThreadPerToken, SampleVariant::WarpRecompute]
+    );
+    assert_eq!(
+        sample_variants(100),
+        [
+            SampleVariant::ChunkedTiles { warps_per_block: 3 },
+            SampleVariant::WarpRegisters,
+            SampleVariant::WarpRecompute
+        ]
+    );
+    assert_eq!(
+        sample_variants(1024),
+        [
+            SampleVariant::WarpShared { warps_per_block: 8 },
+            SampleVariant::WarpRecompute
+        ]
+    );
     assert_eq!(
         sample_variant(257),
         SampleVariant::WarpShared { warps_per_block: 8 }
@@ -246,7 +297,9 @@ fn lda_parallel_step_matches_cpu() {
         (20, 200_000, 2000, 5000, 0),
         (32, 50_000, 500, 1000, 123),
         (33, 50_000, 500, 1000, 0),
+        (65, 10_007, 100, 200, 0),
         (100, 100_000, 1000, 3000, 4000),
+        (128, 30_000, 400, 600, 7),
         (256, 20_000, 300, 500, 0),
         (257, 20_000, 300, 500, 1),
         (1024, 20_000, 200, 500, 0),
@@ -257,15 +310,18 @@ fn lda_parallel_step_matches_cpu() {
     for (case, &(k, n, docs, rows, base)) in cases.iter().enumerate() {
         let s = lda_state(k, n, docs, rows, base, 300 + case as u64);
         let d = upload(gpu, &s);
-        let g = gpu_sample(gpu, &s, &d).unwrap();
         let c = cpu_sample(&s).unwrap();
-        let variant = sample_variant(k);
-        println!("LDA K={k} n={n} ({variant:?}): identical topics");
-        assert_same_topics(&format!("K={k} n={n}"), &g, &c);
-        seen.push(std::mem::discriminant(&variant));
+        // The default kernel and every alternative that can sample K.
+        for variant in sample_variants(k) {
+            let g = gpu_sample_with(variant, gpu, &s, &d).unwrap();
+            println!("LDA K={k} n={n} ({variant:?}): identical topics");
+            assert_same_topics(&format!("K={k} n={n} {variant:?}"), &g, &c);
+            seen.push(std::mem::discriminant(&variant));
+        }
     }
     for v in [
         SampleVariant::ThreadPerToken,
+        SampleVariant::ChunkedTiles { warps_per_block: 1 },
         SampleVariant::WarpRegisters,
         SampleVariant::WarpShared { warps_per_block: 1 },
         SampleVariant::WarpRecompute,
@@ -412,6 +468,41 @@ fn lda_rebuild_counts_matches_cpu() {
         assert_eq!(gpu.download(&d.doc_topic).unwrap(), s.doc_topic, "K={k}");
         assert_eq!(gpu.download(&d.word_topic).unwrap(), s.word_topic, "K={k}");
         assert_eq!(gpu.download(&d.totals).unwrap(), s.totals, "K={k}");
+    }
+}
+
+#[test]
+fn an_lda_kernel_that_cannot_sample_k_is_refused_and_writes_nothing() {
+    let gpu = gpu_or_skip!();
+    for (k, variant) in [
+        (100usize, SampleVariant::ThreadPerToken),
+        (20, SampleVariant::WarpRegisters),
+        (300, SampleVariant::ChunkedTiles { warps_per_block: 1 }),
+        (300, SampleVariant::WarpRegisters),
+        // Sound for K = 100, but not the shape sample_variants(100) plans.
+        (100, SampleVariant::ChunkedTiles { warps_per_block: 8 }),
+    ] {
+        let s = lda_state(k, 500, 20, 50, 0, 5);
+        let d = upload(gpu, &s);
+        let mut out = poisoned(gpu, s.docs.len());
+        let got = gpu_lda::sample_parallel_with(
+            variant,
+            gpu,
+            &s.params,
+            &d.tokens,
+            &d.topics,
+            d.counts(s.base),
+            &d.uniforms,
+            &mut out,
+        );
+        assert!(
+            matches!(got, Err(KernelError::InvalidShape { what: "topics", .. })),
+            "K={k} {variant:?}: {got:?}"
+        );
+        assert!(
+            out.download(gpu).unwrap().iter().all(|&t| t == u32::MAX),
+            "K={k} {variant:?}: wrote topics"
+        );
     }
 }
 

@@ -22,8 +22,8 @@ use clap::Parser;
 use harp_kernels::cuda::cudarc::driver::sys::CUevent_flags;
 use harp_kernels::cuda::cudarc::driver::CudaSlice;
 use harp_kernels::cuda::lda::{
-    self as gpu_lda, sample_variant, DeviceCounts, DeviceCountsMut, DeviceTokens, DeviceTopics,
-    DeviceUniforms,
+    self as gpu_lda, sample_variant, sample_variants, DeviceCounts, DeviceCountsMut, DeviceTokens,
+    DeviceTopics, DeviceUniforms, SampleVariant,
 };
 use harp_kernels::cuda::mf::{self as gpu_mf, DeviceCsr, DeviceRatings};
 use harp_kernels::cuda::{optim, Gpu};
@@ -73,7 +73,10 @@ const CASES: &[(&str, CaseFn)] = &[
     ("adagrad", bench_adagrad),
     ("adam", bench_adam),
     ("lda_sample_k20", |g, a| bench_lda_sample(g, a, 20)),
+    ("lda_sample_k64", |g, a| bench_lda_sample(g, a, 64)),
     ("lda_sample_k100", |g, a| bench_lda_sample(g, a, 100)),
+    ("lda_sample_k128", |g, a| bench_lda_sample(g, a, 128)),
+    ("lda_sample_k256", |g, a| bench_lda_sample(g, a, 256)),
     ("lda_sample_k1024", |g, a| bench_lda_sample(g, a, 1024)),
     ("lda_rebuild_k20", |g, a| bench_lda_rebuild(g, a, 20)),
     ("mf_sgd", bench_mf_sgd),
@@ -379,11 +382,24 @@ fn bench_lda_sample(gpu: &Gpu, args: &Args, k: usize) -> Result<Measured, Kernel
         word_base: 0,
         topic_totals: &c.totals,
     };
-    let ms = time_per_iter(gpu, args, || {
-        gpu_lda::sample_parallel(
-            gpu, &c.params, &c.tokens, &c.topics, counts, &uniforms, &mut out,
-        )
-    })?;
+    let mut time_variant = |variant: SampleVariant| {
+        time_per_iter(gpu, args, || {
+            gpu_lda::sample_parallel_with(
+                variant, gpu, &c.params, &c.tokens, &c.topics, counts, &uniforms, &mut out,
+            )
+        })
+    };
+    let ms = time_variant(sample_variant(k))?;
+    // The other kernels that can sample K (not the two-pass fallback), for comparison:
+    // GB/s of the same logical bytes.
+    let mut alternatives = Map::new();
+    for variant in sample_variants(k).into_iter().skip(1) {
+        if variant != SampleVariant::WarpRecompute {
+            let alt_ms = time_variant(variant)?;
+            let gbps = (n * per_token) as f64 / (alt_ms * 1e-3) / 1e9;
+            alternatives.insert(format!("{variant:?}"), json!(gbps));
+        }
+    }
     let mut extra = lda_fields(
         &c,
         k,
@@ -394,6 +410,7 @@ fn bench_lda_sample(gpu: &Gpu, args: &Args, k: usize) -> Result<Measured, Kernel
         ),
     );
     extra.insert("variant".into(), json!(format!("{:?}", sample_variant(k))));
+    extra.insert("alternatives_gbps".into(), Value::Object(alternatives));
     Ok(Measured {
         elements: n,
         bytes_per_iter: (n * per_token) as u64,

@@ -11,9 +11,14 @@
 //!   reads the tile's 32 document rows and 32 word rows with coalesced loads (lanes over
 //!   the flattened `token × topic` cells), writes the weights to shared memory, and then
 //!   each lane scans and samples its own token in registers;
-//! * `32 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every chunk's
-//!   row loads issued at once, the cumulative values kept in registers, one ballot per
-//!   chunk for the search — each row is read once;
+//! * `32 < K <= 112` ([`SampleVariant::ChunkedTiles`]): the same tiles, as many warps per
+//!   block as 48 KiB of shared memory holds; each lane scans its token's row chunk by
+//!   chunk in registers, writes the cumulative values back over the weights and searches
+//!   them (possible up to `K = 256`, but few tiles fit in shared memory there);
+//! * `112 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every
+//!   chunk's row loads issued at once, the cumulative values kept in registers, one ballot
+//!   per chunk for the search — each row is read once (on an H100: 80% of copy bandwidth
+//!   at `K = 256`, where tiles reach 28%; 48% at `K = 100`; figures in docs/KERNELS.md);
 //! * larger `K` while shared memory allows (about `K <= 2700`,
 //!   [`SampleVariant::WarpShared`]): the same with cumulative values in shared memory and
 //!   loads issued 8 chunks at a time;
@@ -74,6 +79,14 @@ pub const SOURCE: CudaSource = CudaSource {
 const SHARED_TOTALS_MAX_TOPICS: usize = 4096;
 /// Largest `K` sampled one thread per token ([`SampleVariant::ThreadPerToken`]).
 pub const THREAD_PER_TOKEN_MAX_TOPICS: usize = 32;
+/// Largest `K` [`sample_variant`] samples in chunked tiles ([`SampleVariant::ChunkedTiles`]);
+/// above it [`SampleVariant::WarpRegisters`] is faster (fewer tiles fit in shared memory).
+/// Measured on an H100 (docs/KERNELS.md): tiles 55% of copy bandwidth at `K = 100` and
+/// 50% at 128, warp-per-token 48% and 61%; the lines cross near 112.
+pub const CHUNKED_TILES_PREFERRED_MAX_TOPICS: usize = 112;
+/// Largest `K` chunked tiles can sample at all (at 256 one warp's tile, 32 rows of 257
+/// floats, is 32.9 KiB).
+pub const CHUNKED_TILES_MAX_TOPICS: usize = 256;
 /// Largest `K` whose cumulative values stay in registers ([`SampleVariant::WarpRegisters`]:
 /// 8 chunks of 32, `HARP_LDA_GROUP` in `lda.cu`).
 pub const REGISTER_MAX_TOPICS: usize = 256;
@@ -88,6 +101,12 @@ const WARP: usize = 32;
 pub enum SampleVariant {
     /// `K <= 32`: a warp per 32-token tile, one lane per token for the scan and search.
     ThreadPerToken,
+    /// `32 < K <= 256`: a warp per 32-token tile, one lane per token, scanned chunk by
+    /// chunk with the cumulative values in shared memory.
+    ChunkedTiles {
+        /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
+        warps_per_block: u32,
+    },
     /// `32 < K <= 256`: a warp per token, cumulative values in registers.
     WarpRegisters,
     /// A warp per token, cumulative values in shared memory.
@@ -104,6 +123,56 @@ pub fn sample_variant(topics: usize) -> SampleVariant {
     if topics <= THREAD_PER_TOKEN_MAX_TOPICS {
         return SampleVariant::ThreadPerToken;
     }
+    if topics <= CHUNKED_TILES_PREFERRED_MAX_TOPICS {
+        if let Some(tiles) = chunked_tiles(topics) {
+            return tiles;
+        }
+    }
+    warp_variant(topics)
+}
+
+/// Every variant that can sample `topics` topics (the one [`sample_variant`] picks first);
+/// for tests and benchmarks that compare them through [`sample_parallel_with`].
+pub fn sample_variants(topics: usize) -> Vec<SampleVariant> {
+    let mut all = vec![sample_variant(topics)];
+    let mut add = |v: SampleVariant| {
+        if !all.contains(&v) {
+            all.push(v);
+        }
+    };
+    if let Some(tiles) = chunked_tiles(topics) {
+        add(tiles);
+    }
+    if topics > THREAD_PER_TOKEN_MAX_TOPICS && topics <= REGISTER_MAX_TOPICS {
+        add(SampleVariant::WarpRegisters);
+    }
+    if topics > REGISTER_MAX_TOPICS {
+        add(warp_variant(topics));
+    }
+    add(SampleVariant::WarpRecompute);
+    all
+}
+
+/// Chunked tiles for `32 < topics <= 256`, with as many warps per block as fit.
+fn chunked_tiles(topics: usize) -> Option<SampleVariant> {
+    if topics <= THREAD_PER_TOKEN_MAX_TOPICS || topics > CHUNKED_TILES_MAX_TOPICS {
+        return None;
+    }
+    let free = SHARED_LIMIT_BYTES.saturating_sub(inverse_bytes(topics));
+    let warps = (free / tile_bytes(topics)).min(SAMPLE_THREADS / WARP);
+    (warps >= 1).then_some(SampleVariant::ChunkedTiles {
+        warps_per_block: warps as u32,
+    })
+}
+
+/// Bytes of one warp's tile: 32 rows of `K | 1` floats.
+fn tile_bytes(topics: usize) -> usize {
+    WARP * (topics | 1) * 4
+}
+
+/// The warp-per-token variant for `topics > 32`: cumulative values in shared memory while
+/// they fit, else recomputed.
+fn warp_variant(topics: usize) -> SampleVariant {
     if topics <= REGISTER_MAX_TOPICS {
         return SampleVariant::WarpRegisters;
     }
@@ -133,16 +202,25 @@ struct Plan {
     tokens_per_block: usize,
 }
 
-fn plan(topics: usize) -> Plan {
+fn plan(topics: usize, variant: SampleVariant) -> Plan {
     let warps = SAMPLE_THREADS / WARP;
-    match sample_variant(topics) {
+    match variant {
         SampleVariant::ThreadPerToken => Plan {
             kernel: "harp_lda_sample_small",
             threads: SAMPLE_THREADS,
             // Per warp 32 rows of (K | 1) weights (an odd stride avoids bank conflicts).
-            shared_bytes: inverse_bytes(topics) + warps * WARP * (topics | 1) * 4,
+            shared_bytes: inverse_bytes(topics) + warps * tile_bytes(topics),
             tokens_per_block: SAMPLE_THREADS,
         },
+        SampleVariant::ChunkedTiles { warps_per_block } => {
+            let w = warps_per_block as usize;
+            Plan {
+                kernel: "harp_lda_sample_tiles",
+                threads: w * WARP,
+                shared_bytes: inverse_bytes(topics) + w * tile_bytes(topics),
+                tokens_per_block: w * WARP,
+            }
+        }
         SampleVariant::WarpRegisters => Plan {
             kernel: "harp_lda_sample_warp_reg",
             threads: SAMPLE_THREADS,
@@ -673,6 +751,36 @@ pub fn sample_parallel(
     uniforms: &DeviceUniforms,
     new_topics: &mut DeviceTopics,
 ) -> Result<(), KernelError> {
+    let variant = sample_variant(params.topics);
+    sample_parallel_with(
+        variant, gpu, params, tokens, topics, counts, uniforms, new_topics,
+    )
+}
+
+/// [`sample_parallel`] with the kernel `variant` instead of [`sample_variant`]'s choice
+/// (one of [`sample_variants`]`(K)`); the same topics whichever it is. For tests and
+/// benchmarks that compare the variants.
+///
+/// # Errors
+/// As [`sample_parallel`], plus [`KernelError::InvalidShape`] (`"topics"`) if `variant`
+/// cannot sample `K` topics (nothing is launched or written).
+#[allow(clippy::too_many_arguments)]
+pub fn sample_parallel_with(
+    variant: SampleVariant,
+    gpu: &Gpu,
+    params: &LdaParams,
+    tokens: &DeviceTokens,
+    topics: &DeviceTopics,
+    counts: DeviceCounts<'_>,
+    uniforms: &DeviceUniforms,
+    new_topics: &mut DeviceTopics,
+) -> Result<(), KernelError> {
+    if !sample_variants(params.topics).contains(&variant) {
+        return Err(KernelError::InvalidShape {
+            what: "topics",
+            reason: "the requested LDA sampling kernel cannot sample this many topics",
+        });
+    }
     let shape = validate_host(gpu, params, tokens, topics, counts)?;
     let n = shape.n;
     check_device(gpu, "uniforms", &uniforms.buf)?;
@@ -685,7 +793,7 @@ pub fn sample_parallel(
         new_topics.bound = 0;
         return Ok(());
     }
-    let plan = plan(k);
+    let plan = plan(k, variant);
     let f = gpu.function(&SOURCE, plan.kernel)?;
     let cfg = wave_config(
         gpu,
@@ -717,7 +825,8 @@ pub fn sample_parallel(
     // word_base + word rows for every token (topics are only compared), so every row read
     // is inside doc_topic / word_topic; totals has K entries; the token buffers, uniforms
     // and new_topics hold n; the dynamic shared memory is what the kernel lays out for K
-    // (plan), at most 48 KiB; block sizes are multiples of 32.
+    // (plan), at most 48 KiB; block sizes are multiples of 32; sample_variants(K) holds
+    // `variant`, so the kernel handles K.
     unsafe { launch.launch(cfg) }.map_err(driver_err("launch LDA sampling kernel"))?;
     new_topics.bound = k as u64;
     Ok(())

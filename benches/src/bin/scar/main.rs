@@ -514,6 +514,7 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         let elapsed: Vec<f64> = history.iter().map(|m| m.elapsed_s).collect();
         Ok(overhead::EpochTiming {
             seconds_per_epoch: overhead::seconds_per_epoch(&elapsed)?,
+            median_epoch_s: overhead::median_epoch(&elapsed)?,
             rounds: stats.checkpoints.rounds,
         })
     };
@@ -529,13 +530,18 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         }
         let (last_on, last_off) = (&on[on.len() - 1], &off[off.len() - 1]);
         eprintln!(
-            "repeat {repeat}: on {:.2} ms/epoch ({} rounds), off {:.2} ms/epoch",
+            "repeat {repeat}: on {:.2} ms/epoch (median epoch {:.2}; {} rounds), off {:.2} ms/epoch (median {:.2})",
             last_on.seconds_per_epoch * 1e3,
+            last_on.median_epoch_s * 1e3,
             last_on.rounds,
-            last_off.seconds_per_epoch * 1e3
+            last_off.seconds_per_epoch * 1e3,
+            last_off.median_epoch_s * 1e3
         );
     }
     let (ratio, on_s, off_s) = overhead::overhead_ratio(&on, &off);
+    let mut medians_on: Vec<f64> = on.iter().map(|t| t.median_epoch_s).collect();
+    let mut medians_off: Vec<f64> = off.iter().map(|t| t.median_epoch_s).collect();
+    let median_epoch_ratio = overhead::median(&mut medians_on) / overhead::median(&mut medians_off);
     eprintln!(
         "epoch time, checkpoints on / off (medians of {}): {:.2} / {:.2} ms = {ratio:.4}",
         args.repeats,
@@ -551,6 +557,9 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
             "off_s_per_epoch": off.iter().map(|t| t.seconds_per_epoch).collect::<Vec<_>>(),
             "rounds": on.iter().map(|t| t.rounds).collect::<Vec<_>>(),
             "median_on_s": on_s, "median_off_s": off_s, "ratio": ratio,
+            "on_median_epoch_s": on.iter().map(|t| t.median_epoch_s).collect::<Vec<_>>(),
+            "off_median_epoch_s": off.iter().map(|t| t.median_epoch_s).collect::<Vec<_>>(),
+            "median_epoch_ratio": median_epoch_ratio,
         })
     );
     Ok(())

@@ -5,9 +5,10 @@
 use anyhow::{anyhow, Result};
 
 /// One run's seconds per epoch (the mean over all but its first epoch, which also pays for
-/// start-up) and its checkpoint rounds.
+/// start-up), its median epoch (robust to a few slow epochs) and its checkpoint rounds.
 pub struct EpochTiming {
     pub seconds_per_epoch: f64,
+    pub median_epoch_s: f64,
     pub rounds: u64,
 }
 
@@ -30,6 +31,19 @@ pub fn seconds_per_epoch(elapsed_after_epoch: &[f64]) -> Result<f64> {
         }
         _ => Err(anyhow!("an overhead run needs at least 2 epochs")),
     }
+}
+
+/// The median of the epoch durations after the first, from the driver's cumulative
+/// `elapsed_s` after each epoch.
+pub fn median_epoch(elapsed_after_epoch: &[f64]) -> Result<f64> {
+    let mut epochs: Vec<f64> = elapsed_after_epoch
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .collect();
+    if epochs.is_empty() {
+        return Err(anyhow!("an overhead run needs at least 2 epochs"));
+    }
+    Ok(median(&mut epochs))
 }
 
 /// The ratio of the medians, with checkpoints on over off, and both medians.
@@ -60,9 +74,18 @@ mod tests {
     }
 
     #[test]
+    fn median_epoch_ignores_the_first_epoch_and_a_slow_one() {
+        // Start-up to 5 s, then epochs of 0.5, 0.5, 3.0 (a stall) and 0.5 s.
+        let elapsed = [5.0, 5.5, 6.0, 9.0, 9.5];
+        assert!((median_epoch(&elapsed).unwrap() - 0.5).abs() < 1e-12);
+        assert!(median_epoch(&[1.0]).is_err());
+    }
+
+    #[test]
     fn ratio_is_on_over_off() {
         let t = |s| EpochTiming {
             seconds_per_epoch: s,
+            median_epoch_s: s,
             rounds: 0,
         };
         let (ratio, on, off) = overhead_ratio(&[t(1.1), t(1.0), t(5.0)], &[t(1.0), t(0.9), t(1.1)]);

@@ -224,70 +224,61 @@ __device__ __forceinline__ void harp_lda_lane_scan(float* s) {
     }
 }
 
-// K <= 32. Dynamic shared memory (floats): 2K inverses, then per warp 32 rows of
-// (K | 1) weights (an odd row stride, so lane t reading row t is conflict-free).
-// blockDim.x must be a multiple of 32.
-extern "C" __global__ void harp_lda_sample_small(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
-    const unsigned int K = topic_count;
-    float* inv = harp_lda_smem;
-    harp_lda_inverses(inv, totals, K, vbeta);
-    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const unsigned int stride = K | 1u;
-    float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
-    const unsigned long long tiles = (n + 31ull) >> 5;
-    const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
-    for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
-         tile < tiles; tile += warps) {
-        const unsigned long long first = tile << 5;
-        const unsigned long long left = n - first;
-        const unsigned int count = left < 32ull ? (unsigned int)left : 32u;
-        const unsigned long long i = first + lane;
-        unsigned int d = 0u, w = 0u, z = 0u;
-        float u = 0.0f;
-        if (lane < count) {
-            d = docs[i];
-            w = words[i] - word_base;
-            z = topics[i];
-            u = uniforms[i];
-        }
-        harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z, alpha,
-                              beta);
-        // Phase 2: lane t scans and samples token t (one chunk: running sum 0).
-        if (lane < count) {
-            const float* row = wts + lane * stride;
-            float s[32];
+// Phase 2 of harp_lda_sample_small (K <= 32): the token's topic from its row of K weights,
+// scanned in registers as one chunk (running sum 0).
+__device__ __forceinline__ unsigned int harp_lda_sample_row_small(const float* row,
+                                                                  unsigned int K, float u) {
+    float s[32];
 #pragma unroll
-            for (unsigned int j = 0; j < 32u; ++j) s[j] = j < K ? row[j] : 0.0f;
-            harp_lda_lane_scan(s);
-            const float target = __fmul_rn(u, s[31]);
-            unsigned int result = K - 1u;
-            bool found = false;
+    for (unsigned int j = 0; j < 32u; ++j) s[j] = j < K ? row[j] : 0.0f;
+    harp_lda_lane_scan(s);
+    const float target = __fmul_rn(u, s[31]);
+    unsigned int result = K - 1u;
+    bool found = false;
 #pragma unroll
-            for (unsigned int j = 0; j < 32u; ++j) {
-                const bool hit = j < K && s[j] > target;
-                if (hit && !found) {
-                    result = j;
-                    found = true;
-                }
-            }
-            new_topics[i] = result;
+    for (unsigned int j = 0; j < 32u; ++j) {
+        const bool hit = j < K && s[j] > target;
+        if (hit && !found) {
+            result = j;
+            found = true;
         }
-        __syncwarp();
     }
+    return result;
 }
 
-// 32 < K while a warp's tile fits in shared memory (the host allows K <= 256). As
-// harp_lda_sample_small, then lane t scans token t's row chunk by chunk in registers,
-// writes the cumulative values fadd(running, prefix) back over the weights, and searches
-// them in order. Dynamic shared memory (floats): 2K inverses, then per warp 32 rows of
-// (K | 1) values. blockDim.x must be a multiple of 32.
-extern "C" __global__ void harp_lda_sample_tiles(
+// Phase 2 of harp_lda_sample_tiles (K > 32): the row scanned chunk by chunk in registers,
+// the cumulative values fadd(running, prefix) written back over the weights, then searched
+// in order.
+__device__ __forceinline__ unsigned int harp_lda_sample_row_chunked(float* row, unsigned int K,
+                                                                    float u) {
+    const unsigned int chunks = (K + 31u) >> 5;
+    float running = 0.0f;
+    for (unsigned int c = 0; c < chunks; ++c) {
+        const unsigned int k0 = c << 5;
+        float s[32];
+#pragma unroll
+        for (unsigned int j = 0; j < 32u; ++j) s[j] = k0 + j < K ? row[k0 + j] : 0.0f;
+        harp_lda_lane_scan(s);
+#pragma unroll
+        for (unsigned int j = 0; j < 32u; ++j) {
+            if (k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
+        }
+        running = __fadd_rn(running, s[31]);
+    }
+    const float target = __fmul_rn(u, running);
+    for (unsigned int k = 0; k < K; ++k) {
+        if (row[k] > target) return k;
+    }
+    return K - 1u;
+}
+
+// The tile kernels: a warp takes a tile of 32 tokens (grid-stride over tiles), writes the
+// tile's weights to shared memory (harp_lda_tile_weights), then lane t samples token t from
+// its row: in registers for K <= 32 (CHUNKED false), chunk by chunk for larger K. Dynamic
+// shared memory (floats): 2K inverses, then per warp 32 rows of (K | 1) weights (an odd row
+// stride, so lane t reading row t is conflict-free). blockDim.x must be a multiple of 32.
+template <bool CHUNKED>
+__device__ __forceinline__ void harp_lda_sample_tiles_of(
     const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
     const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
     const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
@@ -299,7 +290,6 @@ extern "C" __global__ void harp_lda_sample_tiles(
     harp_lda_inverses(inv, totals, K, vbeta);
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned int stride = K | 1u;
-    const unsigned int chunks = (K + 31u) >> 5;
     float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
     const unsigned long long tiles = (n + 31ull) >> 5;
     const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
@@ -321,31 +311,36 @@ extern "C" __global__ void harp_lda_sample_tiles(
                               beta);
         if (lane < count) {
             float* row = wts + lane * stride;
-            float running = 0.0f;
-            for (unsigned int c = 0; c < chunks; ++c) {
-                const unsigned int k0 = c << 5;
-                float s[32];
-#pragma unroll
-                for (unsigned int j = 0; j < 32u; ++j) s[j] = k0 + j < K ? row[k0 + j] : 0.0f;
-                harp_lda_lane_scan(s);
-#pragma unroll
-                for (unsigned int j = 0; j < 32u; ++j) {
-                    if (k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
-                }
-                running = __fadd_rn(running, s[31]);
-            }
-            const float target = __fmul_rn(u, running);
-            unsigned int result = K - 1u;
-            for (unsigned int k = 0; k < K; ++k) {
-                if (row[k] > target) {
-                    result = k;
-                    break;
-                }
-            }
-            new_topics[i] = result;
+            new_topics[i] = CHUNKED ? harp_lda_sample_row_chunked(row, K, u)
+                                    : harp_lda_sample_row_small(row, K, u);
         }
         __syncwarp();
     }
+}
+
+// K <= 32.
+extern "C" __global__ void harp_lda_sample_small(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    harp_lda_sample_tiles_of<false>(docs, words, topics, uniforms, doc_topic, word_topic,
+                                    totals, new_topics, n, topic_count, word_base, alpha, beta,
+                                    vbeta);
+}
+
+// 32 < K while a warp's tile fits in 48 KiB of shared memory (the host allows K <= 256).
+extern "C" __global__ void harp_lda_sample_tiles(
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
+    float beta, float vbeta) {
+    harp_lda_sample_tiles_of<true>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
+                                   new_topics, n, topic_count, word_base, alpha, beta, vbeta);
 }
 
 // 32 < K. One warp per token (grid-stride; the next token's ids are loaded while this one

@@ -199,60 +199,45 @@ fn assert_same_topics(what: &str, gpu: &[u32], cpu: &[u32]) {
 
 #[test]
 fn sample_variant_follows_k() {
-    assert_eq!(sample_variant(1), SampleVariant::ThreadPerToken);
-    assert_eq!(sample_variant(32), SampleVariant::ThreadPerToken);
-    assert_eq!(
-        sample_variant(33),
-        SampleVariant::ChunkedTiles { warps_per_block: 8 }
-    );
-    assert_eq!(
-        sample_variant(100),
-        SampleVariant::ChunkedTiles { warps_per_block: 3 }
-    );
-    assert_eq!(
-        sample_variant(112),
-        SampleVariant::ChunkedTiles { warps_per_block: 3 }
-    );
-    assert_eq!(sample_variant(113), SampleVariant::WarpRegisters);
-    assert_eq!(sample_variant(128), SampleVariant::WarpRegisters);
-    assert_eq!(sample_variant(256), SampleVariant::WarpRegisters);
-    assert_eq!(
-        sample_variants(256),
-        [
-            SampleVariant::WarpRegisters,
-            SampleVariant::ChunkedTiles { warps_per_block: 1 },
-            SampleVariant::WarpRecompute
-        ]
-    );
+    use SampleVariant::*;
+    for (k, want) in [
+        (1, ThreadPerToken),
+        (32, ThreadPerToken),
+        (33, ChunkedTiles { warps_per_block: 8 }),
+        (100, ChunkedTiles { warps_per_block: 3 }),
+        (112, ChunkedTiles { warps_per_block: 3 }),
+        (113, WarpRegisters),
+        (128, WarpRegisters),
+        (256, WarpRegisters),
+        (257, WarpShared { warps_per_block: 8 }),
+        (2500, WarpShared { warps_per_block: 2 }),
+        (5000, WarpRecompute),
+    ] {
+        assert_eq!(sample_variant(k), want, "K={k}");
+    }
     // The alternatives a test or benchmark may launch instead, the default first.
-    assert_eq!(
-        sample_variants(20),
-        [SampleVariant::ThreadPerToken, SampleVariant::WarpRecompute]
-    );
-    assert_eq!(
-        sample_variants(100),
-        [
-            SampleVariant::ChunkedTiles { warps_per_block: 3 },
-            SampleVariant::WarpRegisters,
-            SampleVariant::WarpRecompute
-        ]
-    );
-    assert_eq!(
-        sample_variants(1024),
-        [
-            SampleVariant::WarpShared { warps_per_block: 8 },
-            SampleVariant::WarpRecompute
-        ]
-    );
-    assert_eq!(
-        sample_variant(257),
-        SampleVariant::WarpShared { warps_per_block: 8 }
-    );
-    assert_eq!(
-        sample_variant(2500),
-        SampleVariant::WarpShared { warps_per_block: 2 }
-    );
-    assert_eq!(sample_variant(5000), SampleVariant::WarpRecompute);
+    for (k, want) in [
+        (20, vec![ThreadPerToken, WarpRecompute]),
+        (
+            100,
+            vec![
+                ChunkedTiles { warps_per_block: 3 },
+                WarpRegisters,
+                WarpRecompute,
+            ],
+        ),
+        (
+            256,
+            vec![
+                WarpRegisters,
+                ChunkedTiles { warps_per_block: 1 },
+                WarpRecompute,
+            ],
+        ),
+        (1024, vec![WarpShared { warps_per_block: 8 }, WarpRecompute]),
+    ] {
+        assert_eq!(sample_variants(k), want, "K={k}");
+    }
     // Larger K never returns to a shared-memory variant.
     let mut recompute = false;
     for k in 257..20_000 {

@@ -44,6 +44,7 @@ pub use error::KernelError;
 pub use lda::{gibbs_sweep, sample_parallel, FastRng, LdaParams};
 pub use mf::{als_half_step, rmse, sgd_step, Csr, Ratings, Sgd};
 pub use mlr::{
-    evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch, MlrShape,
+    evaluate, gradient, gradient_blocked, gradient_reference, gradient_scaled, MlrScratch,
+    MlrShape, GATHER_BELOW_BLOCK_FEATURES,
 };
 pub use optim::{adagrad_step, adam_step, add_assign, axpy, AdaGrad, Adam};

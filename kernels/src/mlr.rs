@@ -16,7 +16,7 @@ mod fast;
 mod reference;
 mod softmax;
 
-pub use blocked::gradient_blocked;
+pub use blocked::{gradient_blocked, GATHER_BELOW_BLOCK_FEATURES};
 pub use fast::{evaluate, gradient, gradient_scaled};
 pub use reference::gradient_reference;
 
@@ -51,6 +51,9 @@ impl MlrShape {
 #[derive(Clone, Debug, Default)]
 pub struct MlrScratch {
     logits: Vec<f32>,
+    /// The weights and gradient assembled from narrow blocks ([`gradient_blocked`]).
+    assembled: Vec<f32>,
+    assembled_grad: Vec<f32>,
 }
 
 impl MlrScratch {

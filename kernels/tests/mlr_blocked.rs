@@ -1,6 +1,11 @@
-//! The blocked gradient equals the contiguous one on the assembled weight matrix.
+//! The blocked gradient equals the contiguous one on the assembled weight matrix, for
+//! narrow blocks (assembled into one matrix by the kernel) and wide ones (multiplied in
+//! place).
 
-use harp_kernels::{gradient_blocked, gradient_scaled, KernelError, MlrScratch, MlrShape};
+use harp_kernels::{
+    gradient_blocked, gradient_scaled, KernelError, MlrScratch, MlrShape,
+    GATHER_BELOW_BLOCK_FEATURES,
+};
 use proptest::prelude::*;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -18,8 +23,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
-    fn matches_contiguous_gradient(rows in 0usize..30, features in 1usize..40, classes in 1usize..9,
-                                   block in 1usize..16, seed in any::<u64>()) {
+    fn matches_contiguous_gradient(rows in 0usize..30, features in 1usize..100, classes in 1usize..9,
+                                   block in 1usize..2 * GATHER_BELOW_BLOCK_FEATURES, seed in any::<u64>()) {
         let shape = MlrShape { features, classes };
         let x = values(rows * features, seed);
         let labels: Vec<u32> = (0..rows).map(|i| ((i as u64 + seed) % classes as u64) as u32).collect();

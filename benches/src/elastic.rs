@@ -413,6 +413,12 @@ fn emit_round(index: usize, r: &Round, args: &Args) {
         "event_s": round_to(r.event_s, 5), "master_event_s": round_to(r.report.duration_s, 5),
         "shards_moved": r.report.shards_moved, "shard_bytes_moved": r.report.shard_bytes_moved,
         "executors_moved": r.report.executors_moved, "tasks_moved": r.report.tasks_moved,
+        // When each move ended (from the event's start, as the master saw it) and the last
+        // one: tells a slow event with one slow move from one where every move was slow.
+        "moves_done_s": r.report.moves.iter().map(|m| round_to(m.done_at_s, 5)).collect::<Vec<_>>(),
+        "slowest_move": r.report.moves.iter().max_by(|a, b| a.done_at_s.total_cmp(&b.done_at_s))
+            .map(|m| json!({"kind": m.kind, "item": m.item, "from": m.from, "to": m.to,
+                            "done_at_s": round_to(m.done_at_s, 5)})),
     }));
 }
 

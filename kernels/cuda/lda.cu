@@ -38,6 +38,19 @@
 // Chunks whose loads a warp issues together (and, for K <= 8 * 32, keeps in registers).
 #define HARP_LDA_GROUP 8u
 
+// The parameters every sampling kernel takes (the wrappers in lda.rs push them in this
+// order), and the same names passed on to a shared body.
+#define HARP_LDA_SAMPLE_PARAMS                                                            \
+    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,        \
+    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,          \
+    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic, \
+    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,       \
+    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,  \
+    float beta, float vbeta
+#define HARP_LDA_SAMPLE_ARGS                                                              \
+    docs, words, topics, uniforms, doc_topic, word_topic, totals, new_topics, n,          \
+    topic_count, word_base, alpha, beta, vbeta
+
 // Dynamic shared memory of the sampling kernels (each lays it out as documented there).
 extern __shared__ float harp_lda_smem[];
 
@@ -278,13 +291,7 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked(float* row, 
 // shared memory (floats): 2K inverses, then per warp 32 rows of (K | 1) weights (an odd row
 // stride, so lane t reading row t is conflict-free). blockDim.x must be a multiple of 32.
 template <bool CHUNKED>
-__device__ __forceinline__ void harp_lda_sample_tiles_of(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
+__device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int K = topic_count;
     float* inv = harp_lda_smem;
     harp_lda_inverses(inv, totals, K, vbeta);
@@ -319,28 +326,13 @@ __device__ __forceinline__ void harp_lda_sample_tiles_of(
 }
 
 // K <= 32.
-extern "C" __global__ void harp_lda_sample_small(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
-    harp_lda_sample_tiles_of<false>(docs, words, topics, uniforms, doc_topic, word_topic,
-                                    totals, new_topics, n, topic_count, word_base, alpha, beta,
-                                    vbeta);
+extern "C" __global__ void harp_lda_sample_small(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_tiles_of<false>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // 32 < K while a warp's tile fits in 48 KiB of shared memory (the host allows K <= 256).
-extern "C" __global__ void harp_lda_sample_tiles(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
-    harp_lda_sample_tiles_of<true>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
-                                   new_topics, n, topic_count, word_base, alpha, beta, vbeta);
+extern "C" __global__ void harp_lda_sample_tiles(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_tiles_of<true>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // 32 < K. One warp per token (grid-stride; the next token's ids are loaded while this one
@@ -349,13 +341,7 @@ extern "C" __global__ void harp_lda_sample_tiles(
 // 32) or in shared memory (SMEM_V true). Dynamic shared memory (floats): 2K inverses, then
 // (SMEM_V) per warp chunks * 32 cumulative values. blockDim.x must be a multiple of 32.
 template <bool SMEM_V>
-__device__ __forceinline__ void harp_lda_sample_warp(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
+__device__ __forceinline__ void harp_lda_sample_warp(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int K = topic_count;
     float* inv = harp_lda_smem;
     harp_lda_inverses(inv, totals, K, vbeta);
@@ -445,38 +431,18 @@ __device__ __forceinline__ void harp_lda_sample_warp(
     }
 }
 
-extern "C" __global__ void harp_lda_sample_warp_reg(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
-    harp_lda_sample_warp<false>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
-                                new_topics, n, topic_count, word_base, alpha, beta, vbeta);
+extern "C" __global__ void harp_lda_sample_warp_reg(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_warp<false>(HARP_LDA_SAMPLE_ARGS);
 }
 
-extern "C" __global__ void harp_lda_sample_warp_smem(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
-    harp_lda_sample_warp<true>(docs, words, topics, uniforms, doc_topic, word_topic, totals,
-                               new_topics, n, topic_count, word_base, alpha, beta, vbeta);
+extern "C" __global__ void harp_lda_sample_warp_smem(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_warp<true>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // Any K: one warp per token, two passes over the rows (the search pass recomputes the
 // weights). Used where the shared-memory variants do not fit. blockDim.x must be a
 // multiple of 32.
-extern "C" __global__ void harp_lda_sample_parallel(
-    const unsigned int* __restrict__ docs, const unsigned int* __restrict__ words,
-    const unsigned int* __restrict__ topics, const float* __restrict__ uniforms,
-    const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
-    const unsigned int* __restrict__ totals, unsigned int* __restrict__ new_topics,
-    unsigned long long n, unsigned int topic_count, unsigned int word_base, float alpha,
-    float beta, float vbeta) {
+extern "C" __global__ void harp_lda_sample_parallel(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int lane = threadIdx.x & 31u;
     const unsigned long long warps = ((unsigned long long)gridDim.x * blockDim.x) >> 5;
     const unsigned int chunks = (topic_count + 31u) / 32u;

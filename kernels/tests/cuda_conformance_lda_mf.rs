@@ -148,6 +148,19 @@ fn gpu_sample_with(
     d: &DevLda,
 ) -> Result<Vec<u32>, KernelError> {
     let mut out = poisoned(gpu, s.docs.len());
+    sample_into(variant, gpu, s, d, &mut out)?;
+    assert_eq!(out.bound(), s.params.topics as u64);
+    Ok(out.download(gpu).unwrap())
+}
+
+/// One sampling step of `s` (uploaded as `d`) with kernel `variant` into `out`.
+fn sample_into(
+    variant: SampleVariant,
+    gpu: &Gpu,
+    s: &Lda,
+    d: &DevLda,
+    out: &mut DeviceTopics,
+) -> Result<(), KernelError> {
     gpu_lda::sample_parallel_with(
         variant,
         gpu,
@@ -156,10 +169,8 @@ fn gpu_sample_with(
         &d.topics,
         d.counts(s.base),
         &d.uniforms,
-        &mut out,
-    )?;
-    assert_eq!(out.bound(), s.params.topics as u64);
-    Ok(out.download(gpu).unwrap())
+        out,
+    )
 }
 
 fn cpu_sample(s: &Lda) -> Result<Vec<u32>, KernelError> {
@@ -470,16 +481,7 @@ fn an_lda_kernel_that_cannot_sample_k_is_refused_and_writes_nothing() {
         let s = lda_state(k, 500, 20, 50, 0, 5);
         let d = upload(gpu, &s);
         let mut out = poisoned(gpu, s.docs.len());
-        let got = gpu_lda::sample_parallel_with(
-            variant,
-            gpu,
-            &s.params,
-            &d.tokens,
-            &d.topics,
-            d.counts(s.base),
-            &d.uniforms,
-            &mut out,
-        );
+        let got = sample_into(variant, gpu, &s, &d, &mut out);
         assert!(
             matches!(got, Err(KernelError::InvalidShape { what: "topics", .. })),
             "K={k} {variant:?}: {got:?}"
@@ -511,15 +513,7 @@ fn lda_refuses_bad_input_like_cpu() {
         let want = cpu_sample(&s).unwrap_err();
         let d = upload(gpu, &s);
         let mut out = poisoned(gpu, s.docs.len());
-        let got = gpu_lda::sample_parallel(
-            gpu,
-            &s.params,
-            &d.tokens,
-            &d.topics,
-            d.counts(s.base),
-            &d.uniforms,
-            &mut out,
-        );
+        let got = sample_into(sample_variant(8), gpu, &s, &d, &mut out);
         assert_eq!(got, Err(want.clone()), "{name}");
         assert!(
             out.download(gpu).unwrap().iter().all(|&t| t == u32::MAX),

@@ -143,10 +143,7 @@ pub fn sample_variants(topics: usize) -> Vec<SampleVariant> {
     if let Some(tiles) = chunked_tiles(topics) {
         add(tiles);
     }
-    if topics > THREAD_PER_TOKEN_MAX_TOPICS && topics <= REGISTER_MAX_TOPICS {
-        add(SampleVariant::WarpRegisters);
-    }
-    if topics > REGISTER_MAX_TOPICS {
+    if topics > THREAD_PER_TOKEN_MAX_TOPICS {
         add(warp_variant(topics));
     }
     add(SampleVariant::WarpRecompute);
@@ -775,7 +772,10 @@ pub fn sample_parallel_with(
     uniforms: &DeviceUniforms,
     new_topics: &mut DeviceTopics,
 ) -> Result<(), KernelError> {
-    if !sample_variants(params.topics).contains(&variant) {
+    // The default kernel (every `sample_parallel` call) needs no list of the alternatives.
+    if variant != sample_variant(params.topics)
+        && !sample_variants(params.topics).contains(&variant)
+    {
         return Err(KernelError::InvalidShape {
             what: "topics",
             reason: "the requested LDA sampling kernel cannot sample this many topics",

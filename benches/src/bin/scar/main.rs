@@ -539,9 +539,7 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         );
     }
     let (ratio, on_s, off_s) = overhead::overhead_ratio(&on, &off);
-    let mut medians_on: Vec<f64> = on.iter().map(|t| t.median_epoch_s).collect();
-    let mut medians_off: Vec<f64> = off.iter().map(|t| t.median_epoch_s).collect();
-    let median_epoch_ratio = overhead::median(&mut medians_on) / overhead::median(&mut medians_off);
+    let median_epoch_ratio = overhead::median_epoch_ratio(&on, &off);
     eprintln!(
         "epoch time, checkpoints on / off (medians of {}): {:.2} / {:.2} ms = {ratio:.4}",
         args.repeats,

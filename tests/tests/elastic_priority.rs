@@ -25,9 +25,11 @@ impl MlrObserver for EpochSignal {
 const EPOCHS: u32 = 8;
 
 fn mlr_app(observer: Arc<EpochSignal>) -> Arc<MlrApp> {
-    let (train, test) = mnist10k().unwrap().split_tail_fraction(0.2).unwrap();
-    // Six executors each apply a full minibatch step; a smaller step than the default keeps
-    // the comparison about the moves, not about step-size noise.
+    // Pixels scaled to [0, 1] as `harp run mlr` does: on raw 0..255 pixels every step is
+    // 255 times too large and the held-out accuracy swings by 0.1 between epochs.
+    let mut data = mnist10k().unwrap();
+    data.scale_to_unit();
+    let (train, test) = data.split_tail_fraction(0.2).unwrap();
     let config = MlrConfig {
         epochs: EPOCHS,
         lr: 0.1,
@@ -102,13 +104,13 @@ fn a_job_gives_nodes_back_keeps_training_and_takes_them_back() {
     let disturbed = run(true);
     println!("undisturbed {undisturbed:?}\ndisturbed   {disturbed:?}");
     assert_eq!(disturbed.len(), EPOCHS as usize);
-    // The SSP-SGD held-out accuracy wobbles from epoch to epoch (an epoch now and then drops
-    // by 0.1 and recovers, with or without moves): compare the best of the last three epochs,
-    // all of them after the job took its nodes back.
-    let settled = |a: &[f64]| a[a.len() - 3..].iter().copied().fold(0.0, f64::max);
-    assert!(settled(&disturbed) >= 0.88, "{disturbed:?}");
+    // With scaled pixels and a step of 0.1 the held-out accuracy rises steadily (a few
+    // thousandths apart between runs): the final epochs, after the job took its nodes back,
+    // must match.
+    let last = |a: &[f64]| a[a.len() - 1];
+    assert!(last(&disturbed) >= 0.89, "{disturbed:?}");
     assert!(
-        (settled(&disturbed) - settled(&undisturbed)).abs() <= 0.02,
+        (last(&disturbed) - last(&undisturbed)).abs() <= 0.01,
         "disturbed {disturbed:?} vs undisturbed {undisturbed:?}"
     );
 }

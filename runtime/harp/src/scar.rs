@@ -9,12 +9,12 @@
 //! The rounds, their failures and their bytes are counted in [`CheckpointStats`].
 
 use crate::error::HarpError;
-use harp_core::scar::{checkpoint_schedule, RecoveryReport, Selection};
 /// The statistics of SCAR's experiments (rework cost and its confidence intervals).
 pub use harp_core::scar::{
-    fractional_rework_cost, iterations_to_reach, mean_confidence_interval, rework_cost,
-    ConvergenceCriterion, ReworkCost, SplitMix64,
+    checkpoint_schedule, due, fractional_rework_cost, iterations_to_reach,
+    mean_confidence_interval, rework_cost, ConvergenceCriterion, ReworkCost, SplitMix64,
 };
+use harp_core::scar::{RecoveryReport, Selection};
 
 /// How a job keeps SCAR's running checkpoint.
 #[derive(Clone, Debug, PartialEq)]

@@ -500,34 +500,56 @@ fn run_mlr(
     Ok((outcome.driver.history().to_vec(), outcome.stats))
 }
 
-/// `--figure overhead`: prioritized 1/8 checkpoints every C/8 iterations on against off.
+/// `--figure overhead`: prioritized 1/8 checkpoints every C/8 iterations on against off, and
+/// a third run per repeat with rounds every other iteration for the in-run comparison
+/// (`overhead::round_epoch_ratios`).
 fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
-    let scar = || ScarOptions {
-        period: args.period,
-        fraction: 0.125,
+    const FRACTION: f64 = 0.125;
+    let scar = |period: u64| ScarOptions {
+        period,
+        fraction: FRACTION,
         selection: Selection::Priority,
         recovery: Recovery::Partial,
         inject: Vec::new(),
     };
-    let timing = |scar: Option<ScarOptions>| -> Result<overhead::EpochTiming> {
+    // Rounds every other iteration: twice the period at the same fraction.
+    let alternate_period = 2 * args.period;
+    let alternate_interval =
+        harp::scar::checkpoint_schedule(alternate_period, FRACTION).map_err(|e| anyhow!("{e}"))?;
+    let elapsed = |scar: Option<ScarOptions>| -> Result<(Vec<f64>, u64)> {
         let (history, stats) = run_mlr(args, data, scar)?;
-        let elapsed: Vec<f64> = history.iter().map(|m| m.elapsed_s).collect();
+        let elapsed = history.iter().map(|m| m.elapsed_s).collect();
+        Ok((elapsed, stats.checkpoints.rounds))
+    };
+    // The off runs' epochs compared the same way (no round anywhere): the in-run figure's
+    // control, which shows any bias of the comparison itself.
+    let control_epochs = std::cell::RefCell::new(Vec::new());
+    let timing = |scar: Option<ScarOptions>| -> Result<overhead::EpochTiming> {
+        let checkpointed = scar.is_some();
+        let (elapsed, rounds) = elapsed(scar)?;
+        if !checkpointed {
+            control_epochs
+                .borrow_mut()
+                .extend(overhead::round_epoch_ratios(&elapsed, alternate_interval));
+        }
         Ok(overhead::EpochTiming {
             seconds_per_epoch: overhead::seconds_per_epoch(&elapsed)?,
             median_epoch_s: overhead::median_epoch(&elapsed)?,
-            rounds: stats.checkpoints.rounds,
+            rounds,
         })
     };
-    let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (mut on, mut off, mut round_epochs) = (Vec::new(), Vec::new(), Vec::new());
     for repeat in 0..args.repeats {
         // Alternate which goes first, so neither always runs on a warmer machine.
         if repeat % 2 == 0 {
             off.push(timing(None)?);
-            on.push(timing(Some(scar()))?);
+            on.push(timing(Some(scar(args.period)))?);
         } else {
-            on.push(timing(Some(scar()))?);
+            on.push(timing(Some(scar(args.period)))?);
             off.push(timing(None)?);
         }
+        let (alternate, _) = elapsed(Some(scar(alternate_period)))?;
+        round_epochs.extend(overhead::round_epoch_ratios(&alternate, alternate_interval));
         let (last_on, last_off) = (&on[on.len() - 1], &off[off.len() - 1]);
         eprintln!(
             "repeat {repeat}: on {:.2} ms/epoch (median epoch {:.2}; {} rounds), off {:.2} ms/epoch (median {:.2})",
@@ -540,16 +562,40 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
     }
     let (ratio, on_s, off_s) = overhead::overhead_ratio(&on, &off);
     let median_epoch_ratio = overhead::median_epoch_ratio(&on, &off);
+    let pairs = overhead::pair_ratios(&on, &off);
+    let interval = |samples: &[f64]| mean_confidence_interval(samples, 0.95).ok();
+    let pair_ci = interval(&pairs);
+    let round_ci = interval(&round_epochs);
+    let control_epochs = control_epochs.into_inner();
+    let control_ci = interval(&control_epochs);
     eprintln!(
         "epoch time, checkpoints on / off (medians of {}): {:.2} / {:.2} ms = {ratio:.4}",
         args.repeats,
         on_s * 1e3,
         off_s * 1e3
     );
+    if let Some((mean, half)) = pair_ci {
+        eprintln!(
+            "mean of the {} pairs' ratios: {mean:.4} ± {half:.4} (95% CI)",
+            pairs.len()
+        );
+    }
+    if let Some((mean, half)) = round_ci {
+        eprintln!(
+            "in-run, rounds every {alternate_interval} iterations: an epoch with a round over its neighbours without, {mean:.4} ± {half:.4} (95% CI, {} epochs)",
+            round_epochs.len()
+        );
+    }
+    if let Some((mean, half)) = control_ci {
+        eprintln!(
+            "control, the runs without checkpoints read the same way: {mean:.4} ± {half:.4} (95% CI, {} epochs)",
+            control_epochs.len()
+        );
+    }
     println!(
         "{}",
         json!({
-            "bench": "scar", "figure": "overhead", "selection": "Priority", "fraction": 0.125,
+            "bench": "scar", "figure": "overhead", "selection": "Priority", "fraction": FRACTION,
             "period": args.period, "epochs": args.iterations, "repeats": args.repeats,
             "on_s_per_epoch": on.iter().map(|t| t.seconds_per_epoch).collect::<Vec<_>>(),
             "off_s_per_epoch": off.iter().map(|t| t.seconds_per_epoch).collect::<Vec<_>>(),
@@ -558,6 +604,13 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
             "on_median_epoch_s": on.iter().map(|t| t.median_epoch_s).collect::<Vec<_>>(),
             "off_median_epoch_s": off.iter().map(|t| t.median_epoch_s).collect::<Vec<_>>(),
             "median_epoch_ratio": median_epoch_ratio,
+            "pair_ratio_mean": pair_ci.map(|c| c.0), "pair_ratio_ci95": pair_ci.map(|c| c.1),
+            "round_epoch_interval": alternate_interval,
+            "round_epoch_ratio_mean": round_ci.map(|c| c.0),
+            "round_epoch_ratio_ci95": round_ci.map(|c| c.1),
+            "round_epochs": round_epochs.len(),
+            "control_epoch_ratio_mean": control_ci.map(|c| c.0),
+            "control_epoch_ratio_ci95": control_ci.map(|c| c.1),
         })
     );
     Ok(())

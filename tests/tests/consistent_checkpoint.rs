@@ -3,7 +3,9 @@
 //! exactly where an uninterrupted run does (counter: every row exact; MLR: the same
 //! held-out accuracy); a flipped byte in the newest checkpoint makes the resume use the one
 //! before; another app's checkpoints, a missing directory and another layout are refused
-//! with clear messages.
+//! with clear messages. Across processes (`--processes 3`: the master and two node
+//! processes, each a worker and a server) the master is the process killed, and the resumed
+//! job's counter rows are exact and its MLR accuracy is the uninterrupted one's.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -108,13 +110,18 @@ fn path_arg(path: &Path) -> &str {
 /// `harp run counter` with 20 000 tasks on 2 workers x 1 executor, each task waiting 200 µs
 /// (so a run lasts long enough to be killed mid-way), and `extra`.
 fn counter(extra: &[&str]) -> Vec<OsString> {
+    counter_sized("20000", "500", extra)
+}
+
+/// `harp run counter` with `tasks` tasks over `rows` rows on 2 threads, and `extra`.
+fn counter_sized(tasks: &str, rows: &str, extra: &[&str]) -> Vec<OsString> {
     let mut list = vec![
         "run",
         "counter",
         "--tasks",
-        "20000",
+        tasks,
         "--rows",
-        "500",
+        rows,
         "--threads",
         "2",
     ];
@@ -192,6 +199,80 @@ fn mlr(epochs: &str, extra: &[&str]) -> Vec<OsString> {
     ];
     list.extend_from_slice(extra);
     args(&list)
+}
+
+/// `list` with the job across processes: the master and two `harp node` processes, each a
+/// worker and a server (the master starts them). SIGKILL on the master leaves its nodes
+/// behind; they leave once its link goes quiet (the lease timeout).
+fn across(mut list: Vec<OsString>) -> Vec<OsString> {
+    list.extend(args(&["--processes", "3"]));
+    list
+}
+
+#[test]
+fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let d = path_arg(&dir);
+    let short = |extra: &[&str]| across(counter_sized("4000", "200", extra));
+    let child = spawn(&short(&[
+        "--task-sleep-us",
+        "200",
+        "--checkpoint-dir",
+        d,
+        "--checkpoint-every",
+        "200",
+    ]));
+    kill_after_first_checkpoint(child, &dir);
+    let first = committed(&dir)[0];
+    assert!(first < 2_000, "checkpoint {first} is at or past the end");
+
+    let out = succeeded(&short(&["--resume", d, "--checkpoint-every", "200"]));
+    // Every row is compared with the exact sum of all 4 000 tasks' increments: an update
+    // lost or applied twice across the kill fails the run.
+    assert!(
+        out.stderr.contains("counter: 4000 tasks, 200 rows exact"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("resumed from checkpoint") && !l.contains("checkpoint 0 ")),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        committed(&dir).iter().any(|s| *s > first),
+        "no checkpoint after the resume: {:?}",
+        committed(&dir)
+    );
+}
+
+#[test]
+fn mlr_across_processes_resumes_after_the_master_is_killed_to_the_uninterrupted_accuracy() {
+    // The tolerance of the in-process test: the two node processes' float updates may be
+    // added in either order, nothing more.
+    const TOLERANCE_POINTS: f64 = 0.25;
+    let epochs = "6";
+    let uninterrupted = final_accuracy(&succeeded(&across(mlr(epochs, &[]))));
+
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let d = path_arg(&dir);
+    let child = spawn(&across(mlr(epochs, &["--checkpoint-dir", d])));
+    kill_after_first_checkpoint(child, &dir);
+    let out = succeeded(&across(mlr(epochs, &["--resume", d])));
+    assert!(
+        out.stderr.contains("resumed from checkpoint"),
+        "{}",
+        out.describe()
+    );
+    let resumed = final_accuracy(&out);
+    assert!(
+        (resumed - uninterrupted).abs() <= TOLERANCE_POINTS,
+        "resumed accuracy {resumed}% vs uninterrupted {uninterrupted}%"
+    );
 }
 
 /// The held-out accuracy (in %) of the last epoch, from `harp run mlr`'s final line.
@@ -347,10 +428,14 @@ fn resumes_that_cannot_work_are_refused_clearly() {
         &counter(&["--resume", d, "--executors-per-worker", "2"]),
         &["executors per worker: checkpoint 1, this job 2"],
     );
-    // Across processes: not yet.
+    // Across processes the layout is the node processes': one node is one worker and one
+    // server, not the checkpoint's two of each (the node is told and exits).
     refused(
-        &counter(&["--checkpoint-dir", d, "--nodes", "2"]),
-        &["one process", "--nodes"],
+        &counter(&["--resume", d, "--processes", "2"]),
+        &[
+            "cannot resume from checkpoint",
+            "workers: checkpoint 2, this job 1",
+        ],
     );
     // A checkpoint directory that is a file; zero iterations between checkpoints.
     let file = tmp.path().join("a-file");

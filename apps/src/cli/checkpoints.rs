@@ -1,30 +1,11 @@
 //! Consistent checkpoints on the command line (`--checkpoint-dir`, `--checkpoint-every`,
-//! `--checkpoint-keep`, `--resume`): running an in-process job with them, and reporting
-//! what they did — one line per checkpoint on the terminal and one metrics record each.
+//! `--checkpoint-keep`, `--resume`; the job runs them in `processes.rs`, in one process or
+//! across processes): reporting what they did — one line per checkpoint on the terminal and
+//! one metrics record each.
 
-use super::ClusterArgs;
 use crate::metrics::MetricsWriter;
-use anyhow::{bail, Result};
-use harp::{App, CheckpointOutcome, ConsistentOptions, ConsistentReport, JobOutcome};
-use std::sync::Arc;
-
-/// Runs `app` in this process with consistent checkpoints `options`. Jobs across processes
-/// are refused for now.
-pub fn execute<A: App>(
-    app: Arc<A>,
-    cluster: &ClusterArgs,
-    collect_params: bool,
-    options: &ConsistentOptions,
-) -> Result<(JobOutcome<A>, ConsistentReport)> {
-    if cluster.node_count()?.is_some() {
-        bail!("--checkpoint-dir and --resume run in one process for now (consistent checkpoints are not taken across node processes yet); drop --nodes/--processes");
-    }
-    cluster.validate_scar()?;
-    cluster.validate_worker_recovery()?;
-    let runtime = cluster.runtime()?;
-    let job = cluster.job_config(collect_params);
-    Ok(runtime.block_on(harp::run_job_consistent(app, &job, options))?)
-}
+use anyhow::Result;
+use harp::{CheckpointOutcome, ConsistentReport};
 
 /// Prints and records `report`: the checkpoint resumed from, then every due checkpoint.
 pub fn report(report: &ConsistentReport, metrics: Option<&MetricsWriter>) -> Result<()> {

@@ -80,7 +80,8 @@ pub struct ClusterArgs {
     #[arg(long, value_enum, default_value_t = InjectTiming::BeforeRound)]
     pub inject_timing: InjectTiming,
     /// Write a consistent checkpoint (driver, held micro-tasks, executors, every shard) into
-    /// this directory every --checkpoint-every iterations (in one process for now).
+    /// this directory every --checkpoint-every iterations (in one process or across
+    /// processes).
     #[arg(long)]
     pub checkpoint_dir: Option<std::path::PathBuf>,
     /// Iterations between consistent checkpoints (MLR: an epoch; counter: one task per

@@ -119,16 +119,8 @@ fn execute_app<A: harp::App>(
     collect_params: bool,
     on_scale: impl Fn(&harp::ScaleEvent) + Send + 'static,
 ) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
-    match cluster.consistent_options() {
-        Some(options) => {
-            let (outcome, report) = checkpoints::execute(app, cluster, collect_params, &options)?;
-            Ok((outcome, Some(report)))
-        }
-        None => Ok((
-            processes::execute(app, cluster, collect_params, on_scale)?,
-            None,
-        )),
-    }
+    let consistent = cluster.consistent_options();
+    processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref())
 }
 
 /// A node joined or left (across processes): the line printed for it.

@@ -4,14 +4,18 @@
 
 use super::ClusterArgs;
 use anyhow::{anyhow, bail, Context, Result};
-use harp::{App, ClusterOptions, JobConfig, JobCredentials, JobOutcome, NodeLauncher, ScaleEvent};
+use harp::{
+    App, ClusterOptions, ConsistentOptions, ConsistentReport, JobConfig, JobCredentials,
+    JobOutcome, NodeLauncher, ScaleEvent,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Runs `app` in process, or across processes when `--processes` or `--nodes` is given.
+/// Runs `app` in process, or across processes when `--processes` or `--nodes` is given,
+/// with consistent checkpoints when `consistent` is given (their report is returned).
 /// Across processes, every scale event (a node joining or leaving) goes to `on_scale` as it
 /// ends.
 pub fn execute<A: App>(
@@ -19,13 +23,21 @@ pub fn execute<A: App>(
     cluster: &ClusterArgs,
     collect_params: bool,
     on_scale: impl Fn(&ScaleEvent) + Send + 'static,
-) -> Result<JobOutcome<A>> {
+    consistent: Option<&ConsistentOptions>,
+) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
     let runtime = cluster.runtime()?;
     cluster.validate_scar()?;
     cluster.validate_worker_recovery()?;
     let Some(nodes) = cluster.node_count()? else {
         let job: JobConfig = cluster.job_config(collect_params);
-        return Ok(runtime.block_on(harp::run_job(app, &job))?);
+        return Ok(match consistent {
+            Some(options) => {
+                let (outcome, report) =
+                    runtime.block_on(harp::run_job_consistent(app, &job, options))?;
+                (outcome, Some(report))
+            }
+            None => (runtime.block_on(harp::run_job(app, &job))?, None),
+        });
     };
     let (creds, creds_dir, own_dir) = match &cluster.credentials {
         Some(dir) => (JobCredentials::load(dir)?, dir.clone(), false),
@@ -56,6 +68,7 @@ pub fn execute<A: App>(
         desired_nodes: cluster.etcd.is_some().then_some(desired_rx),
         scar: cluster.scar_options(),
         worker_recovery: cluster.recover_workers,
+        consistent: consistent.cloned().unwrap_or_default(),
         ..ClusterOptions::default()
     };
     let reporting = runtime.spawn(async move {
@@ -84,7 +97,7 @@ pub fn execute<A: App>(
             );
         }
     };
-    let result = runtime.block_on(harp::run_job_across_watched(
+    let result = runtime.block_on(harp::run_job_across_consistent(
         app, &creds, &options, listening, failures,
     ));
     drop(options);
@@ -101,7 +114,8 @@ pub fn execute<A: App>(
     if let Some(e) = spawn_error {
         return Err(e);
     }
-    Ok(result?)
+    let (outcome, report) = result?;
+    Ok((outcome, consistent.map(|_| report)))
 }
 
 /// The node processes the master started, and where they join.

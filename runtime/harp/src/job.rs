@@ -188,18 +188,14 @@ async fn run_job_inner<A: App>(
     options: &ConsistentOptions,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
     config.validate()?;
-    options.validate()?;
     let started = Instant::now();
-    let layout = CheckpointLayout::of(config);
-    let mut resume = match &options.resume_from {
-        Some(dir) => Some(crate::resume::load(&*app, dir, options.keep, layout)?),
-        None => None,
-    };
-    let write = checkpoint_writer(&*app, options, layout, resume.as_ref())?;
-    let report = Arc::new(Mutex::new(ConsistentReport {
-        resumed: resume.as_ref().map(|r| r.record.clone()),
-        ..ConsistentReport::default()
-    }));
+    let ConsistentStart {
+        setup,
+        executors: mut executor_states,
+        rows: resume_rows,
+        driver: resume_driver,
+        report,
+    } = consistent_start(&*app, options, CheckpointLayout::of(config))?;
     let tables = Arc::new(app.tables().clone());
     let info = JobInfo {
         num_executors: config.num_executors(),
@@ -225,17 +221,16 @@ async fn run_job_inner<A: App>(
         Some(_) => store.with_server_recovery(),
         None => store,
     });
-    if let Some(point) = resume.as_mut() {
-        let rows = std::mem::take(&mut point.rows);
-        if let Err(e) = crate::resume::restore_rows(&servers, &shard_map, rows).await {
+    if resume_driver.is_some() {
+        if let Err(e) = crate::resume::restore_rows(&servers, &shard_map, resume_rows).await {
             stop_servers(&store);
             return Err(e);
         }
     }
 
     let driver = match app.create_driver(&info).and_then(|mut driver| {
-        if let Some(point) = &resume {
-            driver.restore_state(&point.driver)?;
+        if let Some(state) = &resume_driver {
+            driver.restore_state(state)?;
         }
         Ok(driver)
     }) {
@@ -266,23 +261,7 @@ async fn run_job_inner<A: App>(
             return Err(e);
         }
     };
-    let mut executor_states = BTreeMap::new();
-    if write.is_some() || resume.is_some() {
-        let resume_start = resume.map(|point| {
-            executor_states = point.executors;
-            ResumeStart {
-                held: point.held,
-                iteration: point.meta.iteration,
-                version: harp_core::Version(point.meta.version),
-                next_task: point.meta.next_task,
-                tasks_completed: point.meta.tasks_completed,
-            }
-        });
-        let setup = ConsistentSetup {
-            write,
-            resume: resume_start,
-            report: report.clone(),
-        };
+    if let Some(setup) = setup {
         if master
             .send_message(MasterMsg::Consistent(Box::new(setup)))
             .is_err()
@@ -370,12 +349,7 @@ async fn run_job_inner<A: App>(
             return Err(e);
         }
     };
-    // The last checkpoint's write finishes before the job reports.
-    if let Some(writing) = end.consistent.take().and_then(|c| c.writing) {
-        if let Err(e) = writing.await {
-            tracing::warn!(error = %e, "the last consistent checkpoint's write did not finish");
-        }
-    }
+    finish_consistent_write(&mut end).await;
     let params = if config.collect_params {
         Some(dump_params(&store).await?)
     } else {
@@ -402,6 +376,72 @@ async fn run_job_inner<A: App>(
         },
         report,
     ))
+}
+
+/// What a job starts from with consistent checkpoints: the master's setup (`None` when it
+/// neither writes nor resumes) and, when resuming, the checkpoint's executor states, rows and
+/// driver state (`driver` is `Some` exactly when resuming).
+pub(crate) struct ConsistentStart<A: App> {
+    pub setup: Option<ConsistentSetup<A>>,
+    pub executors: BTreeMap<harp_core::ExecutorId, Vec<u8>>,
+    pub rows: Vec<(harp_core::ParamKey, harp_core::RowData)>,
+    pub driver: Option<Vec<u8>>,
+    pub report: Arc<Mutex<ConsistentReport>>,
+}
+
+/// Loads the checkpoint to resume from (checked against `layout`) and opens the directory
+/// to write into, as `options` ask; in one process and across processes alike.
+pub(crate) fn consistent_start<A: App>(
+    app: &A,
+    options: &ConsistentOptions,
+    layout: CheckpointLayout,
+) -> Result<ConsistentStart<A>, HarpError> {
+    options.validate()?;
+    let resume = match &options.resume_from {
+        Some(dir) => Some(crate::resume::load(app, dir, options.keep, layout)?),
+        None => None,
+    };
+    let write = checkpoint_writer(app, options, layout, resume.as_ref())?;
+    let report = Arc::new(Mutex::new(ConsistentReport {
+        resumed: resume.as_ref().map(|r| r.record.clone()),
+        ..ConsistentReport::default()
+    }));
+    let mut start = ConsistentStart {
+        setup: None,
+        executors: BTreeMap::new(),
+        rows: Vec::new(),
+        driver: None,
+        report: report.clone(),
+    };
+    let resume_start = resume.map(|point| {
+        start.executors = point.executors;
+        start.rows = point.rows;
+        start.driver = Some(point.driver);
+        ResumeStart {
+            held: point.held,
+            iteration: point.meta.iteration,
+            version: harp_core::Version(point.meta.version),
+            next_task: point.meta.next_task,
+            tasks_completed: point.meta.tasks_completed,
+        }
+    });
+    if write.is_some() || resume_start.is_some() {
+        start.setup = Some(ConsistentSetup {
+            write,
+            resume: resume_start,
+            report,
+        });
+    }
+    Ok(start)
+}
+
+/// Waits for the last consistent checkpoint's write before the job reports.
+pub(crate) async fn finish_consistent_write<A: App>(end: &mut crate::master::MasterEnd<A>) {
+    if let Some(writing) = end.consistent.take().and_then(|c| c.writing) {
+        if let Err(e) = writing.await {
+            tracing::warn!(error = %e, "the last consistent checkpoint's write did not finish");
+        }
+    }
 }
 
 /// The store consistent checkpoints are written to: the resumed directory when

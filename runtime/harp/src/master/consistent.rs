@@ -347,8 +347,9 @@ impl<A: App> MasterState<A> {
         })
     }
 
-    /// Every executor's saved state: each is released by its worker, saved here and adopted
-    /// back by the same worker (it has no micro-task queued).
+    /// Every executor's saved state: each is released by its worker, saved here (a worker
+    /// node process sends it saved) and adopted back by the same worker (it has no
+    /// micro-task queued).
     async fn save_executors(&mut self) -> Result<Vec<(ExecutorId, Vec<u8>)>, CaptureError> {
         let placed: Vec<(ExecutorId, WorkerId)> = self.executors.iter().collect();
         let mut releases = Vec::with_capacity(placed.len());
@@ -375,12 +376,18 @@ impl<A: App> MasterState<A> {
                 executor: body,
                 pending,
             } = released;
-            let ExecutorBody::Live(live) = body else {
-                return Err(CaptureError::Fatal(HarpError::InvalidConfig(format!(
-                    "{executor} came back as saved state; consistent checkpoints run in one process"
-                ))));
+            // In one process the worker hands the executor itself over; a worker node
+            // process hands its saved state (or, for a large one, where to fetch it).
+            let state = match &body {
+                ExecutorBody::Live(live) => live.save_state().map_err(|e| e.to_string()),
+                ExecutorBody::Saved(state) => Ok(state.clone()),
+                ExecutorBody::Parked(fetch) => Err(format!(
+                    "its saved state ({} bytes) stays on its node process: checkpoints across processes carry executor states up to {} bytes",
+                    fetch.bytes,
+                    crate::remote::PARK_BYTES_MIN - 1
+                )),
             };
-            match live.save_state() {
+            match state {
                 Ok(state) => states.push((executor, state)),
                 Err(e) => {
                     failure.get_or_insert(format!("the state of {executor}: {e}"));
@@ -391,7 +398,7 @@ impl<A: App> MasterState<A> {
                 .send_message(WorkerMsg::Adopt {
                     executor,
                     released: ReleasedExecutor {
-                        executor: ExecutorBody::Live(live),
+                        executor: body,
                         pending,
                     },
                     adopted,

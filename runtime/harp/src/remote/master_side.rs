@@ -7,16 +7,20 @@ use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
 };
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
-use crate::app::{App, JobInfo};
+use crate::app::{App, Driver, JobInfo};
+use crate::consistent::{CheckpointLayout, ConsistentReport};
 use crate::control::ScaleEvent;
 use crate::error::HarpError;
-use crate::job::{spawn, JobOutcome, JobStats, ParamDump};
+use crate::job::{
+    consistent_start, finish_consistent_write, spawn, ConsistentStart, JobOutcome, JobStats,
+    ParamDump,
+};
 use crate::master::{MasterActor, MasterArgs, MasterMsg, RouteTarget};
 use crate::node::NodeStats;
-use crate::worker::WorkerMsg;
+use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_core::{
-    ExecutorMap, MemberInfo, MembershipConfig, MembershipEvent, MembershipView, NodeId, NodeRoles,
-    ServerId, ShardMap, WorkerId,
+    ExecutorId, ExecutorMap, MemberInfo, MembershipConfig, MembershipEvent, MembershipView, NodeId,
+    NodeRoles, ServerId, ShardMap, WorkerId,
 };
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
@@ -64,6 +68,11 @@ pub struct ClusterOptions {
     /// micro-tasks whose updates were not committed run again (`remote/failures.rs`). A
     /// node that is also a server needs `scar` too, to recover its shards.
     pub worker_recovery: bool,
+    /// Consistent checkpoints into `checkpoint_dir` every `every` iterations, and resuming
+    /// from the newest complete one in `resume_from`, as in one process (see
+    /// [`run_job_across_consistent`]; the layout checked on resume is the node counts at the
+    /// start, the executors per worker and the shards per server). Default: neither.
+    pub consistent: crate::consistent::ConsistentOptions,
 }
 
 impl Default for ClusterOptions {
@@ -81,6 +90,7 @@ impl Default for ClusterOptions {
             desired_nodes: None,
             scar: None,
             worker_recovery: false,
+            consistent: crate::consistent::ConsistentOptions::default(),
         }
     }
 }
@@ -140,9 +150,41 @@ pub async fn run_job_across_controlled<A: App>(
     creds: &JobCredentials,
     options: &ClusterOptions,
     listening: impl FnOnce(SocketAddr),
-    mut failures: mpsc::UnboundedReceiver<NodeFailure>,
+    failures: mpsc::UnboundedReceiver<NodeFailure>,
     control: crate::control::ControlInbox,
 ) -> Result<JobOutcome<A>, HarpError> {
+    run_across(app, creds, options, listening, failures, control)
+        .await
+        .map(|(outcome, _)| outcome)
+}
+
+/// [`run_job_across_watched`] with `options.consistent`: consistent checkpoints of the whole
+/// job (driver, held micro-tasks, every executor's state from its node, every server
+/// node's rows) and resuming from one, e.g. after the master process died. Returns what the
+/// checkpoints did too. A resumed job needs as many worker and server nodes as the
+/// checkpointed one had at its start; its executors are restored on the workers from their
+/// saved states before the driver starts. Executor states of a megabyte or more stay on
+/// their nodes when released and are not captured (that checkpoint fails and is counted).
+pub async fn run_job_across_consistent<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
+    failures: mpsc::UnboundedReceiver<NodeFailure>,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    let (_control, inbox) = crate::control::job_control();
+    run_across(app, creds, options, listening, failures, inbox).await
+}
+
+async fn run_across<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
+    mut failures: mpsc::UnboundedReceiver<NodeFailure>,
+    control: crate::control::ControlInbox,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    options.consistent.validate()?;
     if options.nodes == 0 || options.executors_per_worker == 0 || options.shards_per_server == 0 {
         return Err(HarpError::InvalidConfig(
             "a job across processes needs at least one node, one executor per worker and one shard per server".into(),
@@ -181,11 +223,7 @@ pub async fn run_job_across_controlled<A: App>(
             worker_ids.len(),
             server_ids.len()
         );
-        for node in &nodes {
-            let _ = node.link.send(&Message::Shutdown {
-                reason: message.clone(),
-            });
-        }
+        shut_down_nodes(&nodes, &message);
         return Err(HarpError::InvalidConfig(message));
     }
     let (num_workers, num_servers) = (worker_ids.len() as u32, server_ids.len() as u32);
@@ -196,6 +234,27 @@ pub async fn run_job_across_controlled<A: App>(
     };
     let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
     let shards = ShardMap::round_robin(num_servers * options.shards_per_server, &server_ids)?;
+    let layout = CheckpointLayout {
+        workers: num_workers,
+        executors_per_worker: options.executors_per_worker,
+        servers: num_servers,
+        shards_per_server: options.shards_per_server,
+    };
+    let ConsistentStart {
+        setup: consistent,
+        executors: saved_executors,
+        rows: saved_rows,
+        driver: saved_driver,
+        report,
+    } = match consistent_start(&*app, &options.consistent, layout) {
+        Ok(start) => start,
+        Err(e) => {
+            shut_down_nodes(&nodes, &e.to_string());
+            return Err(e);
+        }
+    };
+    // A resumed job's executors come from the checkpoint: the workers create none.
+    let resuming = saved_driver.is_some();
     let placement = Placement {
         epoch: 1,
         num_shards: shards.num_shards(),
@@ -226,11 +285,15 @@ pub async fn run_job_across_controlled<A: App>(
                 num_servers,
             },
             worker: node.roles.worker.then_some(node.id),
-            executors: executors
-                .executors_on(WorkerId(node.id))
-                .iter()
-                .map(|e| e.0)
-                .collect(),
+            executors: if resuming {
+                Vec::new()
+            } else {
+                executors
+                    .executors_on(WorkerId(node.id))
+                    .iter()
+                    .map(|e| e.0)
+                    .collect()
+            },
             server: node.roles.server.then_some(node.id),
             shards: shards
                 .shards_on(ServerId(node.id))
@@ -245,7 +308,22 @@ pub async fn run_job_across_controlled<A: App>(
     }
     let mut nodes = wait_ready(nodes, options.join_timeout_ms).await?;
 
-    let driver = app.create_driver(&info).map_err(HarpError::DriverFailed)?;
+    let driver = app
+        .create_driver(&info)
+        .and_then(|mut driver| {
+            if let Some(state) = &saved_driver {
+                driver.restore_state(state)?;
+            }
+            Ok(driver)
+        })
+        .map_err(HarpError::DriverFailed);
+    let driver = match driver {
+        Ok(driver) => driver,
+        Err(e) => {
+            shut_down_nodes(&nodes, &e.to_string());
+            return Err(e);
+        }
+    };
     let (done_tx, done_rx) = oneshot::channel();
     let master = spawn(
         MasterActor::<A>::new(),
@@ -350,13 +428,30 @@ pub async fn run_job_across_controlled<A: App>(
     ));
     accepting.run(ctx.clone());
     let leaves = tokio::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
-    let _ = master.send_message(MasterMsg::Start {
-        workers,
-        executors,
-        servers,
-        shards,
-        routes,
-        server_places: placement.servers.clone(),
+    let prepared = async {
+        if resuming {
+            crate::resume::restore_rows(&servers, &shards, saved_rows).await?;
+            adopt_saved_executors(&workers, &executors, saved_executors).await?;
+        }
+        if let Some(setup) = consistent {
+            master
+                .send_message(MasterMsg::Consistent(Box::new(setup)))
+                .map_err(|_| HarpError::MasterUnreachable)?;
+        }
+        Ok::<(), HarpError>(())
+    }
+    .await;
+    let started_ok = prepared.and_then(|()| {
+        master
+            .send_message(MasterMsg::Start {
+                workers,
+                executors,
+                servers,
+                shards,
+                routes,
+                server_places: placement.servers.clone(),
+            })
+            .map_err(|_| HarpError::MasterUnreachable)
     });
     let following = options
         .desired_nodes
@@ -364,7 +459,10 @@ pub async fn run_job_across_controlled<A: App>(
         .zip(joins)
         .map(|(desired, joins)| tokio::spawn(roster::follow_desired(ctx.clone(), desired, joins)));
 
-    let end = done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+    let end = match started_ok {
+        Ok(()) => done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable)),
+        Err(e) => Err(e),
+    };
     // Nodes exit once the job ended: that is no death.
     roster::lock(&ctx.roster).end_job();
     outside_failures.abort();
@@ -380,7 +478,8 @@ pub async fn run_job_across_controlled<A: App>(
         .map(|n| (n.id, n.link.clone(), n.roles, n.pending.clone()))
         .collect();
     let result = match end {
-        Ok(end) => {
+        Ok(mut end) => {
+            finish_consistent_write(&mut end).await;
             let params = if options.collect_params {
                 Some(dump_params(&live).await?)
             } else {
@@ -423,7 +522,53 @@ pub async fn run_job_across_controlled<A: App>(
     }
     // Closing the endpoint discards what is still queued: the `harp scale` answers go first.
     accepting.close_endpoint().await;
-    result
+    let report = report.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    result.map(|outcome| (outcome, report))
+}
+
+/// Tells every node that joined that the job will not run, and why.
+fn shut_down_nodes(nodes: &[JoinedNode], reason: &str) {
+    for node in nodes {
+        let _ = node.link.send(&Message::Shutdown {
+            reason: reason.to_string(),
+        });
+    }
+}
+
+/// A resumed job: each worker node adopts its executors from the checkpoint's saved states
+/// (restored there with `App::restore_executor`) before the driver starts.
+async fn adopt_saved_executors<A: App>(
+    workers: &BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>>,
+    executors: &ExecutorMap,
+    mut states: BTreeMap<ExecutorId, Vec<u8>>,
+) -> Result<(), HarpError> {
+    let mut answers = Vec::new();
+    for (executor, worker) in executors.iter() {
+        let state = states.remove(&executor).ok_or_else(|| {
+            HarpError::InvalidConfig(format!("the checkpoint holds no state for {executor}"))
+        })?;
+        let actor = workers
+            .get(&worker)
+            .ok_or(HarpError::WorkerUnreachable(worker))?;
+        let (adopted, answer) = oneshot::channel();
+        actor
+            .send_message(WorkerMsg::Adopt {
+                executor,
+                released: ReleasedExecutor {
+                    executor: ExecutorBody::Saved(state),
+                    pending: Vec::new(),
+                },
+                adopted,
+            })
+            .map_err(|_| HarpError::WorkerUnreachable(worker))?;
+        answers.push((worker, answer));
+    }
+    for (worker, answer) in answers {
+        answer
+            .await
+            .map_err(|_| HarpError::WorkerUnreachable(worker))??;
+    }
+    Ok(())
 }
 
 async fn accept_nodes(

@@ -23,6 +23,13 @@
 //! `CheckpointSave`/`Saved`, `ResetRows`/`ResetDone`, `Dump`/`DumpRows`; the re-created
 //! shards of a failed server as `TakeOverShard`/`TookOver`).
 //!
+//! Consistent checkpoints ([`run_job_across_consistent`]) are captured by the master as in
+//! one process: each executor is released by its worker node (its saved state comes back in
+//! `ExecutorReleased`) and adopted back, and the rows come from every server node (`Dump`).
+//! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
+//! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
+//! states (`AdoptExecutor`) before the driver starts.
+//!
 //! While the job runs ([`roster`]): a node may join (it gets an empty assignment, the other
 //! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node
 //! may leave (`Leaving`, or `harp scale --remove`: its load moves away, every other node
@@ -40,11 +47,13 @@ mod scale_client;
 mod state_transfer;
 
 pub use master_side::{
-    run_job_across, run_job_across_controlled, run_job_across_watched, ClusterOptions, NodeFailure,
+    run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,
+    ClusterOptions, NodeFailure,
 };
 pub use node_side::{run_node, run_node_leaving, run_node_with, STAGED_REPORT_DELAY_VAR};
 pub use roster::NodeLauncher;
 pub use scale_client::{send_scale_command, ScaleError};
+pub(crate) use state_transfer::PARK_BYTES_MIN;
 
 use harp_net::JobCredentials;
 use harp_wire::JobId;

@@ -251,42 +251,11 @@ fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums()
 
 #[test]
 fn mlr_across_processes_resumes_after_the_master_is_killed_to_the_uninterrupted_accuracy() {
-    // The tolerance of the in-process test: the two node processes' float updates may be
-    // added in either order, nothing more.
-    const TOLERANCE_POINTS: f64 = 0.25;
-    let epochs = "6";
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let (whole, part) = (
-        tmp.path().join("whole.jsonl"),
-        tmp.path().join("part.jsonl"),
-    );
-    let uninterrupted = final_accuracy(&succeeded(&across(mlr(
-        epochs,
-        &["--metrics-out", path_arg(&whole)],
-    ))));
-
-    let dir = tmp.path().join("ckpt");
-    let d = path_arg(&dir);
-    let child = spawn(&across(mlr(epochs, &["--checkpoint-dir", d])));
-    kill_after_first_checkpoint(child, &dir);
-    let out = succeeded(&across(mlr(
-        epochs,
-        &["--resume", d, "--metrics-out", path_arg(&part)],
-    )));
     // Across processes a task may read the other node's update of the same iteration when
     // it was flushed first (reads may be fresher than the bound), so two uninterrupted runs
-    // differ by up to about 1.3% per epoch (measured); an epoch lost or rows reset cost 5-12%.
-    assert_epochs_match(&part, &whole, 0.03);
-    assert!(
-        out.stderr.contains("resumed from checkpoint"),
-        "{}",
-        out.describe()
-    );
-    let resumed = final_accuracy(&out);
-    assert!(
-        (resumed - uninterrupted).abs() <= TOLERANCE_POINTS,
-        "resumed accuracy {resumed}% vs uninterrupted {uninterrupted}%"
-    );
+    // differ by up to about 1.3% per epoch (measured); an epoch lost or rows reset cost
+    // 5-12%. The accuracy's tolerance is the in-process test's.
+    mlr_resume_matches_uninterrupted("6", across, 0.03, 0.25);
 }
 
 /// The held-out accuracy (in %) of the last epoch, from `harp run mlr`'s final line.
@@ -332,40 +301,50 @@ fn assert_epochs_match(resumed: &Path, uninterrupted: &Path, relative: f64) {
 #[test]
 fn mlr_killed_and_resumed_reaches_the_uninterrupted_accuracy() {
     // Tolerance: bulk-synchronous MLR on two executors repeats its accuracy to the last
-    // digit run after run (three runs measured at 90.40% each); only the order in which the
-    // servers add the two executors' float updates may differ between runs. 0.25 points
-    // is 5 of the 2000 held-out rows; losing or repeating one epoch's updates moves the
-    // accuracy by more than that after a few epochs.
-    const TOLERANCE_POINTS: f64 = 0.25;
-    let epochs = "8";
+    // digit run after run (three runs measured at 90.40% each) and each epoch's loss to
+    // about 1e-8; only the order in which the servers add the two executors' float updates
+    // may differ between runs. 0.25 points is 5 of the 2000 held-out rows; losing or
+    // repeating one epoch's updates moves the accuracy by more than that after a few epochs.
+    mlr_resume_matches_uninterrupted("8", |list| list, 1e-4, 0.25);
+}
+
+/// MLR for `epochs`, placed by `place` (in one process or across processes): an
+/// uninterrupted run, then one SIGKILLed after its first checkpoint and resumed. Every
+/// epoch after the resume has the uninterrupted held-out loss within `loss_relative`, and
+/// the final accuracy is within `accuracy_points`.
+fn mlr_resume_matches_uninterrupted(
+    epochs: &str,
+    place: fn(Vec<OsString>) -> Vec<OsString>,
+    loss_relative: f64,
+    accuracy_points: f64,
+) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let (whole, part) = (
         tmp.path().join("whole.jsonl"),
         tmp.path().join("part.jsonl"),
     );
-    let uninterrupted = final_accuracy(&succeeded(&mlr(
+    let uninterrupted = final_accuracy(&succeeded(&place(mlr(
         epochs,
         &["--metrics-out", path_arg(&whole)],
-    )));
+    ))));
 
     let dir = tmp.path().join("ckpt");
     let d = path_arg(&dir);
-    let child = spawn(&mlr(epochs, &["--checkpoint-dir", d]));
+    let child = spawn(&place(mlr(epochs, &["--checkpoint-dir", d])));
     kill_after_first_checkpoint(child, &dir);
-    let out = succeeded(&mlr(
+    let out = succeeded(&place(mlr(
         epochs,
         &["--resume", d, "--metrics-out", path_arg(&part)],
-    ));
-    // Runs repeat each epoch's loss to about 1e-8 here.
-    assert_epochs_match(&part, &whole, 1e-4);
+    )));
     assert!(
         out.stderr.contains("resumed from checkpoint"),
         "{}",
         out.describe()
     );
+    assert_epochs_match(&part, &whole, loss_relative);
     let resumed = final_accuracy(&out);
     assert!(
-        (resumed - uninterrupted).abs() <= TOLERANCE_POINTS,
+        (resumed - uninterrupted).abs() <= accuracy_points,
         "resumed accuracy {resumed}% vs uninterrupted {uninterrupted}%"
     );
 }

@@ -190,7 +190,7 @@ async fn run_job_inner<A: App>(
     config.validate()?;
     let started = Instant::now();
     let ConsistentStart {
-        setup,
+        mut setup,
         executors: mut executor_states,
         rows: resume_rows,
         driver: resume_driver,
@@ -222,7 +222,15 @@ async fn run_job_inner<A: App>(
         None => store,
     });
     if resume_driver.is_some() {
-        if let Err(e) = crate::resume::restore_rows(&servers, &shard_map, resume_rows).await {
+        if let Err(e) = restore_resumed_rows(
+            &servers,
+            &shard_map,
+            resume_rows,
+            &mut setup,
+            config.scar.is_some(),
+        )
+        .await
+        {
             stop_servers(&store);
             return Err(e);
         }
@@ -430,9 +438,27 @@ pub(crate) fn consistent_start<A: App>(
             write,
             resume: resume_start,
             report,
+            seed: None,
         });
     }
     Ok(start)
+}
+
+/// A resumed job, before anything runs: the checkpoint's rows into the servers and, with
+/// SCAR's running checkpoint (`scar`), the image seeded with them
+/// ([`crate::resume::seed_image`]).
+pub(crate) async fn restore_resumed_rows<A: App>(
+    servers: &BTreeMap<ServerId, ActorRef<crate::server::ServerMsg>>,
+    shards: &ShardMap,
+    rows: Vec<(harp_core::ParamKey, harp_core::RowData)>,
+    setup: &mut Option<ConsistentSetup<A>>,
+    scar: bool,
+) -> Result<(), HarpError> {
+    crate::resume::restore_rows(servers, shards, rows).await?;
+    if let (true, Some(setup)) = (scar, setup.as_mut()) {
+        setup.seed = Some(crate::resume::seed_image(servers).await?);
+    }
+    Ok(())
 }
 
 /// Waits for the last consistent checkpoint's write before the job reports.

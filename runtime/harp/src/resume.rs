@@ -12,8 +12,10 @@ use crate::consistent::{
 };
 use crate::error::HarpError;
 use crate::master::Held;
+use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
 use crate::server::{reset_on_servers, RowsToReset, ServerMsg};
 use harp_checkpoint::{CheckpointStore, LoadedCheckpoint};
+use harp_core::scar::{CheckpointSelector, Selection};
 use harp_core::{ExecutorId, ParamKey, RowData, ServerId, ShardMap};
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -117,6 +119,25 @@ fn read_executors(
         executors.insert(ExecutorId(id), loaded.read(&name)?);
     }
     Ok(executors)
+}
+
+/// A resumed job with SCAR's running checkpoint, once its rows are restored: one full round
+/// (every row saved at its resumed value), so that the master's image and the servers'
+/// saved copies start from the resumed rows; otherwise a failure before the rounds caught
+/// up would restore rows to their initial values. Fails if any server did not save.
+pub(crate) async fn seed_image(
+    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+) -> Result<RoundOutcome, HarpError> {
+    let servers: Vec<(ServerId, ActorRef<ServerMsg>)> =
+        servers.iter().map(|(id, s)| (*id, s.clone())).collect();
+    let mut selector = CheckpointSelector::new(Selection::Full);
+    let outcome = checkpoint_round(&servers, &mut selector, 1.0).await?;
+    if let Some((server, error)) = outcome.failed.first() {
+        return Err(HarpError::Remote(format!(
+            "{server} could not save the resumed rows into the running checkpoint: {error}"
+        )));
+    }
+    Ok(outcome)
 }
 
 /// Puts `rows` into the servers that own their shards (before anything runs).

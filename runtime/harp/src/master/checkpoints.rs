@@ -231,19 +231,35 @@ impl RunningCheckpoint {
                     took_ms = done.started.elapsed().as_millis() as u64,
                     "checkpoint round"
                 );
-                self.image.extend(outcome.saved);
-                self.stats.rows_held = self.image.len();
-                for (server, epoch, keys) in &outcome.epochs {
-                    for key in keys {
-                        self.saved_at.insert(*key, (*server, *epoch));
-                    }
-                }
+                self.keep(outcome.saved, &outcome.epochs);
                 outcome.epochs
             }
             Err(error) => {
                 self.stats.rounds_failed += 1;
                 tracing::warn!(%error, "a checkpoint round failed and saved nothing; training goes on");
                 Vec::new()
+            }
+        }
+    }
+
+    /// A resumed job: the full round run on the restored rows before the start becomes the
+    /// image (so a failure before the next rounds restores the resumed values, not the
+    /// initial ones). Not counted as a round.
+    pub(crate) fn seed(&mut self, outcome: RoundOutcome) {
+        tracing::info!(
+            rows = outcome.saved.len(),
+            "running checkpoint seeded with the resumed rows"
+        );
+        self.keep(outcome.saved, &outcome.epochs);
+    }
+
+    /// Puts saved rows into the image, with the server and save epoch of each.
+    fn keep(&mut self, saved: crate::server::SavedRows, epochs: &[(ServerId, u64, Vec<ParamKey>)]) {
+        self.image.extend(saved);
+        self.stats.rows_held = self.image.len();
+        for (server, epoch, keys) in epochs {
+            for key in keys {
+                self.saved_at.insert(*key, (*server, *epoch));
             }
         }
     }

@@ -22,6 +22,7 @@ use crate::consistent::{
     ConsistentReport, DRIVER_FILE, HELD_FILE, META_FORMAT, ROWS_FILE,
 };
 use crate::error::HarpError;
+use crate::server::checkpoint_round::RoundOutcome;
 use crate::server::dump_servers;
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_checkpoint::CheckpointStore;
@@ -54,6 +55,9 @@ pub(crate) struct ConsistentSetup<A: App> {
     pub write: Option<WriteSetup>,
     pub resume: Option<ResumeStart<A::Args>>,
     pub report: Arc<Mutex<ConsistentReport>>,
+    /// A resumed job with SCAR's running checkpoint: the full round run on the restored
+    /// rows before the start, the image's first content (`crate::resume::seed_image`).
+    pub seed: Option<RoundOutcome>,
 }
 
 /// What the job waits for after the master ends: the write still running, if any.
@@ -122,6 +126,9 @@ struct Captured {
 impl<A: App> MasterState<A> {
     /// Installs consistent checkpoints (and the resume point, if any) before the start.
     pub(super) fn configure_consistent(&mut self, setup: ConsistentSetup<A>) {
+        if let (Some(seed), Some(checkpoint)) = (setup.seed, self.checkpoint.as_mut()) {
+            checkpoint.seed(seed);
+        }
         let mut last_iteration = None;
         let mut resume = None;
         if let Some(start) = setup.resume {

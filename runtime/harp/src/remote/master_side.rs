@@ -12,8 +12,8 @@ use crate::consistent::{CheckpointLayout, ConsistentReport};
 use crate::control::ScaleEvent;
 use crate::error::HarpError;
 use crate::job::{
-    consistent_start, finish_consistent_write, spawn, ConsistentStart, JobOutcome, JobStats,
-    ParamDump,
+    consistent_start, finish_consistent_write, restore_resumed_rows, spawn, ConsistentStart,
+    JobOutcome, JobStats, ParamDump,
 };
 use crate::master::{MasterActor, MasterArgs, MasterMsg, RouteTarget};
 use crate::node::NodeStats;
@@ -241,7 +241,7 @@ async fn run_across<A: App>(
         shards_per_server: options.shards_per_server,
     };
     let ConsistentStart {
-        setup: consistent,
+        setup: mut consistent,
         executors: saved_executors,
         rows: saved_rows,
         driver: saved_driver,
@@ -430,7 +430,14 @@ async fn run_across<A: App>(
     let leaves = tokio::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
     let prepared = async {
         if resuming {
-            crate::resume::restore_rows(&servers, &shards, saved_rows).await?;
+            restore_resumed_rows(
+                &servers,
+                &shards,
+                saved_rows,
+                &mut consistent,
+                options.scar.is_some(),
+            )
+            .await?;
             adopt_saved_executors(&workers, &executors, saved_executors).await?;
         }
         if let Some(setup) = consistent {

@@ -16,7 +16,10 @@
 //! * `5.9`: priority, round-robin and random at checkpoint fractions 1, 1/2, 1/4, 1/8 with
 //!   the saved rows per iteration held constant (`r` every `r·C` iterations), losing 1/2.
 //! * `overhead`: epoch time with prioritized 1/8 checkpoints (every C/8 iterations) on
-//!   against off, no failure, the runs interleaved `--repeats` times (issue target: ≤ 1.01).
+//!   against off, no failure, the runs interleaved `--repeats` times (issue target: ≤ 1.01),
+//!   with the pairs' mean ratio and its 95% CI, and a third run per repeat with a round every
+//!   other iteration for the in-run comparison of epochs with and without a round
+//!   (`overhead.rs`).
 //!
 //! Output: one JSON line per point on stdout, a table on stderr, and under `--out` the
 //! figure's table (`<figure>.md`), plot (`<figure>.svg`) and every run's loss curve.

@@ -188,6 +188,7 @@ async fn run_job_inner<A: App>(
     options: &ConsistentOptions,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
     config.validate()?;
+    let executors_on = crate::executor_runtime::ExecutorRuntime::from_env()?;
     let started = Instant::now();
     let ConsistentStart {
         mut setup,
@@ -283,6 +284,7 @@ async fn run_job_inner<A: App>(
         book: Mutex::new(FlushBook::new()),
         master: master.clone(),
         staging: None,
+        executors_on,
     });
 
     let worker_ids: Vec<WorkerId> = (0..config.workers).map(WorkerId).collect();

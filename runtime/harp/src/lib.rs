@@ -19,6 +19,7 @@ pub mod app;
 pub mod consistent;
 pub mod control;
 pub mod error;
+mod executor_runtime;
 pub mod job;
 mod master;
 mod node;
@@ -36,6 +37,7 @@ pub use consistent::{
 };
 pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};
+pub use executor_runtime::EXECUTOR_THREADS_VAR;
 pub use harp_core::scar::{Norm, Selection};
 pub use harp_core::{shard_of, NodeRoles, ServerId, ShardId, WorkerId};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};

@@ -164,6 +164,8 @@ pub(crate) struct NodeShared<A: App> {
     pub master: ActorRef<MasterMsg<A>>,
     /// With worker recovery: flushes are staged and committed by the master (module doc).
     pub staging: Option<StagedFlushes>,
+    /// Where the executor loops run (`HARP_EXECUTOR_THREADS`).
+    pub executors_on: crate::executor_runtime::ExecutorRuntime,
 }
 
 /// How a node of a job that recovers worker nodes flushes (see the module doc).
@@ -359,7 +361,7 @@ impl<A: App> WorkerState<A> {
 
     fn start_loop(&mut self, id: ExecutorId, executor: A::Executor) -> Arc<Inbox<A>> {
         let inbox = Inbox::new();
-        tokio::spawn(executor_loop::<A>(
+        self.node.executors_on.spawn(executor_loop::<A>(
             id,
             executor,
             inbox.clone(),

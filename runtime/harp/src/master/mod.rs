@@ -154,6 +154,13 @@ pub(crate) enum MasterMsg<A: App> {
     Failed(HarpError),
 }
 
+/// A scale command's live workers and servers and where its report goes.
+type Rebalance = (
+    Vec<WorkerId>,
+    Vec<ServerId>,
+    oneshot::Sender<Result<ScaleReport, HarpError>>,
+);
+
 /// A node's routing of parameter traffic: its store in this process, or the link to a node
 /// process (told with `Message::Reroute`).
 pub(crate) enum RouteTarget {
@@ -245,6 +252,9 @@ pub(crate) struct MasterState<A: App> {
     server_places: BTreeMap<u32, harp_wire::ServerPlace>,
     moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
     scale: Option<moves::ScaleInProgress>,
+    /// Scale commands that came before `Start` (the master did not know its workers and
+    /// servers yet): carried out right after it, in order. `None` once started.
+    before_start: Option<Vec<Rebalance>>,
     next_task: u64,
     in_flight: u64,
     completed: u64,
@@ -529,6 +539,7 @@ impl<A: App> Actor for MasterActor<A> {
             server_places: BTreeMap::new(),
             moving: BTreeMap::new(),
             scale: None,
+            before_start: Some(Vec::new()),
             next_task: 0,
             in_flight: 0,
             completed: 0,
@@ -572,7 +583,13 @@ impl<A: App> Actor for MasterActor<A> {
                 state.shards = shards;
                 state.routes = routes;
                 state.server_places = server_places.into_iter().map(|p| (p.server, p)).collect();
-                state.start_driver(&myself)
+                let over = state.start_driver(&myself);
+                for (live_workers, live_servers, reply) in
+                    state.before_start.take().unwrap_or_default()
+                {
+                    state.start_rebalance(&myself, live_workers, live_servers, reply);
+                }
+                over
             }
             MasterMsg::AddWorker(id, actor) => {
                 state.workers.insert(id, actor);
@@ -600,7 +617,10 @@ impl<A: App> Actor for MasterActor<A> {
                 live_servers,
                 reply,
             } => {
-                state.start_rebalance(&myself, live_workers, live_servers, reply);
+                match state.before_start.as_mut() {
+                    Some(waiting) => waiting.push((live_workers, live_servers, reply)),
+                    None => state.start_rebalance(&myself, live_workers, live_servers, reply),
+                }
                 Ok(false)
             }
             MasterMsg::ExecutorReleased {

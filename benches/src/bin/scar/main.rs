@@ -524,32 +524,34 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         let elapsed = history.iter().map(|m| m.elapsed_s).collect();
         Ok((elapsed, stats.checkpoints.rounds))
     };
-    // The off runs' epochs compared the same way (no round anywhere): the in-run figure's
-    // control, which shows any bias of the comparison itself.
-    let control_epochs = std::cell::RefCell::new(Vec::new());
-    let timing = |scar: Option<ScarOptions>| -> Result<overhead::EpochTiming> {
-        let checkpointed = scar.is_some();
+    let timing = |scar: Option<ScarOptions>| -> Result<(overhead::EpochTiming, Vec<f64>)> {
         let (elapsed, rounds) = elapsed(scar)?;
-        if !checkpointed {
-            control_epochs
-                .borrow_mut()
-                .extend(overhead::round_epoch_ratios(&elapsed, alternate_interval));
-        }
-        Ok(overhead::EpochTiming {
+        let timing = overhead::EpochTiming {
             seconds_per_epoch: overhead::seconds_per_epoch(&elapsed)?,
             median_epoch_s: overhead::median_epoch(&elapsed)?,
             rounds,
-        })
+        };
+        Ok((timing, elapsed))
     };
     let (mut on, mut off, mut round_epochs) = (Vec::new(), Vec::new(), Vec::new());
+    // The off runs' epochs compared the same way (no round anywhere): the in-run figure's
+    // control, which shows any bias of the comparison itself.
+    let mut control_epochs = Vec::new();
     for repeat in 0..args.repeats {
         // Alternate which goes first, so neither always runs on a warmer machine.
-        if repeat % 2 == 0 {
-            off.push(timing(None)?);
-            on.push(timing(Some(scar(args.period)))?);
+        let order = if repeat % 2 == 0 {
+            [false, true]
         } else {
-            on.push(timing(Some(scar(args.period)))?);
-            off.push(timing(None)?);
+            [true, false]
+        };
+        for checkpointed in order {
+            let (timing, elapsed) = timing(checkpointed.then(|| scar(args.period)))?;
+            if checkpointed {
+                on.push(timing);
+            } else {
+                control_epochs.extend(overhead::round_epoch_ratios(&elapsed, alternate_interval));
+                off.push(timing);
+            }
         }
         let (alternate, _) = elapsed(Some(scar(alternate_period)))?;
         round_epochs.extend(overhead::round_epoch_ratios(&alternate, alternate_interval));
@@ -569,7 +571,6 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
     let interval = |samples: &[f64]| mean_confidence_interval(samples, 0.95).ok();
     let pair_ci = interval(&pairs);
     let round_ci = interval(&round_epochs);
-    let control_epochs = control_epochs.into_inner();
     let control_ci = interval(&control_epochs);
     eprintln!(
         "epoch time, checkpoints on / off (medians of {}): {:.2} / {:.2} ms = {ratio:.4}",

@@ -192,6 +192,7 @@ fn mlr_config(args: &Args) -> MlrConfig {
         batch: args.batch,
         staleness: args.staleness,
         block_features: Some(args.block_features.unwrap_or(BLOCK_FEATURES)),
+        weight_per_row: false,
     }
 }
 

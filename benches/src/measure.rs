@@ -60,6 +60,7 @@ pub fn harp_epochs(w: &Workload, shape: Shape, args: &Args) -> Result<Run> {
         batch: args.batch,
         staleness: shape.staleness,
         block_features: args.block_features,
+        weight_per_row: false,
     };
     let app = Arc::new(
         MlrApp::new(config, w.train.clone(), w.test.clone(), recorder.clone())

@@ -102,6 +102,7 @@ fn mlr_losses(compute: Compute) -> Vec<(f64, f64)> {
         batch: 100,
         staleness: 0,
         block_features: Some(16),
+        weight_per_row: false,
     };
     let app = MlrApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet))
         .and_then(|app| app.with_compute(compute))

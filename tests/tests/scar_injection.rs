@@ -50,6 +50,7 @@ fn mlr_losses(scar: Option<ScarOptions>) -> (Vec<f64>, Vec<InjectionReport>) {
         batch: train.rows(),
         staleness: 0,
         block_features: Some(8),
+        weight_per_row: false,
     };
     let app =
         Arc::new(MlrApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet)).unwrap());

@@ -127,6 +127,7 @@ fn mlr_config(args: &MlrCliArgs) -> MlrConfig {
         batch: args.batch,
         staleness: args.staleness,
         block_features: args.block_features,
+        weight_per_row: false,
     }
 }
 

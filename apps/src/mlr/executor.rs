@@ -13,7 +13,7 @@ pub struct MlrExecutor {
     config: MlrConfig,
     layout: MlrLayout,
     weights: Table<f32>,
-    block_rows: Vec<u64>,
+    weight_rows: Vec<u64>,
     train: Arc<Dataset>,
     train_rows: Range<usize>,
     test: Arc<Dataset>,
@@ -45,7 +45,7 @@ impl MlrExecutor {
                 Compute::Gpu(gpu) => Some(super::gpu::MlrGpu::new(gpu.clone())),
                 Compute::Cpu => None,
             },
-            block_rows: (0..layout.blocks as u64).collect(),
+            weight_rows: (0..layout.rows() as u64).collect(),
             w: Vec::with_capacity(layout.padded_values()),
             scratch: MlrScratch::with_capacity(config.batch, layout.classes),
             config,
@@ -71,7 +71,7 @@ impl MlrExecutor {
 
     /// Reads every block of the weight matrix into `self.w` (features × classes, padded).
     async fn load_weights(&mut self, ps: &mut ParamClient) -> Result<(), AppError> {
-        ps.get_many_into(&self.weights, &self.block_rows, &mut self.w)
+        ps.get_many_into(&self.weights, &self.weight_rows, &mut self.w)
             .await?;
         Ok(())
     }
@@ -102,9 +102,12 @@ impl MlrExecutor {
         if self.gpu.is_some() {
             return self.train_on_gpu(epoch, iteration, rows, ps).await;
         }
+        if self.layout.weight_per_row {
+            return self.train_per_weight(epoch, iteration, rows, ps).await;
+        }
         // Read the weight blocks in place and write each block's update into its own row:
         // no copy of the matrix either way.
-        let blocks = ps.get_many(&self.weights, &self.block_rows).await?;
+        let blocks = ps.get_many(&self.weights, &self.weight_rows).await?;
         let w_blocks: Vec<&[f32]> = blocks.iter().map(|b| b.as_slice()).collect();
         let width = self.weights.width();
         let mut deltas: Vec<Vec<f32>> = (0..self.layout.blocks).map(|_| vec![0.0; width]).collect();
@@ -121,13 +124,58 @@ impl MlrExecutor {
             &mut self.scratch,
         )?;
         drop(blocks);
-        ps.update_many_owned(&self.weights, &self.block_rows, deltas)?;
+        ps.update_many_owned(&self.weights, &self.weight_rows, deltas)?;
         Ok(MlrOutput::Train {
             epoch,
             iteration,
             loss_sum,
             rows: rows.len() as u64,
         })
+    }
+
+    /// [`Self::train`] with one row per weight: the rows are read into one matrix, the
+    /// gradient is computed over it and sent back one weight per row.
+    async fn train_per_weight(
+        &mut self,
+        epoch: u32,
+        iteration: u32,
+        rows: Range<usize>,
+        ps: &mut ParamClient,
+    ) -> Result<MlrOutput, AppError> {
+        self.load_weights(ps).await?;
+        let params = self.params();
+        let alpha = -self.config.lr / rows.len() as f32;
+        let (x, labels) = slice_rows(&self.train, rows.clone())?;
+        let mut grad = vec![0.0; params];
+        let loss_sum = harp_kernels::gradient_scaled(
+            self.shape(),
+            x,
+            labels,
+            &self.w[..params],
+            alpha,
+            &mut grad,
+            &mut self.scratch,
+        )?;
+        ps.update_many_owned(&self.weights, &self.weight_rows, self.table_rows(&grad))?;
+        Ok(MlrOutput::Train {
+            epoch,
+            iteration,
+            loss_sum,
+            rows: rows.len() as u64,
+        })
+    }
+
+    /// A `features × classes` matrix cut into the table's rows (the last one padded).
+    fn table_rows(&self, matrix: &[f32]) -> Vec<Vec<f32>> {
+        let width = self.weights.width();
+        matrix
+            .chunks(width)
+            .map(|row| {
+                let mut row = row.to_vec();
+                row.resize(width, 0.0);
+                row
+            })
+            .collect()
     }
 
     /// [`Self::train`] on the GPU: the weights are gathered into one matrix, the gradient
@@ -149,16 +197,8 @@ impl MlrExecutor {
         };
         let (grad, loss_sum) =
             gpu.gradient(shape, iteration, x, labels, &self.w[..params], alpha)?;
-        let width = self.weights.width();
-        let deltas: Vec<Vec<f32>> = grad
-            .chunks(width)
-            .map(|block| {
-                let mut row = block.to_vec();
-                row.resize(width, 0.0);
-                row
-            })
-            .collect();
-        ps.update_many_owned(&self.weights, &self.block_rows, deltas)?;
+        let deltas = self.table_rows(&grad);
+        ps.update_many_owned(&self.weights, &self.weight_rows, deltas)?;
         Ok(MlrOutput::Train {
             epoch,
             iteration,

@@ -3,7 +3,10 @@
 //!
 //! The weight matrix (features × classes) lives in one `f32` table whose rows are blocks of
 //! `block_features` consecutive features (`block_features × classes` values each), so one
-//! read fetches a few large rows rather than many small ones. Each executor owns a
+//! read fetches a few large rows rather than many small ones. With
+//! [`MlrConfig::weight_per_row`] each weight is a row of its own (SCAR's experiments, where
+//! every weight is a parameter); its tasks read the rows into one matrix and send the
+//! gradient back one weight per row. Each executor owns a
 //! contiguous slice of the training rows and of the held-out rows. A training task takes the
 //! executor's next minibatch, reads the weight blocks, computes `-lr/batch × gradient` block
 //! by block in place with [`harp_kernels::gradient_blocked`] and sends each block as that
@@ -37,8 +40,14 @@ pub struct MlrConfig {
     /// (0 = bulk-synchronous).
     pub staleness: u32,
     /// Features per parameter row; `None` picks rows of at least 256 features and about
-    /// 16K values.
+    /// 16K values. Ignored with `weight_per_row`.
     pub block_features: Option<usize>,
+    /// One table row per weight (one feature's weight for one class) instead of blocks of
+    /// features: SCAR's experiments treat each of MLR's `features × classes` weights as a
+    /// parameter, prioritized by its own distance and lost on its own (§5.5.1: "the model
+    /// parameters are an M × N matrix of real numbers"). Every read and update then moves
+    /// `features × classes` rows of one value, so this is for experiments, not speed.
+    pub weight_per_row: bool,
 }
 
 impl Default for MlrConfig {
@@ -49,6 +58,7 @@ impl Default for MlrConfig {
             batch: 100,
             staleness: 1,
             block_features: None,
+            weight_per_row: false,
         }
     }
 }
@@ -85,14 +95,12 @@ pub struct MlrLayout {
     pub classes: usize,
     pub block_features: usize,
     pub blocks: usize,
+    /// One table row per weight ([`MlrConfig::weight_per_row`]); `block_features` is 1.
+    pub weight_per_row: bool,
 }
 
 impl MlrLayout {
-    fn new(
-        features: usize,
-        classes: usize,
-        block_features: Option<usize>,
-    ) -> Result<Self, AppError> {
+    fn new(features: usize, classes: usize, config: &MlrConfig) -> Result<Self, AppError> {
         if features == 0 || classes < 2 {
             return Err(format!(
                 "mlr needs at least 1 feature and 2 classes (got {features} and {classes})"
@@ -101,20 +109,44 @@ impl MlrLayout {
         }
         // Default: rows of at least 256 features and about 16K values, so that the blocked
         // GEMM runs on large panels while a big model still spreads over several shards.
-        let block_features = block_features
-            .unwrap_or((16_384 / classes).max(256))
-            .clamp(1, features);
+        let block_features = if config.weight_per_row {
+            1
+        } else {
+            config
+                .block_features
+                .unwrap_or((16_384 / classes).max(256))
+                .clamp(1, features)
+        };
         Ok(Self {
             features,
             classes,
             block_features,
             blocks: features.div_ceil(block_features),
+            weight_per_row: config.weight_per_row,
         })
     }
 
     /// Values in the padded weight buffer (all blocks).
     pub fn padded_values(&self) -> usize {
         self.blocks * self.block_features * self.classes
+    }
+
+    /// Rows of the weight table: one per block of features, or one per weight.
+    pub fn rows(&self) -> usize {
+        if self.weight_per_row {
+            self.padded_values()
+        } else {
+            self.blocks
+        }
+    }
+
+    /// Values per row of the weight table.
+    pub fn row_width(&self) -> usize {
+        if self.weight_per_row {
+            1
+        } else {
+            self.block_features * self.classes
+        }
     }
 }
 
@@ -155,11 +187,11 @@ impl MlrApp {
             .into());
         }
         let classes = train.num_classes.max(test.num_classes);
-        let layout = MlrLayout::new(train.num_features, classes, config.block_features)?;
+        let layout = MlrLayout::new(train.num_features, classes, &config)?;
         let mut tables = TableSet::new();
         let weights = tables.dense_f32(
             "mlr.weights",
-            layout.block_features * layout.classes,
+            layout.row_width(),
             UpdateRule::Add,
             Init::Zeros,
         )?;

@@ -1,8 +1,10 @@
 //! `harp-scar`: SCAR's rework-cost experiments (SCAR §5.5.3–5.5.4) on MLR, in one process.
 //!
-//! MLR trains by full-batch gradient descent on the embedded MNIST subset, its weights one
-//! row per feature (one iteration per epoch; the loss of iteration `k` is the training loss at the weights after `k`
-//! updates). A failure-free run gives the loss curve and the convergence criterion (its
+//! MLR trains by full-batch gradient descent on the embedded MNIST subset (one iteration per
+//! epoch; the loss of iteration `k` is the training loss at the weights after `k` updates).
+//! A parameter (`--parameter`) is one weight, a row of its own, as SCAR §5.5.1 describes
+//! MLR's parameters ("an M × N matrix of real numbers"), or one feature's row of weights for
+//! every class: checkpoint rounds rank, and failures lose, whole parameters. A failure-free run gives the loss curve and the convergence criterion (its
 //! loss after `--converge-at` iterations, SCAR's "reached in roughly 60 iterations"). Each
 //! trial then runs the same job with one injected loss of parameters at an iteration drawn
 //! from a geometric distribution, and its rework cost is the number of extra iterations it
@@ -86,6 +88,11 @@ struct Args {
     /// A real failure falls between the two; measuring both brackets its rework.
     #[arg(long, value_enum, default_value_t = Timing::BeforeRound)]
     fault_timing: Timing,
+    /// What one of MLR's parameters is: every weight on its own (SCAR §5.5.1: "the model
+    /// parameters are an M × N matrix of real numbers"), or a feature's row of weights for
+    /// every class. Checkpoints prioritize, and failures lose, whole parameters.
+    #[arg(long, value_enum, default_value_t = Unit::Weight)]
+    parameter: Unit,
     /// `--figure overhead`: runs with checkpoints on and off, interleaved, per setting.
     #[arg(long, default_value_t = 3)]
     repeats: u32,
@@ -93,6 +100,13 @@ struct Args {
     /// curve (`<figure>-curves.json`, to check a point by eye) are written.
     #[arg(long, default_value = "target/harp-scar")]
     out: std::path::PathBuf,
+}
+
+/// `--parameter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Unit {
+    Weight,
+    Feature,
 }
 
 /// `--fault-timing`.
@@ -165,11 +179,9 @@ fn main() -> Result<()> {
         return measure_overhead(&args, &data);
     }
     let baseline = losses(&args, &data, None)?;
-    let criterion = *baseline
-        .get(args.converge_at)
-        .ok_or_else(|| anyhow!("--converge-at is beyond --iterations"))?;
+    let criterion = criterion_at(&baseline, args.converge_at)?;
     eprintln!(
-        "failure-free: loss {:.4} -> {:.4}; criterion {criterion:.4} (iteration {})",
+        "failure-free: loss {:.4} -> {:.4}; criterion {criterion:.4} (reached at iteration {})",
         baseline[0],
         baseline.last().copied().unwrap_or(f64::NAN),
         args.converge_at
@@ -352,6 +364,20 @@ fn main() -> Result<()> {
     )
 }
 
+/// The convergence criterion: halfway between the failure-free losses at iterations
+/// `converge_at - 1` and `converge_at`, so that the failure-free run first reaches it at
+/// `converge_at`. A criterion equal to a recorded loss would make whole-iteration counts
+/// hinge on rounding: a run that replays the same iterations after a full recovery lands a
+/// hair above it (its updates meet on the servers in another order) and would count one
+/// iteration more.
+fn criterion_at(baseline: &[f64], converge_at: usize) -> Result<f64> {
+    match (converge_at.checked_sub(1), baseline.get(converge_at)) {
+        (Some(before), Some(&at)) => Ok(0.5 * (baseline[before] + at)),
+        (None, _) => Err(anyhow!("--converge-at must be at least 1")),
+        (_, None) => Err(anyhow!("--converge-at is beyond --iterations")),
+    }
+}
+
 /// Writes the figure's table, plot and loss curves under `--out`.
 fn write_outputs(
     args: &Args,
@@ -474,9 +500,10 @@ fn run_mlr(
         lr: args.lr,
         batch: per_executor,
         staleness: 0,
-        // One row per feature (its weight for every class), as SCAR partitions MLR's
-        // parameter matrix: a fraction of "the parameters" is a fraction of these rows.
+        // One row per parameter (`--parameter`): a fraction of "the parameters" is a
+        // fraction of these rows.
         block_features: Some(1),
+        weight_per_row: args.parameter == Unit::Weight,
     };
     let app = Arc::new(
         MlrApp::new(
@@ -631,6 +658,19 @@ mod tests {
             recovery,
             lost,
         }
+    }
+
+    #[test]
+    fn the_criterion_is_first_reached_at_the_converge_iteration() {
+        let baseline = [2.0, 1.0, 0.6, 0.5, 0.45];
+        let criterion = criterion_at(&baseline, 3).unwrap();
+        assert_eq!(criterion, 0.55);
+        assert_eq!(
+            harp::scar::iterations_to_reach(&baseline, criterion),
+            Some(3)
+        );
+        assert!(criterion_at(&baseline, 0).is_err());
+        assert!(criterion_at(&baseline, 5).is_err());
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! MLR with one table row per weight (`MlrConfig::weight_per_row`, the parameter unit of
+//! `harp-scar --parameter weight`): it trains exactly as the blocked layout does, and SCAR's
+//! faults and checkpoints then act on single weights.
+
+use harp::{Fault, FaultTiming, Injection, JobConfig, Recovery, ScarOptions, Selection};
+use harp_apps::data::synthetic_classification;
+use harp_apps::mlr::{MlrApp, MlrConfig, Quiet};
+use harp_tests::{runtime, Threads};
+use std::sync::Arc;
+
+const EPOCHS: u32 = 8;
+const FEATURES: usize = 24;
+const CLASSES: usize = 4;
+
+/// One executor (so each epoch's loss is a function of the weights alone), several servers
+/// and shards.
+fn job(scar: Option<ScarOptions>) -> JobConfig {
+    JobConfig {
+        workers: 1,
+        servers: 2,
+        executors_per_worker: 1,
+        shards_per_server: 4,
+        collect_params: true,
+        scar,
+    }
+}
+
+fn app(weight_per_row: bool) -> Arc<MlrApp> {
+    let data = synthetic_classification(600, FEATURES, CLASSES, 11).unwrap();
+    let (train, test) = data.split_tail_fraction(0.25).unwrap();
+    let config = MlrConfig {
+        epochs: EPOCHS,
+        lr: 0.5,
+        batch: train.rows(),
+        staleness: 0,
+        block_features: Some(1),
+        weight_per_row,
+    };
+    Arc::new(MlrApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet)).unwrap())
+}
+
+#[test]
+fn one_row_per_weight_trains_as_the_blocked_layout_does() {
+    let run = |weight_per_row: bool| {
+        let app = app(weight_per_row);
+        let layout = app.layout();
+        let outcome = runtime(Threads::Multi(2))
+            .block_on(harp::run_job(app, &job(None)))
+            .unwrap();
+        let losses: Vec<f64> = outcome.driver.history().iter().map(|m| m.loss).collect();
+        (layout, losses)
+    };
+    let (blocked_layout, blocked) = run(false);
+    let (weight_layout, per_weight) = run(true);
+    assert_eq!(
+        (blocked_layout.rows(), blocked_layout.row_width()),
+        (FEATURES, CLASSES)
+    );
+    assert_eq!(
+        (weight_layout.rows(), weight_layout.row_width()),
+        (FEATURES * CLASSES, 1)
+    );
+    assert_eq!(blocked.len(), EPOCHS as usize);
+    assert!(
+        blocked[EPOCHS as usize - 1] < 0.8 * blocked[0],
+        "{blocked:?}"
+    );
+    for (epoch, (a, b)) in blocked.iter().zip(&per_weight).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "epoch {}: blocked {a} vs one row per weight {b}",
+            epoch + 1
+        );
+    }
+}
+
+#[test]
+fn a_fault_with_one_row_per_weight_loses_single_weights() {
+    let weights = FEATURES * CLASSES;
+    let scar = ScarOptions {
+        period: 8,
+        fraction: 0.125,
+        selection: Selection::Priority,
+        recovery: Recovery::Partial,
+        inject: vec![Injection {
+            at_iteration: 5,
+            fault: Fault::Lose {
+                fraction: 0.5,
+                seed: 3,
+            },
+            timing: FaultTiming::BeforeRound,
+        }],
+    };
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(app(true), &job(Some(scar))))
+        .unwrap();
+    let reports = &outcome.stats.injections;
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].rows_chosen, weights / 2, "{:?}", reports[0]);
+    assert!(reports[0].rows_replaced <= weights / 2, "{:?}", reports[0]);
+    assert!(reports[0].perturbation_l2 > 0.0, "{:?}", reports[0]);
+    // A round every r·C = 1 iteration, each saving ⌈r·n⌉ single weights.
+    let checkpoints = &outcome.stats.checkpoints;
+    assert!(checkpoints.rounds > 0, "{checkpoints:?}");
+    assert_eq!(
+        checkpoints.rows_saved,
+        checkpoints.rounds * (weights as u64).div_ceil(8),
+        "{checkpoints:?}"
+    );
+}

@@ -108,3 +108,45 @@ fn a_fault_with_one_row_per_weight_loses_single_weights() {
         "{checkpoints:?}"
     );
 }
+
+#[test]
+fn harp_run_mlr_weight_per_row_injects_faults_on_single_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let data = format!("synthetic:600,{FEATURES},{CLASSES},11");
+    let argv = [
+        "run",
+        "mlr",
+        "--quiet",
+        "--data",
+        &data,
+        "--epochs",
+        "6",
+        "--batch",
+        "450",
+        "--weight-per-row",
+        "--scar-fraction",
+        "0.125",
+        "--scar-period",
+        "8",
+        "--inject",
+        "lose:0.5@3",
+        "--metrics-out",
+        metrics.to_str().expect("a UTF-8 temporary path"),
+    ];
+    if let Err(e) = harp_tests::run_cli(argv) {
+        panic!("harp {argv:?} failed: {e:#}");
+    }
+    let lines = harp_tests::read_json_lines(&metrics);
+    let faults: Vec<_> = lines
+        .iter()
+        .filter(|line| line.get("event").and_then(|e| e.as_str()) == Some("fault"))
+        .collect();
+    assert_eq!(faults.len(), 1, "{lines:#?}");
+    assert_eq!(
+        faults[0].get("rows_chosen").and_then(|n| n.as_u64()),
+        Some((FEATURES * CLASSES / 2) as u64),
+        "{:?}",
+        faults[0]
+    );
+}

@@ -38,6 +38,12 @@ pub struct MlrCliArgs {
     /// Features per parameter row (default: at least 256 features, about 16K values per row).
     #[arg(long)]
     pub block_features: Option<usize>,
+    /// One parameter row per weight (a feature's weight for one class) instead of blocks of
+    /// features, so that SCAR's checkpoint rounds rank, and injected faults lose, single
+    /// weights, as in SCAR's experiments (`harp-scar --parameter weight`). Slower: every
+    /// task reads and updates features × classes rows.
+    #[arg(long, conflicts_with = "block_features")]
+    pub weight_per_row: bool,
     /// Where the executors compute the training gradients: `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -127,7 +133,7 @@ fn mlr_config(args: &MlrCliArgs) -> MlrConfig {
         batch: args.batch,
         staleness: args.staleness,
         block_features: args.block_features,
-        weight_per_row: false,
+        weight_per_row: args.weight_per_row,
     }
 }
 

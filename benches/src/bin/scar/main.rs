@@ -4,8 +4,10 @@
 //! epoch; the loss of iteration `k` is the training loss at the weights after `k` updates).
 //! A parameter (`--parameter`) is one weight, a row of its own, as SCAR §5.5.1 describes
 //! MLR's parameters ("an M × N matrix of real numbers"), or one feature's row of weights for
-//! every class: checkpoint rounds rank, and failures lose, whole parameters. A failure-free run gives the loss curve and the convergence criterion (its
-//! loss after `--converge-at` iterations, SCAR's "reached in roughly 60 iterations"). Each
+//! every class: checkpoint rounds rank, and failures lose, whole parameters. A failure-free
+//! run gives the loss curve and the convergence criterion, which it first reaches after
+//! `--converge-at` iterations (SCAR's "reached in roughly 60 iterations"; the criterion is
+//! halfway between the losses at `--converge-at - 1` and `--converge-at`). Each
 //! trial then runs the same job with one injected loss of parameters at an iteration drawn
 //! from a geometric distribution, and its rework cost is the number of extra iterations it
 //! needs to reach the criterion. Every point is the mean of `--trials` trials with a 95%
@@ -67,7 +69,8 @@ struct Args {
     /// Iterations of every run.
     #[arg(long, default_value_t = 100)]
     iterations: u32,
-    /// The failure-free run's iteration whose loss is the convergence criterion.
+    /// The iteration at which the failure-free run first reaches the convergence criterion
+    /// (halfway between its losses at this iteration and the one before).
     #[arg(long, default_value_t = 60)]
     converge_at: usize,
     /// C: the full checkpoint's period in iterations.

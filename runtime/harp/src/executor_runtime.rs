@@ -1,118 +1,143 @@
-//! Where a node runs its executors' micro-tasks. By default on the runtime that also runs
-//! its actors, servers and links (`--threads`). With `HARP_EXECUTOR_THREADS=N` (an
-//! experiment, read when a job or node starts) they run on a runtime of N threads of their
-//! own, so an executor's compute cannot hold up a server's shard hand-off or a link's reads
-//! behind it on a busy thread (the suspected cause of the 5–14 ms shard-move stalls seen
-//! across processes on a 16-core machine; issue 4). Micro-tasks and the node's servers
-//! talk through channels, which work across runtimes.
+//! Where a node runs its executors' micro-tasks, and where its own work (flushes) runs.
+//!
+//! **Node processes** (`harp node`) run their executor loops on a runtime of their own, with
+//! as many threads as the node's runtime has (`--threads`). An executor's micro-task
+//! computes inside its future, holding a runtime thread for the whole compute. On a shared
+//! runtime, a node whose executors are all computing has no thread left for its server
+//! actors and links: a shard hand-off, a forwarded request or a reply waits until some
+//! micro-task ends. Tokio also places a task woken from a worker thread in that thread's
+//! LIFO slot, which other threads cannot steal, so a task woken just before a compute waits
+//! for that compute even when other threads are idle. Both showed as 2–14 ms shard-move
+//! stalls across processes on a 16-core machine (issue 4). With the executors apart, the
+//! node's runtime only runs short message handlers; executors and servers talk through
+//! channels, which work across runtimes, and a wake from the executors' runtime reaches the
+//! node's runtime through its shared queue, where any idle thread takes it.
+//!
+//! **Jobs in one process** run on the caller's runtime and keep their executors there by
+//! default: harp does not start threads behind an embedding program's back.
+//!
+//! `HARP_EXECUTOR_THREADS` (read when a job or node starts, inherited by `harp node`
+//! children) overrides both: `N` gives the executors a runtime of N threads of their own;
+//! `0` keeps them on the node's runtime (the layout before, kept for comparisons).
 
 use crate::error::HarpError;
 use std::future::Future;
+use tokio::runtime::Handle;
 
-/// The environment variable that gives executors a runtime of their own.
+/// The environment variable that chooses where executors run (module doc).
 pub const EXECUTOR_THREADS_VAR: &str = "HARP_EXECUTOR_THREADS";
 
-/// The runtime a node's executor loops are spawned on.
-pub(crate) struct ExecutorRuntime(Option<tokio::runtime::Runtime>);
+/// Where executor loops run when `HARP_EXECUTOR_THREADS` does not say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// On the node's (the caller's) runtime.
+    Shared,
+    /// On a runtime of this many threads of their own.
+    Own(usize),
+}
+
+/// The runtime a node's executor loops are spawned on, and a handle to the node's own.
+pub(crate) struct ExecutorRuntime {
+    own: Option<tokio::runtime::Runtime>,
+    node: Handle,
+}
 
 impl ExecutorRuntime {
-    /// The caller's runtime (the default).
-    pub(crate) fn shared() -> Self {
-        Self(None)
+    /// The layout of a job in one process: the caller's runtime, unless the variable says.
+    pub(crate) fn for_job() -> Result<Self, HarpError> {
+        Self::build(from_env(Layout::Shared)?)
     }
 
-    /// A runtime of `HARP_EXECUTOR_THREADS` threads, or the caller's when it is unset,
-    /// empty or 0; anything else is refused.
-    pub(crate) fn from_env() -> Result<Self, HarpError> {
-        let value = std::env::var(EXECUTOR_THREADS_VAR).unwrap_or_default();
-        match threads(&value)? {
-            0 => Ok(Self::shared()),
-            n => tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(n)
-                .thread_name("harp-executor")
-                .enable_all()
-                .build()
-                .map(|runtime| Self(Some(runtime)))
-                .map_err(|e| {
-                    HarpError::InvalidConfig(format!(
-                        "{EXECUTOR_THREADS_VAR}={n}: cannot start the executors' runtime: {e}"
-                    ))
-                }),
-        }
+    /// The layout of a node process: a runtime of the executors' own with as many threads
+    /// as the node's runtime, unless the variable says.
+    pub(crate) fn for_node() -> Result<Self, HarpError> {
+        let threads = node_handle()?.metrics().num_workers();
+        Self::build(from_env(Layout::Own(threads))?)
     }
 
-    /// Runs `task` on this runtime.
+    /// Starts `layout` from inside the node's runtime.
+    pub(crate) fn build(layout: Layout) -> Result<Self, HarpError> {
+        let node = node_handle()?;
+        let own = match layout {
+            Layout::Shared => None,
+            Layout::Own(n) => Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(n.max(1))
+                    .thread_name("harp-executor")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| {
+                        HarpError::InvalidConfig(format!(
+                            "cannot start the executors' runtime of {n} threads: {e}"
+                        ))
+                    })?,
+            ),
+        };
+        Ok(Self { own, node })
+    }
+
+    /// Runs an executor loop.
     pub(crate) fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        match &self.0 {
+        match &self.own {
             Some(runtime) => {
                 runtime.spawn(task);
             }
             None => {
-                tokio::spawn(task);
+                self.node.spawn(task);
             }
         }
     }
+
+    /// Runs the node's own work (a flush and its report), never on the executors' threads.
+    pub(crate) fn spawn_on_node<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.node.spawn(task);
+    }
 }
 
-/// The thread count `value` asks for (empty: 0).
-fn threads(value: &str) -> Result<usize, HarpError> {
+/// The runtime the caller runs on (a job or node always starts from async code).
+fn node_handle() -> Result<Handle, HarpError> {
+    Handle::try_current().map_err(|_| {
+        HarpError::InvalidConfig("a harp job or node must start inside a tokio runtime".into())
+    })
+}
+
+/// The layout `HARP_EXECUTOR_THREADS` asks for, or `default` when it is unset or empty.
+fn from_env(default: Layout) -> Result<Layout, HarpError> {
+    let value = std::env::var(EXECUTOR_THREADS_VAR).unwrap_or_default();
+    parse_layout(&value, default)
+}
+
+/// `value` read as `HARP_EXECUTOR_THREADS` (empty: `default`).
+fn parse_layout(value: &str, default: Layout) -> Result<Layout, HarpError> {
     let value = value.trim();
     if value.is_empty() {
-        return Ok(0);
+        return Ok(default);
     }
-    value.parse().map_err(|_| {
-        HarpError::InvalidConfig(format!(
-            "{EXECUTOR_THREADS_VAR}={value:?}: expected a number of threads (0: share the node's runtime)"
-        ))
-    })
+    match value.parse::<usize>() {
+        Ok(0) => Ok(Layout::Shared),
+        Ok(n) => Ok(Layout::Own(n)),
+        Err(_) => Err(HarpError::InvalidConfig(format!(
+            "{EXECUTOR_THREADS_VAR}={value:?}: expected a number of threads \
+             (0: run executors on the node's runtime)"
+        ))),
+    }
 }
 
 impl Drop for ExecutorRuntime {
     /// Stops an own runtime without waiting for its tasks (a node drops it from async code,
     /// where a blocking shutdown is not allowed).
     fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
+        if let Some(runtime) = self.own.take() {
             runtime.shutdown_background();
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thread_counts_parse_and_nonsense_is_refused() {
-        assert_eq!(threads("").unwrap(), 0);
-        assert_eq!(threads(" 4 ").unwrap(), 4);
-        assert_eq!(threads("0").unwrap(), 0);
-        let refused = threads("many").unwrap_err().to_string();
-        assert!(refused.contains("HARP_EXECUTOR_THREADS") && refused.contains("many"));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn an_own_runtime_runs_tasks_on_its_threads_and_drops_inside_async_code() {
-        let runtime = ExecutorRuntime(Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("harp-executor")
-                .enable_all()
-                .build()
-                .unwrap(),
-        ));
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        runtime.spawn(async move {
-            let _ = tx.send(std::thread::current().name().map(str::to_string));
-        });
-        assert_eq!(rx.await.unwrap().as_deref(), Some("harp-executor"));
-        drop(runtime);
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        ExecutorRuntime::shared().spawn(async move {
-            let _ = tx.send(std::thread::current().name().map(str::to_string));
-        });
-        assert_ne!(rx.await.unwrap().as_deref(), Some("harp-executor"));
-    }
-}
+mod tests;

@@ -188,7 +188,7 @@ async fn run_job_inner<A: App>(
     options: &ConsistentOptions,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
     config.validate()?;
-    let executors_on = crate::executor_runtime::ExecutorRuntime::from_env()?;
+    let executors_on = crate::executor_runtime::ExecutorRuntime::for_job()?;
     let started = Instant::now();
     let ConsistentStart {
         mut setup,

@@ -164,7 +164,7 @@ pub(crate) struct NodeShared<A: App> {
     pub master: ActorRef<MasterMsg<A>>,
     /// With worker recovery: flushes are staged and committed by the master (module doc).
     pub staging: Option<StagedFlushes>,
-    /// Where the executor loops run (`HARP_EXECUTOR_THREADS`).
+    /// Where the executor loops run, and the node's own runtime (`executor_runtime.rs`).
     pub executors_on: crate::executor_runtime::ExecutorRuntime,
 }
 
@@ -522,7 +522,8 @@ async fn executor_loop<A: App>(
                 // The tasks handed back are no longer this worker's to finish.
                 let handed = pending.len();
                 if handed > 0 && running.fetch_sub(handed, Ordering::AcqRel) == handed {
-                    tokio::spawn(node.clone().flush_and_report());
+                    node.executors_on
+                        .spawn_on_node(node.clone().flush_and_report());
                 }
                 let _ = reply.send(Ok(ReleasedExecutor {
                     executor: ExecutorBody::Live(executor),
@@ -571,7 +572,8 @@ async fn executor_loop<A: App>(
             return;
         }
         if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            tokio::spawn(node.clone().flush_and_report());
+            node.executors_on
+                .spawn_on_node(node.clone().flush_and_report());
         }
     }
 }

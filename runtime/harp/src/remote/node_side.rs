@@ -338,7 +338,7 @@ async fn start_node<A: App>(
         staging: assignment
             .worker_recovery
             .then(|| StagedFlushes::new(me).with_report_delay(staged_report_delay())),
-        executors_on: crate::executor_runtime::ExecutorRuntime::from_env()?,
+        executors_on: crate::executor_runtime::ExecutorRuntime::for_node()?,
     });
     let worker = spawn(
         WorkerActor::<A>::new(),

@@ -1,0 +1,118 @@
+use super::*;
+use std::time::Duration;
+
+#[test]
+fn the_variable_chooses_the_layout_and_nonsense_is_refused() {
+    assert_eq!(parse_layout("", Layout::Own(3)).unwrap(), Layout::Own(3));
+    assert_eq!(parse_layout("", Layout::Shared).unwrap(), Layout::Shared);
+    assert_eq!(parse_layout(" 4 ", Layout::Shared).unwrap(), Layout::Own(4));
+    assert_eq!(parse_layout("0", Layout::Own(8)).unwrap(), Layout::Shared);
+    let refused = parse_layout("many", Layout::Shared)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("HARP_EXECUTOR_THREADS") && refused.contains("many"));
+}
+
+fn node_runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A node of `threads` runtime threads with as many executors, laid out as `layout`: each
+/// executor sends a request to a server task on the node's runtime and then computes
+/// (blocks its thread) until the server has answered, for at most `patience`. Returns how
+/// many executors got their answer while computing.
+fn answered_while_computing(layout: Layout, threads: usize, patience: Duration) -> usize {
+    node_runtime(threads).block_on(async move {
+        let executors = ExecutorRuntime::build(layout).unwrap();
+        let (to_server, mut requests) =
+            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<()>>();
+        executors.spawn_on_node(async move {
+            while let Some(answer) = requests.recv().await {
+                let _ = answer.send(());
+            }
+        });
+        let mut outcomes = Vec::new();
+        for _ in 0..threads {
+            let to_server = to_server.clone();
+            let (outcome, seen) = tokio::sync::oneshot::channel();
+            outcomes.push(seen);
+            executors.spawn(async move {
+                let (answer, answered) = std::sync::mpsc::channel();
+                let _ = to_server.send(answer);
+                // The compute: this thread is taken until the server answered.
+                let _ = outcome.send(answered.recv_timeout(patience).is_ok());
+            });
+        }
+        let mut answered = 0;
+        for seen in outcomes {
+            answered += usize::from(seen.await.unwrap());
+        }
+        answered
+    })
+}
+
+#[test]
+fn a_nodes_servers_answer_while_every_executor_computes() {
+    let node = node_runtime(2);
+    let layout = node.block_on(async { parse_layout("", Layout::Own(2)).unwrap() });
+    // Generous patience: this only bounds the wait if the layout is broken.
+    assert_eq!(
+        answered_while_computing(layout, 2, Duration::from_secs(30)),
+        2,
+        "a server on the node's runtime must answer while executors compute on their own"
+    );
+}
+
+#[test]
+fn on_a_shared_runtime_computing_executors_starve_the_servers() {
+    // Why nodes keep executors apart: with every runtime thread computing, the server task
+    // cannot run until a compute ends (here: the executors give up waiting).
+    assert_eq!(
+        answered_while_computing(Layout::Shared, 2, Duration::from_millis(300)),
+        0
+    );
+}
+
+#[test]
+fn a_node_gives_its_executors_as_many_threads_as_it_has() {
+    node_runtime(3).block_on(async {
+        let layout = match std::env::var(EXECUTOR_THREADS_VAR) {
+            Ok(value) if !value.trim().is_empty() => return, // the variable overrides
+            _ => ExecutorRuntime::for_node().unwrap(),
+        };
+        let threads = layout.own.as_ref().map(|r| r.metrics().num_workers());
+        assert_eq!(threads, Some(3));
+        let job = ExecutorRuntime::for_job().unwrap();
+        assert!(
+            job.own.is_none(),
+            "a job in one process keeps the caller's runtime"
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn an_own_runtime_runs_tasks_on_its_threads_and_drops_inside_async_code() {
+    let runtime = ExecutorRuntime::build(Layout::Own(1)).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runtime.spawn(async move {
+        let _ = tx.send(std::thread::current().name().map(str::to_string));
+    });
+    assert_eq!(rx.await.unwrap().as_deref(), Some("harp-executor"));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runtime.spawn_on_node(async move {
+        let _ = tx.send(std::thread::current().name().map(str::to_string));
+    });
+    assert_ne!(rx.await.unwrap().as_deref(), Some("harp-executor"));
+    drop(runtime);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ExecutorRuntime::build(Layout::Shared)
+        .unwrap()
+        .spawn(async move {
+            let _ = tx.send(std::thread::current().name().map(str::to_string));
+        });
+    assert_ne!(rx.await.unwrap().as_deref(), Some("harp-executor"));
+}

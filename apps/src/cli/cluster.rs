@@ -19,7 +19,9 @@ pub struct ClusterArgs {
     /// Logical parameter shards per server.
     #[arg(long, default_value_t = 8)]
     pub shards_per_server: u32,
-    /// Threads of the runtime (default: the number of CPU cores).
+    /// Threads of the runtime (default: the number of CPU cores). A `harp node` process
+    /// runs its executors on a second runtime of as many threads (HARP_EXECUTOR_THREADS=N
+    /// sets N; 0 keeps them on the first).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Run across processes: this process is the master and starts N-1 `harp node`

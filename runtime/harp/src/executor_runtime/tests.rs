@@ -21,30 +21,43 @@ fn node_runtime(threads: usize) -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A node of `threads` runtime threads with as many executors, laid out as `layout`: each
-/// executor sends a request to a server task on the node's runtime and then computes
-/// (blocks its thread) until the server has answered, for at most `patience`. Returns how
-/// many executors got their answer while computing.
-fn answered_while_computing(layout: Layout, threads: usize, patience: Duration) -> usize {
+/// A node of `threads` runtime threads with as many executors, laid out as `layout`. The
+/// executors start computing (block their threads) together; each sends a request to a
+/// server task on the node's runtime and computes until it is answered (for at most
+/// `patience`) and every executor is done waiting. The server notes, for each answer,
+/// whether every executor was still computing. Returns how many answers came while all
+/// were: on one shared runtime none can, as the server needs a thread that a compute holds.
+fn answered_while_all_compute(layout: Layout, threads: usize, patience: Duration) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
     node_runtime(threads).block_on(async move {
         let executors = ExecutorRuntime::build(layout).unwrap();
+        let computing = Arc::new(AtomicUsize::new(threads));
         let (to_server, mut requests) =
-            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<()>>();
+            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<bool>>();
+        let seen_by_server = computing.clone();
         executors.spawn_on_node(async move {
             while let Some(answer) = requests.recv().await {
-                let _ = answer.send(());
+                let _ = answer.send(seen_by_server.load(Ordering::SeqCst) == threads);
             }
         });
+        let started = Arc::new(Barrier::new(threads));
+        let done_waiting = Arc::new(Barrier::new(threads));
         let mut outcomes = Vec::new();
         for _ in 0..threads {
-            let to_server = to_server.clone();
+            let (to_server, computing) = (to_server.clone(), computing.clone());
+            let (started, done_waiting) = (started.clone(), done_waiting.clone());
             let (outcome, seen) = tokio::sync::oneshot::channel();
             outcomes.push(seen);
             executors.spawn(async move {
+                // The compute: this thread is taken from here to the end of the future.
+                started.wait();
                 let (answer, answered) = std::sync::mpsc::channel();
                 let _ = to_server.send(answer);
-                // The compute: this thread is taken until the server answered.
-                let _ = outcome.send(answered.recv_timeout(patience).is_ok());
+                let while_all_computed = answered.recv_timeout(patience) == Ok(true);
+                done_waiting.wait();
+                computing.fetch_sub(1, Ordering::SeqCst);
+                let _ = outcome.send(while_all_computed);
             });
         }
         let mut answered = 0;
@@ -61,7 +74,7 @@ fn a_nodes_servers_answer_while_every_executor_computes() {
     let layout = node.block_on(async { parse_layout("", Layout::Own(2)).unwrap() });
     // Generous patience: this only bounds the wait if the layout is broken.
     assert_eq!(
-        answered_while_computing(layout, 2, Duration::from_secs(30)),
+        answered_while_all_compute(layout, 2, Duration::from_secs(30)),
         2,
         "a server on the node's runtime must answer while executors compute on their own"
     );
@@ -72,7 +85,7 @@ fn on_a_shared_runtime_computing_executors_starve_the_servers() {
     // Why nodes keep executors apart: with every runtime thread computing, the server task
     // cannot run until a compute ends (here: the executors give up waiting).
     assert_eq!(
-        answered_while_computing(Layout::Shared, 2, Duration::from_millis(300)),
+        answered_while_all_compute(Layout::Shared, 2, Duration::from_millis(300)),
         0
     );
 }

@@ -45,19 +45,19 @@ pub(crate) struct ExecutorRuntime {
 impl ExecutorRuntime {
     /// The layout of a job in one process: the caller's runtime, unless the variable says.
     pub(crate) fn for_job() -> Result<Self, HarpError> {
-        Self::build(from_env(Layout::Shared)?)
+        Self::start(node_handle()?, from_env(Layout::Shared)?)
     }
 
     /// The layout of a node process: a runtime of the executors' own with as many threads
     /// as the node's runtime, unless the variable says.
     pub(crate) fn for_node() -> Result<Self, HarpError> {
-        let threads = node_handle()?.metrics().num_workers();
-        Self::build(from_env(Layout::Own(threads))?)
+        let node = node_handle()?;
+        let threads = node.metrics().num_workers();
+        Self::start(node, from_env(Layout::Own(threads))?)
     }
 
-    /// Starts `layout` from inside the node's runtime.
-    pub(crate) fn build(layout: Layout) -> Result<Self, HarpError> {
-        let node = node_handle()?;
+    /// Starts `layout` beside the node's runtime `node`.
+    fn start(node: Handle, layout: Layout) -> Result<Self, HarpError> {
         let own = match layout {
             Layout::Shared => None,
             Layout::Own(n) => Some(
@@ -81,14 +81,8 @@ impl ExecutorRuntime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        match &self.own {
-            Some(runtime) => {
-                runtime.spawn(task);
-            }
-            None => {
-                self.node.spawn(task);
-            }
-        }
+        let executors = self.own.as_ref().map_or(&self.node, |own| own.handle());
+        executors.spawn(task);
     }
 
     /// Runs the node's own work (a flush and its report), never on the executors' threads.

@@ -31,7 +31,7 @@ fn answered_while_all_compute(layout: Layout, threads: usize, patience: Duration
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Barrier};
     node_runtime(threads).block_on(async move {
-        let executors = ExecutorRuntime::build(layout).unwrap();
+        let executors = ExecutorRuntime::start(Handle::current(), layout).unwrap();
         let computing = Arc::new(AtomicUsize::new(threads));
         let (to_server, mut requests) =
             tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::Sender<bool>>();
@@ -94,7 +94,10 @@ fn on_a_shared_runtime_computing_executors_starve_the_servers() {
 fn a_node_gives_its_executors_as_many_threads_as_it_has() {
     node_runtime(3).block_on(async {
         let layout = match std::env::var(EXECUTOR_THREADS_VAR) {
-            Ok(value) if !value.trim().is_empty() => return, // the variable overrides
+            Ok(value) if !value.trim().is_empty() => {
+                eprintln!("skipped: {EXECUTOR_THREADS_VAR}={value:?} overrides the default layout");
+                return;
+            }
             _ => ExecutorRuntime::for_node().unwrap(),
         };
         let threads = layout.own.as_ref().map(|r| r.metrics().num_workers());
@@ -109,7 +112,7 @@ fn a_node_gives_its_executors_as_many_threads_as_it_has() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn an_own_runtime_runs_tasks_on_its_threads_and_drops_inside_async_code() {
-    let runtime = ExecutorRuntime::build(Layout::Own(1)).unwrap();
+    let runtime = ExecutorRuntime::start(Handle::current(), Layout::Own(1)).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     runtime.spawn(async move {
         let _ = tx.send(std::thread::current().name().map(str::to_string));
@@ -122,7 +125,7 @@ async fn an_own_runtime_runs_tasks_on_its_threads_and_drops_inside_async_code() 
     assert_ne!(rx.await.unwrap().as_deref(), Some("harp-executor"));
     drop(runtime);
     let (tx, rx) = tokio::sync::oneshot::channel();
-    ExecutorRuntime::build(Layout::Shared)
+    ExecutorRuntime::start(Handle::current(), Layout::Shared)
         .unwrap()
         .spawn(async move {
             let _ = tx.send(std::thread::current().name().map(str::to_string));

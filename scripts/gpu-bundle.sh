@@ -8,6 +8,10 @@
 #   bash scripts/gpu-bundle.sh
 #   scp -r gpu-bundle gpu-box: && ssh gpu-box gpu-bundle/run.sh
 #
+# The bundle also holds harp-bench and elastic-ab.sh (scripts/elastic-ab.sh), which measure
+# issue 4's forwarding figure with both executor layouts on that machine's cores:
+# `gpu-bundle/elastic-ab.sh 5 40`.
+#
 # Nothing CUDA is needed to build (the driver and NVRTC are loaded at run time); the GPU
 # machine needs libcuda.so.1 (the driver) and libnvrtc.so.13 or .so.12 on its library path.
 # Respects CARGO_TARGET_DIR. See docs/KERNELS.md.
@@ -51,6 +55,8 @@ mapfile -t built < <(
     # The apps on the GPU (`--device cuda`): their test against the CPU paths, and `harp`.
     executables cargo test -p harp-tests --release --locked --no-run --test device_cuda
     executables cargo build -p harp-apps --release --locked --bin harp
+    # Issue 4's forwarding figure on the GPU machine's cores (elastic-ab.sh).
+    executables cargo build -p harp-benches --release --locked --bin harp-bench
 )
 
 rm -rf "$bundle"
@@ -74,7 +80,9 @@ for data in newsgroups-subset mnist10k; do
         cp -r "$root/../shared/data/$data" "$bundle/data/"
     fi
 done
-for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp; do
+cp "$root/scripts/elastic-ab.sh" "$bundle/elastic-ab.sh"
+names+=(elastic-ab.sh)
+for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp harp-bench; do
     if [ ! -x "$bundle/$want" ]; then
         echo "gpu-bundle: $want was not built" >&2
         exit 1

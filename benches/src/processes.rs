@@ -31,8 +31,8 @@ pub(crate) fn harp_exe() -> Result<PathBuf> {
     let harp = me.with_file_name(format!("harp{}", std::env::consts::EXE_SUFFIX));
     if !harp.is_file() {
         bail!(
-            "mlr-processes runs the harp command, expected at {}; build it first with \
-             `cargo build --release -p harp-apps`",
+            "this benchmark runs the harp command beside harp-bench, expected at {}; build it \
+             first with `cargo build --release -p harp-apps`",
             harp.display()
         );
     }

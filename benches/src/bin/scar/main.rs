@@ -99,6 +99,10 @@ struct Args {
     /// `--figure overhead`: runs with checkpoints on and off, interleaved, per setting.
     #[arg(long, default_value_t = 3)]
     repeats: u32,
+    /// `--figure overhead`: run only one side, `--repeats` times (to profile it, e.g. under
+    /// `perf record`), and print its epoch times instead of the ratio.
+    #[arg(long, value_enum, default_value_t = Side::Both)]
+    side: Side,
     /// Where the figure's table (`<figure>.md`), plot (`<figure>.svg`) and every run's loss
     /// curve (`<figure>-curves.json`, to check a point by eye) are written.
     #[arg(long, default_value = "target/harp-scar")]
@@ -110,6 +114,14 @@ struct Args {
 enum Unit {
     Weight,
     Feature,
+}
+
+/// `--side`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Side {
+    Both,
+    On,
+    Off,
 }
 
 /// `--fault-timing`.
@@ -563,6 +575,33 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         };
         Ok((timing, elapsed))
     };
+    if args.side != Side::Both {
+        let checkpointed = args.side == Side::On;
+        let mut per_epoch = Vec::new();
+        for repeat in 0..args.repeats {
+            let (t, elapsed) = timing(checkpointed.then(|| scar(args.period)))?;
+            let mut epochs: Vec<f64> = elapsed.windows(2).map(|p| (p[1] - p[0]) * 1e3).collect();
+            epochs.sort_by(f64::total_cmp);
+            let at = |q: f64| epochs[((epochs.len() - 1) as f64 * q).round() as usize];
+            eprintln!(
+                "repeat {repeat}: {:.2} ms/epoch (epochs p10 {:.2}, median {:.2}, p90 {:.2} ms; {} rounds)",
+                t.seconds_per_epoch * 1e3,
+                at(0.1),
+                at(0.5),
+                at(0.9),
+                t.rounds
+            );
+            per_epoch.push(t.seconds_per_epoch);
+        }
+        println!(
+            "{}",
+            json!({
+                "bench": "scar", "figure": "overhead", "side": format!("{:?}", args.side),
+                "period": args.period, "epochs": args.iterations, "s_per_epoch": per_epoch,
+            })
+        );
+        return Ok(());
+    }
     let (mut on, mut off, mut round_epochs) = (Vec::new(), Vec::new(), Vec::new());
     // The off runs' epochs compared the same way (no round anywhere): the in-run figure's
     // control, which shows any bias of the comparison itself.

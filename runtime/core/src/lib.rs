@@ -7,6 +7,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`ids`] | typed identifiers (executors, workers, servers, shards, tasks, tables, keys) |
+//! | [`key_hash`] | a fast, deterministic hash for the maps keyed by parameter keys |
 //! | [`version`] | the master's version clock and task tagging (Litz §4.4) |
 //! | [`cache_rule`] | when a cached parameter may serve a task (`task.version <= cached.version`) |
 //! | [`rows`] | row values and additive aggregation of row deltas |
@@ -22,6 +23,7 @@ pub mod cache_rule;
 pub mod error;
 pub mod flush_book;
 pub mod ids;
+pub mod key_hash;
 pub mod membership;
 pub mod placement;
 pub mod rebalance;
@@ -35,6 +37,7 @@ pub use cache_rule::{cached_value_usable, should_replace_cached};
 pub use error::CoreError;
 pub use flush_book::{FlushBook, FlushId};
 pub use ids::{ExecutorId, ParamKey, ServerId, ShardId, TableId, TaskId, WorkerId};
+pub use key_hash::{BuildKeyHasher, KeyHasher, KeyMap};
 pub use membership::{
     LeaseGrant, Member, MemberInfo, MembershipConfig, MembershipError, MembershipEvent,
     MembershipView, NodeId, NodeRoles,

@@ -7,13 +7,13 @@
 
 use crate::error::CoreError;
 use crate::ids::ParamKey;
+use crate::key_hash::KeyMap;
 use crate::rows::RowData;
-use std::collections::HashMap;
 
 /// Aggregated, not yet flushed deltas.
 #[derive(Debug, Default, Clone)]
 pub struct UpdateLog {
-    entries: HashMap<ParamKey, RowData>,
+    entries: KeyMap<RowData>,
     bytes: usize,
     records: u64,
 }

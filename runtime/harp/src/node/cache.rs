@@ -13,7 +13,10 @@ use crate::error::HarpError;
 use crate::server::ServerMsg;
 use dashmap::DashMap;
 use futures::future::{BoxFuture, FutureExt, Shared};
-use harp_core::{cached_value_usable, should_replace_cached, ParamKey, RowData, ServerId, Version};
+use harp_core::{
+    cached_value_usable, should_replace_cached, BuildKeyHasher, ParamKey, RowData, ServerId,
+    Version,
+};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -70,8 +73,8 @@ struct PendingFetch {
 /// Versioned rows and fetches in flight.
 #[derive(Default)]
 pub(crate) struct ParamCache {
-    entries: Arc<DashMap<ParamKey, CachedRow>>,
-    pending: Arc<DashMap<ParamKey, PendingFetch>>,
+    entries: Arc<DashMap<ParamKey, CachedRow, BuildKeyHasher>>,
+    pending: Arc<DashMap<ParamKey, PendingFetch, BuildKeyHasher>>,
     next_fetch_id: AtomicU64,
 }
 

@@ -26,8 +26,7 @@
 use crate::error::HarpError;
 use crate::table::{initial_row, TableSet};
 use harp_core::scar::{distance, ScarError};
-use harp_core::{shard_of, CoreError, ParamKey, RowData, ShardId};
-use std::collections::HashMap;
+use harp_core::{shard_of, CoreError, KeyMap, ParamKey, RowData, ShardId};
 use std::sync::Arc;
 
 /// Rows with their saved values, ascending by key: what a save returns for storage, and
@@ -37,7 +36,7 @@ pub(crate) type SavedRows = Vec<(ParamKey, Arc<RowData>)>;
 /// The saved values of the rows a server holds (absent: the row's initial value).
 #[derive(Debug, Default)]
 pub(crate) struct SavedCopy {
-    rows: HashMap<ParamKey, Arc<RowData>>,
+    rows: KeyMap<Arc<RowData>>,
 }
 
 impl SavedCopy {
@@ -164,6 +163,7 @@ mod tests {
     use crate::table::{Init, UpdateRule};
     use harp_core::scar::Norm;
     use harp_core::TableId;
+    use std::collections::HashMap;
 
     /// `u`: uniform-initialised f32 rows (L2); `c`: counters under scaled total variation.
     fn tables() -> (TableSet, TableId, TableId) {

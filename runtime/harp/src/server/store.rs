@@ -11,7 +11,7 @@
 use super::saved::{SavedCopy, SavedRows};
 use crate::error::HarpError;
 use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
-use harp_core::{shard_of, CoreError, ParamKey, RowData, ShardId};
+use harp_core::{shard_of, CoreError, KeyMap, ParamKey, RowData, ShardId};
 use harp_kernels::optim;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -168,7 +168,7 @@ impl ShardRows {
 #[derive(Debug)]
 pub(crate) struct ShardStore {
     tables: Arc<TableSet>,
-    rows: HashMap<ParamKey, StoredRow>,
+    rows: KeyMap<StoredRow>,
     /// The saved values of SCAR's running checkpoint (keys: a subset of `rows`').
     saved: SavedCopy,
     rejected_updates: u64,
@@ -178,7 +178,7 @@ impl ShardStore {
     pub(crate) fn new(tables: Arc<TableSet>) -> Self {
         Self {
             tables,
-            rows: HashMap::new(),
+            rows: KeyMap::default(),
             saved: SavedCopy::new(),
             rejected_updates: 0,
         }

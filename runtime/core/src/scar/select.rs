@@ -150,9 +150,14 @@ impl CheckpointSelector {
         let mut chosen: Vec<ParamKey> = match self.selection {
             Selection::Full => keys,
             Selection::Priority => {
-                // Largest distance first; equal distances by key (already ascending, and
-                // the sort is stable).
-                sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+                // The k first in the order "largest distance first, equal distances by
+                // ascending key": a selection, not a full sort (O(n); keys are distinct).
+                let order = |a: &(ParamKey, f64), b: &(ParamKey, f64)| {
+                    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+                };
+                if k > 0 && k < sorted.len() {
+                    sorted.select_nth_unstable_by(k - 1, order);
+                }
                 sorted.iter().take(k).map(|&(key, _)| key).collect()
             }
             Selection::RoundRobin => {

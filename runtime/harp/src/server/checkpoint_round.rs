@@ -136,7 +136,7 @@ pub(crate) async fn checkpoint_round(
             Err(_) => outcome.failed.push((id, HarpError::ServerUnreachable(id))),
         }
     }
-    outcome.saved.sort_unstable_by_key(|(key, _)| *key);
+    outcome.saved.sort_by_key(|(key, _)| *key); // ascending runs, one per server
     outcome.saved.dedup_by_key(|(key, _)| *key);
     outcome.missed = selected
         .iter()
@@ -161,7 +161,9 @@ type Reporters = Vec<(ParamKey, usize)>;
 /// once, at its largest reported distance, ascending by key) and the `(key, server index)`
 /// pairs of who reported what, ascending.
 fn merge_reports(mut reports: Vec<(ParamKey, f64, usize)>) -> (Candidates, Reporters) {
-    reports.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
+    // Each server's report is ascending already: a stable sort merges those runs in
+    // linear time (the (key, server) pairs are distinct, so the order is the same).
+    reports.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
     let mut candidates: Candidates = Vec::with_capacity(reports.len());
     for &(key, distance, _) in &reports {
         match candidates.last_mut() {

@@ -72,7 +72,7 @@ impl SavedCopy {
         current: impl Iterator<Item = (ParamKey, &'a Arc<RowData>)>,
         tables: &TableSet,
     ) -> Result<Vec<(ParamKey, f64)>, HarpError> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(current.size_hint().0);
         for (key, value) in current {
             let spec = tables.get(key.table)?;
             let measured = match self.rows.get(&key) {

@@ -69,11 +69,16 @@ impl Hasher for KeyHasher {
 
     /// The splitmix64 finalizer of the folded state.
     fn finish(&self) -> u64 {
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        mix64(self.state)
     }
+}
+
+/// The splitmix64 finalizer (Steele, Lea & Flood): every output bit depends on every input
+/// bit. Shared by the core's hashes (this one, `shard_of`, random selection).
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -15,11 +15,9 @@ use std::collections::BTreeMap;
 /// shard, in every process, whatever the placement.
 pub fn shard_of(key: ParamKey, num_shards: u32) -> ShardId {
     debug_assert!(num_shards > 0, "a job has at least one shard");
-    let mut h = key.row ^ ((key.table.0 as u64) << 48) ^ 0x9E37_79B9_7F4A_7C15;
+    let h = key.row ^ ((key.table.0 as u64) << 48) ^ 0x9E37_79B9_7F4A_7C15;
     // splitmix64 finalizer: cheap, well mixed, deterministic.
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^= h >> 31;
+    let h = crate::key_hash::mix64(h);
     ShardId((h % num_shards.max(1) as u64) as u32)
 }
 

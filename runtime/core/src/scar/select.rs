@@ -8,6 +8,7 @@
 
 use super::ScarError;
 use crate::ids::ParamKey;
+use crate::key_hash::mix64;
 use serde::{Deserialize, Serialize};
 
 /// How a checkpoint round chooses the keys it saves.
@@ -226,12 +227,6 @@ impl SplitMix64 {
             }
         }
     }
-}
-
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

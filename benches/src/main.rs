@@ -235,8 +235,15 @@ fn workloads(args: &Args) -> Result<Vec<Workload>> {
     Ok(out)
 }
 
+/// Prints one JSON line. If stdout is gone (its reader exited: a closed pipe), there is
+/// no one left to report to: says so on stderr and exits 1 instead of panicking.
 fn emit(value: serde_json::Value) {
-    println!("{value}");
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{value}").and_then(|()| out.flush()) {
+        eprintln!("harp-bench: cannot write a result to stdout ({e}); stopping");
+        std::process::exit(1);
+    }
 }
 
 /// `x` rounded to `digits` decimals (for readable JSON).

@@ -580,15 +580,13 @@ fn measure_overhead(args: &Args, data: &Data) -> Result<()> {
         let mut per_epoch = Vec::new();
         for repeat in 0..args.repeats {
             let (t, elapsed) = timing(checkpointed.then(|| scar(args.period)))?;
-            let mut epochs: Vec<f64> = elapsed.windows(2).map(|p| (p[1] - p[0]) * 1e3).collect();
-            epochs.sort_by(f64::total_cmp);
-            let at = |q: f64| epochs[((epochs.len() - 1) as f64 * q).round() as usize];
+            let q = overhead::epoch_quantiles(&elapsed, &[0.1, 0.5, 0.9])?;
             eprintln!(
                 "repeat {repeat}: {:.2} ms/epoch (epochs p10 {:.2}, median {:.2}, p90 {:.2} ms; {} rounds)",
                 t.seconds_per_epoch * 1e3,
-                at(0.1),
-                at(0.5),
-                at(0.9),
+                q[0] * 1e3,
+                q[1] * 1e3,
+                q[2] * 1e3,
                 t.rounds
             );
             per_epoch.push(t.seconds_per_epoch);

@@ -40,17 +40,34 @@ pub fn seconds_per_epoch(elapsed_after_epoch: &[f64]) -> Result<f64> {
     }
 }
 
-/// The median of the epoch durations after the first, from the driver's cumulative
-/// `elapsed_s` after each epoch.
-pub fn median_epoch(elapsed_after_epoch: &[f64]) -> Result<f64> {
-    let mut epochs: Vec<f64> = elapsed_after_epoch
+/// The epoch durations after the first, from the driver's cumulative `elapsed_s` after
+/// each epoch; an error for fewer than 2 epochs.
+fn epoch_durations(elapsed_after_epoch: &[f64]) -> Result<Vec<f64>> {
+    let epochs: Vec<f64> = elapsed_after_epoch
         .windows(2)
         .map(|pair| pair[1] - pair[0])
         .collect();
     if epochs.is_empty() {
         return Err(anyhow!("an overhead run needs at least 2 epochs"));
     }
-    Ok(median(&mut epochs))
+    Ok(epochs)
+}
+
+/// The median of the epoch durations after the first.
+pub fn median_epoch(elapsed_after_epoch: &[f64]) -> Result<f64> {
+    Ok(median(&mut epoch_durations(elapsed_after_epoch)?))
+}
+
+/// The epoch durations after the first at each quantile of `quantiles` (in `[0, 1]`, the
+/// nearest rank), for `--side`'s per-run spread.
+pub fn epoch_quantiles(elapsed_after_epoch: &[f64], quantiles: &[f64]) -> Result<Vec<f64>> {
+    let mut epochs = epoch_durations(elapsed_after_epoch)?;
+    epochs.sort_by(f64::total_cmp);
+    let last = epochs.len() - 1; // at least one epoch: checked above
+    Ok(quantiles
+        .iter()
+        .map(|q| epochs[((last as f64 * q.clamp(0.0, 1.0)).round() as usize).min(last)])
+        .collect())
 }
 
 /// The ratio of the medians of the runs' mean epochs, with checkpoints on over off, and
@@ -131,6 +148,18 @@ mod tests {
         let elapsed = [5.0, 5.5, 6.0, 9.0, 9.5];
         assert!((median_epoch(&elapsed).unwrap() - 0.5).abs() < 1e-12);
         assert!(median_epoch(&[1.0]).is_err());
+    }
+
+    #[test]
+    fn epoch_quantiles_take_the_nearest_rank_after_the_first_epoch() {
+        // Start-up to 5 s, then epochs of 0.5, 0.1, 0.3, 0.2 and 0.4 s.
+        let elapsed = [5.0, 5.5, 5.6, 5.9, 6.1, 6.5];
+        let q = epoch_quantiles(&elapsed, &[0.0, 0.5, 1.0]).unwrap();
+        let expected = [0.1, 0.3, 0.5];
+        for (got, want) in q.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{q:?} against {expected:?}");
+        }
+        assert!(epoch_quantiles(&[1.0], &[0.5]).is_err());
     }
 
     #[test]

@@ -6,18 +6,24 @@
 //! same key already in flight with a version at least its own and waits on it instead of
 //! sending a second request (tasks of one SSP iteration share a version, so they share
 //! fetches). Requests to different servers go out at once and are awaited together.
+//!
+//! A key's cached row and its fetch in flight live in one map entry ([`KeyState`]), so a read
+//! looks each key up once (twice on a miss: once more to note the fetch) and a fetch's reply
+//! stores each row and retires the fetch in one more. A fetch retires itself when it
+//! resolves, failed or not, so a read retried after a failure never waits on the failed fetch
+//! again. Every read awaits each distinct fetch once, not once per row.
 
 use super::stats::NodeCounters;
 use super::Routing;
 use crate::error::HarpError;
 use crate::server::ServerMsg;
 use dashmap::DashMap;
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::future::{self, BoxFuture, FutureExt, Shared};
 use harp_core::{
     cached_value_usable, should_replace_cached, BuildKeyHasher, ParamKey, RowData, ServerId,
     Version,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -55,6 +61,7 @@ impl From<FetchFailed> for HarpError {
 
 type FetchResult = Result<Arc<Vec<Arc<RowData>>>, FetchFailed>;
 type SharedFetch = Shared<BoxFuture<'static, FetchResult>>;
+type Entries = DashMap<ParamKey, KeyState, BuildKeyHasher>;
 
 #[derive(Clone)]
 struct CachedRow {
@@ -62,6 +69,7 @@ struct CachedRow {
     row: Arc<RowData>,
 }
 
+/// A fetch in flight: its reply carries the key's row at `index`.
 #[derive(Clone)]
 struct PendingFetch {
     version: Version,
@@ -70,17 +78,48 @@ struct PendingFetch {
     fetch: SharedFetch,
 }
 
+/// What the cache knows of one key: the newest row fetched and the newest fetch in flight.
+#[derive(Default)]
+struct KeyState {
+    cached: Option<CachedRow>,
+    pending: Option<PendingFetch>,
+}
+
 /// Versioned rows and fetches in flight.
 #[derive(Default)]
 pub(crate) struct ParamCache {
-    entries: Arc<DashMap<ParamKey, CachedRow, BuildKeyHasher>>,
-    pending: Arc<DashMap<ParamKey, PendingFetch, BuildKeyHasher>>,
+    entries: Arc<Entries>,
     next_fetch_id: AtomicU64,
 }
 
+/// How a read gets one key's row.
 enum Slot {
     Ready(Arc<RowData>),
-    Wait(SharedFetch, usize),
+    /// Row `index` of the read's fetch number `fetch`.
+    Wait {
+        fetch: usize,
+        index: usize,
+    },
+    /// Not served yet: a fetch is started for it below.
+    Missing,
+}
+
+/// The distinct fetches one read waits on, each once.
+#[derive(Default)]
+struct ReadFetches {
+    fetches: Vec<SharedFetch>,
+    by_id: HashMap<u64, usize, BuildKeyHasher>,
+}
+
+impl ReadFetches {
+    /// The read's number for fetch `fetch_id`, adding it if it is new.
+    fn number(&mut self, fetch_id: u64, fetch: &SharedFetch) -> usize {
+        let fetches = &mut self.fetches;
+        *self.by_id.entry(fetch_id).or_insert_with(|| {
+            fetches.push(fetch.clone());
+            fetches.len() - 1
+        })
+    }
 }
 
 impl ParamCache {
@@ -93,52 +132,60 @@ impl ParamCache {
         counters: &NodeCounters,
         deadline: Duration,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
-        let mut slots: Vec<Option<Slot>> = Vec::with_capacity(keys.len());
+        let mut slots: Vec<Slot> = Vec::with_capacity(keys.len());
         let mut missing: BTreeMap<ServerId, Vec<usize>> = BTreeMap::new();
+        let mut fetches = ReadFetches::default();
         let (mut hits, mut waits) = (0u64, 0u64);
         {
             let routing = routing.read().unwrap_or_else(|p| p.into_inner());
             for (i, key) in keys.iter().enumerate() {
-                if let Some(e) = self.entries.get(key) {
-                    if cached_value_usable(version, e.version) {
-                        hits += 1;
-                        slots.push(Some(Slot::Ready(e.row.clone())));
-                        continue;
-                    }
+                let slot = match self.entries.get(key) {
+                    Some(state) => match (&state.cached, &state.pending) {
+                        (Some(c), _) if cached_value_usable(version, c.version) => {
+                            hits += 1;
+                            Slot::Ready(c.row.clone())
+                        }
+                        (_, Some(p)) if cached_value_usable(version, p.version) => {
+                            waits += 1;
+                            Slot::Wait {
+                                fetch: fetches.number(p.fetch_id, &p.fetch),
+                                index: p.index,
+                            }
+                        }
+                        _ => Slot::Missing,
+                    },
+                    None => Slot::Missing,
+                };
+                if matches!(slot, Slot::Missing) {
+                    missing.entry(routing.route(*key).0).or_default().push(i);
                 }
-                if let Some(p) = self.pending.get(key) {
-                    if cached_value_usable(version, p.version) {
-                        waits += 1;
-                        slots.push(Some(Slot::Wait(p.fetch.clone(), p.index)));
-                        continue;
-                    }
-                }
-                slots.push(None);
-                missing.entry(routing.route(*key).0).or_default().push(i);
+                slots.push(slot);
             }
             for (server, idxs) in &missing {
                 let fetch_keys: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
-                let fetch =
-                    self.start_fetch(*server, fetch_keys.clone(), version, &routing, deadline);
                 let fetch_id = self.next_fetch_id.fetch_add(1, Ordering::Relaxed);
-                for (j, &i) in idxs.iter().enumerate() {
-                    let pending = PendingFetch {
-                        version,
-                        fetch_id,
-                        index: j,
-                        fetch: fetch.clone(),
+                let fetch =
+                    self.start_fetch(*server, fetch_keys, version, fetch_id, &routing, deadline);
+                let number = fetches.number(fetch_id, &fetch);
+                for (index, &i) in idxs.iter().enumerate() {
+                    let mut state = self.entries.entry(keys[i]).or_default();
+                    let newer = state
+                        .pending
+                        .as_ref()
+                        .is_none_or(|p| should_replace_cached(p.version, version));
+                    if newer {
+                        state.pending = Some(PendingFetch {
+                            version,
+                            fetch_id,
+                            index,
+                            fetch: fetch.clone(),
+                        });
+                    }
+                    slots[i] = Slot::Wait {
+                        fetch: number,
+                        index,
                     };
-                    self.pending
-                        .entry(keys[i])
-                        .and_modify(|p| {
-                            if should_replace_cached(p.version, version) {
-                                *p = pending.clone();
-                            }
-                        })
-                        .or_insert_with(|| pending.clone());
-                    slots[i] = Some(Slot::Wait(fetch.clone(), j));
                 }
-                self.clean_up_after(fetch, fetch_keys, fetch_id);
             }
         }
         let misses: u64 = missing.values().map(|v| v.len() as u64).sum();
@@ -147,18 +194,19 @@ impl ParamCache {
         NodeCounters::add(&counters.cache_misses, misses);
         NodeCounters::add(&counters.rows_fetched, misses);
 
+        // All at once, so every fetch's deadline runs from now.
+        let replies = future::try_join_all(fetches.fetches).await.map_err(|f| {
+            if matches!(f.why, FetchFailure::TimedOut(_)) {
+                NodeCounters::add(&counters.requests_timed_out, 1);
+            }
+            HarpError::from(f)
+        })?;
         let mut out = Vec::with_capacity(keys.len());
         for slot in slots {
             match slot {
-                Some(Slot::Ready(row)) => out.push(row),
-                Some(Slot::Wait(fetch, index)) => {
-                    let rows = fetch.await.map_err(|f| {
-                        if matches!(f.why, FetchFailure::TimedOut(_)) {
-                            NodeCounters::add(&counters.requests_timed_out, 1);
-                        }
-                        HarpError::from(f)
-                    })?;
-                    match rows.get(index) {
+                Slot::Ready(row) => out.push(row),
+                Slot::Wait { fetch, index } => {
+                    match replies.get(fetch).and_then(|rows| rows.get(index)) {
                         Some(row) => out.push(row.clone()),
                         None => {
                             return Err(HarpError::InvalidConfig(
@@ -167,20 +215,24 @@ impl ParamCache {
                         }
                     }
                 }
-                // Every slot is filled: hits and waits above, misses in the fetch loop.
-                None => return Err(HarpError::InvalidConfig("cache slot left empty".into())),
+                // Every missing slot became a wait in the fetch loop above.
+                Slot::Missing => {
+                    return Err(HarpError::InvalidConfig("cache slot left empty".into()))
+                }
             }
         }
         Ok(out)
     }
 
-    /// Sends the request now and returns a shared future for its reply, which also fills the
-    /// cache with the fetched rows tagged `version`.
+    /// Sends the request now and returns a shared future for its reply, which stores the
+    /// fetched rows tagged `version` and retires the fetch (failed or not) from the keys it
+    /// is still pending for.
     fn start_fetch(
         &self,
         server: ServerId,
         keys: Vec<ParamKey>,
         version: Version,
+        fetch_id: u64,
         routing: &Routing,
         deadline: Duration,
     ) -> SharedFetch {
@@ -194,62 +246,92 @@ impl ParamCache {
                 .is_ok(),
             None => false,
         };
-        let entries = self.entries.clone();
+        // Weak: a fetch nobody awaits any more stays in its keys' entries, and must not keep
+        // the cache alive through them.
+        let entries = Arc::downgrade(&self.entries);
         async move {
             let failed = |why| FetchFailed { server, why };
-            if !sent {
-                return Err(failed(FetchFailure::Unreachable));
-            }
-            let rows = match tokio::time::timeout(deadline, rx).await {
-                Ok(Ok(Ok(rows))) => rows,
-                Ok(Ok(Err(e))) => return Err(failed(FetchFailure::Refused(e.to_string()))),
-                Ok(Err(_)) => return Err(failed(FetchFailure::Unreachable)),
-                Err(_) => return Err(failed(FetchFailure::TimedOut(deadline))),
+            let reply = if sent {
+                match tokio::time::timeout(deadline, rx).await {
+                    Ok(Ok(Ok(rows))) => Ok(rows),
+                    Ok(Ok(Err(e))) => Err(failed(FetchFailure::Refused(e.to_string()))),
+                    Ok(Err(_)) => Err(failed(FetchFailure::Unreachable)),
+                    Err(_) => Err(failed(FetchFailure::TimedOut(deadline))),
+                }
+            } else {
+                Err(failed(FetchFailure::Unreachable))
             };
-            for (key, row) in keys.iter().zip(&rows) {
-                let fresh = CachedRow {
-                    version,
-                    row: row.clone(),
-                };
-                entries
-                    .entry(*key)
-                    .and_modify(|e| {
-                        if should_replace_cached(e.version, version) {
-                            *e = fresh.clone();
-                        }
-                    })
-                    .or_insert_with(|| fresh.clone());
+            let entries = entries.upgrade();
+            match reply {
+                Ok(rows) => {
+                    if let Some(entries) = entries {
+                        store_rows(&entries, &keys, &rows, version, fetch_id);
+                    }
+                    Ok(Arc::new(rows))
+                }
+                Err(why) => {
+                    if let Some(entries) = entries {
+                        retire(&entries, &keys, fetch_id);
+                    }
+                    Err(why)
+                }
             }
-            Ok(Arc::new(rows))
         }
         .boxed()
         .shared()
     }
 
-    /// Removes the pending entries of a fetch once it resolved (unless a newer fetch took
-    /// their place).
-    fn clean_up_after(&self, fetch: SharedFetch, keys: Vec<ParamKey>, fetch_id: u64) {
-        let pending = self.pending.clone();
-        tokio::spawn(async move {
-            let _ = fetch.await;
-            for key in keys {
-                pending.remove_if(&key, |_, p| p.fetch_id == fetch_id);
-            }
-        });
-    }
-
-    /// Forgets the fetches of `keys` that failed, so a read retried after a reroute sends a
-    /// new request instead of waiting on the failed one again (the clean-up task that
-    /// removes them may not have run yet).
-    pub(crate) fn forget_failed_fetches(&self, keys: &[ParamKey]) {
-        for key in keys {
-            self.pending
-                .remove_if(key, |_, p| matches!(p.fetch.peek(), Some(Err(_))));
-        }
-    }
-
     /// Rows currently cached (any version).
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.iter().filter(|e| e.cached.is_some()).count()
     }
 }
+
+/// Stores a fetch's rows (unless a newer one is cached) and retires the fetch.
+fn store_rows(
+    entries: &Entries,
+    keys: &[ParamKey],
+    rows: &[Arc<RowData>],
+    version: Version,
+    fetch_id: u64,
+) {
+    for (key, row) in keys.iter().zip(rows) {
+        let mut state = entries.entry(*key).or_default();
+        let newer = state
+            .cached
+            .as_ref()
+            .is_none_or(|c| should_replace_cached(c.version, version));
+        if newer {
+            state.cached = Some(CachedRow {
+                version,
+                row: row.clone(),
+            });
+        }
+        if state
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.fetch_id == fetch_id)
+        {
+            state.pending = None;
+        }
+    }
+}
+
+/// Retires a failed fetch from the keys it is still pending for (a newer fetch that took its
+/// place stays).
+fn retire(entries: &Entries, keys: &[ParamKey], fetch_id: u64) {
+    for key in keys {
+        if let Some(mut state) = entries.get_mut(key) {
+            if state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.fetch_id == fetch_id)
+            {
+                state.pending = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

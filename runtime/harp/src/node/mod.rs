@@ -198,9 +198,8 @@ impl ParamStore {
                     if !self.wait_rerouted_away(server, keys, deadline).await {
                         return Err(HarpError::ServerUnreachable(server));
                     }
-                    // Not the failed fetch again: without this the retry would find it
-                    // pending, fail at once and loop without ever yielding its thread.
-                    self.cache.forget_failed_fetches(keys);
+                    // The failed fetch retired itself from the cache when it resolved, so
+                    // the retry sends a new request to the new owner.
                     NodeCounters::add(&self.counters.requests_resent, 1);
                     tokio::task::yield_now().await;
                 }

@@ -9,20 +9,23 @@
 //!
 //! A key's cached row and its fetch in flight live in one map entry ([`KeyState`]), so a read
 //! looks each key up once (twice on a miss: once more to note the fetch) and a fetch's reply
-//! stores each row and retires the fetch in one more. A fetch retires itself when it
+//! stores each row and retires the fetch in one more. The map is split into shards
+//! ([`key_shards`]) and a read, or a reply, locks each shard once for all its keys. A fetch retires itself when it
 //! resolves, failed or not, so a read retried after a failure never waits on the failed fetch
 //! again. Every read awaits each distinct fetch once, not once per row.
+
+mod key_shards;
 
 use super::stats::NodeCounters;
 use super::Routing;
 use crate::error::HarpError;
 use crate::server::ServerMsg;
-use dashmap::DashMap;
 use futures::future::{self, BoxFuture, FutureExt, Shared};
 use harp_core::{
     cached_value_usable, should_replace_cached, BuildKeyHasher, ParamKey, RowData, ServerId,
     Version,
 };
+use key_shards::KeyShards;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -61,7 +64,7 @@ impl From<FetchFailed> for HarpError {
 
 type FetchResult = Result<Arc<Vec<Arc<RowData>>>, FetchFailed>;
 type SharedFetch = Shared<BoxFuture<'static, FetchResult>>;
-type Entries = DashMap<ParamKey, KeyState, BuildKeyHasher>;
+type Entries = KeyShards<KeyState>;
 
 #[derive(Clone)]
 struct CachedRow {
@@ -133,14 +136,19 @@ impl ParamCache {
         deadline: Duration,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
         let mut slots: Vec<Slot> = Vec::with_capacity(keys.len());
+        slots.resize_with(keys.len(), || Slot::Missing);
         let mut missing: BTreeMap<ServerId, Vec<usize>> = BTreeMap::new();
         let mut fetches = ReadFetches::default();
         let (mut hits, mut waits) = (0u64, 0u64);
         {
             let routing = routing.read().unwrap_or_else(|p| p.into_inner());
-            for (i, key) in keys.iter().enumerate() {
-                let slot = match self.entries.get(key) {
-                    Some(state) => match (&state.cached, &state.pending) {
+            for (shard, positions) in self.entries.group(keys.iter()) {
+                let map = self.entries.read(shard);
+                for i in positions {
+                    let Some(state) = map.get(&keys[i]) else {
+                        continue;
+                    };
+                    slots[i] = match (&state.cached, &state.pending) {
                         (Some(c), _) if cached_value_usable(version, c.version) => {
                             hits += 1;
                             Slot::Ready(c.row.clone())
@@ -153,38 +161,47 @@ impl ParamCache {
                             }
                         }
                         _ => Slot::Missing,
-                    },
-                    None => Slot::Missing,
-                };
-                if matches!(slot, Slot::Missing) {
-                    missing.entry(routing.route(*key).0).or_default().push(i);
+                    };
                 }
-                slots.push(slot);
+            }
+            for (i, slot) in slots.iter().enumerate() {
+                if matches!(slot, Slot::Missing) {
+                    missing.entry(routing.route(keys[i]).0).or_default().push(i);
+                }
             }
             for (server, idxs) in &missing {
                 let fetch_keys: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
                 let fetch_id = self.next_fetch_id.fetch_add(1, Ordering::Relaxed);
-                let fetch =
-                    self.start_fetch(*server, fetch_keys, version, fetch_id, &routing, deadline);
+                let fetch = self.start_fetch(
+                    *server,
+                    fetch_keys.clone(),
+                    version,
+                    fetch_id,
+                    &routing,
+                    deadline,
+                );
                 let number = fetches.number(fetch_id, &fetch);
-                for (index, &i) in idxs.iter().enumerate() {
-                    let mut state = self.entries.entry(keys[i]).or_default();
-                    let newer = state
-                        .pending
-                        .as_ref()
-                        .is_none_or(|p| should_replace_cached(p.version, version));
-                    if newer {
-                        state.pending = Some(PendingFetch {
-                            version,
-                            fetch_id,
+                for (shard, indices) in self.entries.group(fetch_keys.iter()) {
+                    let mut map = self.entries.write(shard);
+                    for index in indices {
+                        let state = map.entry(fetch_keys[index]).or_default();
+                        let newer = state
+                            .pending
+                            .as_ref()
+                            .is_none_or(|p| should_replace_cached(p.version, version));
+                        if newer {
+                            state.pending = Some(PendingFetch {
+                                version,
+                                fetch_id,
+                                index,
+                                fetch: fetch.clone(),
+                            });
+                        }
+                        slots[idxs[index]] = Slot::Wait {
+                            fetch: number,
                             index,
-                            fetch: fetch.clone(),
-                        });
+                        };
                     }
-                    slots[i] = Slot::Wait {
-                        fetch: number,
-                        index,
-                    };
                 }
             }
         }
@@ -283,11 +300,11 @@ impl ParamCache {
 
     /// Rows currently cached (any version).
     pub(crate) fn len(&self) -> usize {
-        self.entries.iter().filter(|e| e.cached.is_some()).count()
+        self.entries.count(|state| state.cached.is_some())
     }
 }
 
-/// Stores a fetch's rows (unless a newer one is cached) and retires the fetch.
+/// Stores a fetch's rows (unless a newer one is cached) and retires the fetch from every key.
 fn store_rows(
     entries: &Entries,
     keys: &[ParamKey],
@@ -295,24 +312,28 @@ fn store_rows(
     version: Version,
     fetch_id: u64,
 ) {
-    for (key, row) in keys.iter().zip(rows) {
-        let mut state = entries.entry(*key).or_default();
-        let newer = state
-            .cached
-            .as_ref()
-            .is_none_or(|c| should_replace_cached(c.version, version));
-        if newer {
-            state.cached = Some(CachedRow {
-                version,
-                row: row.clone(),
-            });
-        }
-        if state
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.fetch_id == fetch_id)
-        {
-            state.pending = None;
+    for (shard, positions) in entries.group(keys.iter()) {
+        let mut map = entries.write(shard);
+        for i in positions {
+            let state = map.entry(keys[i]).or_default();
+            let newer = state
+                .cached
+                .as_ref()
+                .is_none_or(|c| should_replace_cached(c.version, version));
+            // A short reply (its readers fail) still retires the fetch from every key.
+            if let (true, Some(row)) = (newer, rows.get(i)) {
+                state.cached = Some(CachedRow {
+                    version,
+                    row: row.clone(),
+                });
+            }
+            if state
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.fetch_id == fetch_id)
+            {
+                state.pending = None;
+            }
         }
     }
 }
@@ -320,14 +341,17 @@ fn store_rows(
 /// Retires a failed fetch from the keys it is still pending for (a newer fetch that took its
 /// place stays).
 fn retire(entries: &Entries, keys: &[ParamKey], fetch_id: u64) {
-    for key in keys {
-        if let Some(mut state) = entries.get_mut(key) {
-            if state
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.fetch_id == fetch_id)
-            {
-                state.pending = None;
+    for (shard, positions) in entries.group(keys.iter()) {
+        let mut map = entries.write(shard);
+        for i in positions {
+            if let Some(state) = map.get_mut(&keys[i]) {
+                if state
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.fetch_id == fetch_id)
+                {
+                    state.pending = None;
+                }
             }
         }
     }

@@ -128,11 +128,7 @@ impl Setup {
 
     /// Keys with a fetch still noted as in flight.
     fn pending_keys(&self) -> usize {
-        self.cache
-            .entries
-            .iter()
-            .filter(|e| e.pending.is_some())
-            .count()
+        self.cache.entries.count(|state| state.pending.is_some())
     }
 
     async fn wait_for_waits(&self, n: u64) {
@@ -277,4 +273,23 @@ async fn a_fetch_nobody_awaits_does_not_keep_the_cache_alive() {
     s.answer(0, 0, 6.0);
     assert_eq!(later.await.unwrap().unwrap(), vec![6.0]);
     assert_eq!(s.held_reads(0), 0);
+}
+
+#[tokio::test]
+async fn a_short_reply_fails_its_read_and_the_next_read_asks_again() {
+    let s = setup(1).await;
+    let read = s.read(vec![key(8), key(9)], 1);
+    s.wait_for_gets(0, 1).await;
+    let (_, reply) = s.held[0].lock().unwrap().remove(0);
+    reply.send(Ok(vec![Arc::new(RowData::F32(vec![1.0]))])).unwrap();
+    let err = read.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("short reply"), "{err}");
+    assert_eq!(s.pending_keys(), 0, "the short fetch is still noted");
+
+    let again = s.read(vec![key(8), key(9)], 1);
+    // key 8's row came back and serves the read; key 9 is asked for again.
+    s.wait_for_gets(0, 1).await;
+    let keys = s.answer(0, 0, 2.0);
+    assert_eq!(keys, vec![key(9)]);
+    assert_eq!(again.await.unwrap().unwrap(), vec![1.0, 2.0]);
 }

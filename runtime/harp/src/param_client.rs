@@ -179,10 +179,7 @@ impl ParamClient {
             self.check_delta(table, *row, &copy)?;
             staged.push((ParamKey::new(table.id(), *row), T::into_row(copy)));
         }
-        for (key, delta) in staged {
-            self.store.record(key, delta)?;
-        }
-        Ok(())
+        self.store.record_many(staged)
     }
 
     /// Like [`update_many`](Self::update_many), but takes one owned row per key and records
@@ -205,11 +202,12 @@ impl ParamClient {
         for (row, delta) in rows.iter().zip(&deltas) {
             self.check_delta(table, *row, delta)?;
         }
-        for (row, delta) in rows.iter().zip(deltas) {
-            self.store
-                .record(ParamKey::new(table.id(), *row), T::into_row(delta))?;
-        }
-        Ok(())
+        let staged = rows
+            .iter()
+            .zip(deltas)
+            .map(|(row, delta)| (ParamKey::new(table.id(), *row), T::into_row(delta)))
+            .collect();
+        self.store.record_many(staged)
     }
 
     fn check_delta<T: Element>(

@@ -281,7 +281,9 @@ async fn a_short_reply_fails_its_read_and_the_next_read_asks_again() {
     let read = s.read(vec![key(8), key(9)], 1);
     s.wait_for_gets(0, 1).await;
     let (_, reply) = s.held[0].lock().unwrap().remove(0);
-    reply.send(Ok(vec![Arc::new(RowData::F32(vec![1.0]))])).unwrap();
+    reply
+        .send(Ok(vec![Arc::new(RowData::F32(vec![1.0]))]))
+        .unwrap();
     let err = read.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("short reply"), "{err}");
     assert_eq!(s.pending_keys(), 0, "the short fetch is still noted");

@@ -133,13 +133,26 @@ impl ParamClient {
         rows: &[u64],
         out: &mut Vec<T>,
     ) -> Result<(), HarpError> {
-        let got = self.get_many(table, rows).await?;
+        self.check_table(table)?;
+        self.keys.clear();
+        self.keys
+            .extend(rows.iter().map(|r| ParamKey::new(table.id(), *r)));
+        let width = table.width();
         out.clear();
-        out.reserve(rows.len() * table.width());
-        for row in &got {
-            out.extend_from_slice(row);
-        }
-        Ok(())
+        out.resize(rows.len() * width, T::default());
+        // Each row is copied straight out of the cache, without a reference to it.
+        let mut copy = |i: usize, data: &Arc<RowData>| match T::slice(data) {
+            Some(values) if values.len() == width => {
+                out[i * width..(i + 1) * width].copy_from_slice(values);
+                Ok(())
+            }
+            _ => Err(HarpError::TableKindMismatch {
+                table: table.name().to_string(),
+                expected: T::NAME,
+                requested: T::NAME,
+            }),
+        };
+        self.store.visit(&self.keys, self.version, &mut copy).await
     }
 
     /// Adds `delta` to one row (Litz `PSUpdate`); under a table's update rule it is a gradient.

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Element types a table can hold.
-pub trait Element: Copy + Send + Sync + 'static {
+pub trait Element: Copy + Default + Send + Sync + 'static {
     const KIND: RowKind;
     const NAME: &'static str;
     fn slice(row: &RowData) -> Option<&[Self]>;

@@ -97,12 +97,10 @@ pub(crate) struct ParamCache {
 
 /// How a read gets one key's row.
 enum Slot {
-    Ready(Arc<RowData>),
+    /// Served from the cache (and visited already).
+    Visited,
     /// Row `index` of the read's fetch number `fetch`.
-    Wait {
-        fetch: usize,
-        index: usize,
-    },
+    Wait { fetch: usize, index: usize },
     /// Not served yet: a fetch is started for it below.
     Missing,
 }
@@ -125,8 +123,14 @@ impl ReadFetches {
     }
 }
 
+/// What a read does with each row it gets: `visit(position, row)`, once per position of the
+/// keys, in no particular order; a cached row is visited under its shard's lock, so a
+/// visitor that copies the row out takes no reference to it.
+pub(crate) type Visitor<'v> = dyn FnMut(usize, &Arc<RowData>) -> Result<(), HarpError> + Send + 'v;
+
 impl ParamCache {
     /// Rows for `keys` valid for a task of `version`, fetching what the cache cannot serve.
+    #[cfg(test)]
     pub(crate) async fn read(
         &self,
         keys: &[ParamKey],
@@ -135,23 +139,49 @@ impl ParamCache {
         counters: &NodeCounters,
         deadline: Duration,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
+        let mut rows: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
+        let mut keep = |i: usize, row: &Arc<RowData>| {
+            rows[i] = Some(row.clone());
+            Ok(())
+        };
+        self.visit(keys, version, routing, counters, deadline, &mut keep)
+            .await?;
+        rows.into_iter()
+            .map(|row| row.ok_or_else(|| HarpError::InvalidConfig("a row was not read".into())))
+            .collect()
+    }
+
+    /// Visits a row valid for a task of `version` for every key of `keys`, fetching what
+    /// the cache cannot serve.
+    pub(crate) async fn visit(
+        &self,
+        keys: &[ParamKey],
+        version: Version,
+        routing: &RwLock<Routing>,
+        counters: &NodeCounters,
+        deadline: Duration,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), HarpError> {
         let mut slots: Vec<Slot> = Vec::with_capacity(keys.len());
         slots.resize_with(keys.len(), || Slot::Missing);
         let mut missing: BTreeMap<ServerId, Vec<usize>> = BTreeMap::new();
         let mut fetches = ReadFetches::default();
         let (mut hits, mut waits) = (0u64, 0u64);
+        let mut visited = Ok(());
         {
             let routing = routing.read().unwrap_or_else(|p| p.into_inner());
             for (shard, positions) in self.entries.group(keys.iter()) {
                 let map = self.entries.read(shard);
                 for i in positions {
+                    // (The visitor's error ends the read once the lock is released.)
                     let Some(state) = map.get(&keys[i]) else {
                         continue;
                     };
                     slots[i] = match (&state.cached, &state.pending) {
                         (Some(c), _) if cached_value_usable(version, c.version) => {
                             hits += 1;
-                            Slot::Ready(c.row.clone())
+                            visited = visited.and_then(|()| visit(i, &c.row));
+                            Slot::Visited
                         }
                         (_, Some(p)) if cached_value_usable(version, p.version) => {
                             waits += 1;
@@ -205,6 +235,7 @@ impl ParamCache {
                 }
             }
         }
+        visited?;
         let misses: u64 = missing.values().map(|v| v.len() as u64).sum();
         NodeCounters::add(&counters.cache_hits, hits);
         NodeCounters::add(&counters.fetch_waits, waits);
@@ -218,13 +249,12 @@ impl ParamCache {
             }
             HarpError::from(f)
         })?;
-        let mut out = Vec::with_capacity(keys.len());
-        for slot in slots {
+        for (i, slot) in slots.into_iter().enumerate() {
             match slot {
-                Slot::Ready(row) => out.push(row),
+                Slot::Visited => {}
                 Slot::Wait { fetch, index } => {
                     match replies.get(fetch).and_then(|rows| rows.get(index)) {
-                        Some(row) => out.push(row.clone()),
+                        Some(row) => visit(i, row)?,
                         None => {
                             return Err(HarpError::InvalidConfig(
                                 "short reply from a server".into(),
@@ -238,7 +268,7 @@ impl ParamCache {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Sends the request now and returns a shared future for its reply, which stores the

@@ -29,7 +29,7 @@ pub use stats::NodeStats;
 use crate::error::HarpError;
 use crate::server::{AppliedAt, ServerMsg};
 use crate::table::{TableSet, UpdateRule};
-use cache::ParamCache;
+use cache::{ParamCache, Visitor};
 use dashmap::DashMap;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Version};
 use lost_ledger::LostLedger;
@@ -181,16 +181,36 @@ impl ParamStore {
         keys: &[ParamKey],
         version: Version,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
+        let mut rows: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
+        let mut keep = |i: usize, row: &Arc<RowData>| {
+            rows[i] = Some(row.clone());
+            Ok(())
+        };
+        self.visit(keys, version, &mut keep).await?;
+        rows.into_iter()
+            .map(|row| row.ok_or_else(|| HarpError::InvalidConfig("a row was not read".into())))
+            .collect()
+    }
+
+    /// Visits a row valid for a task of `version` for every key (from the cache or fetched;
+    /// see [`Visitor`]). A read retried after a server failure visits every key again.
+    pub(crate) async fn visit(
+        &self,
+        keys: &[ParamKey],
+        version: Version,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), HarpError> {
         let deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
         loop {
             let result = self
                 .cache
-                .read(
+                .visit(
                     keys,
                     version,
                     &self.routing,
                     &self.counters,
                     self.request_deadline,
+                    visit,
                 )
                 .await;
             match result {

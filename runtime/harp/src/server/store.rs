@@ -13,6 +13,7 @@ use crate::error::HarpError;
 use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
 use harp_core::{shard_of, CoreError, KeyMap, ParamKey, RowData, ShardId};
 use harp_kernels::optim;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -164,6 +165,13 @@ impl ShardRows {
     }
 }
 
+/// The spec of `key`'s table.
+fn spec_of(tables: &TableSet, key: ParamKey) -> Result<&TableSpec, CoreError> {
+    tables
+        .get(key.table)
+        .map_err(|_| CoreError::InvalidArgument(format!("unknown table in key {key}")))
+}
+
 /// The rows a server holds.
 #[derive(Debug)]
 pub(crate) struct ShardStore {
@@ -185,22 +193,20 @@ impl ShardStore {
     }
 
     fn spec(&self, key: ParamKey) -> Result<&TableSpec, CoreError> {
-        self.tables
-            .get(key.table)
-            .map_err(|_| CoreError::InvalidArgument(format!("unknown table in key {key}")))
+        spec_of(&self.tables, key)
     }
 
+    /// The row of `key`, created at its initial value on first access (one lookup).
     fn row_mut(&mut self, key: ParamKey) -> Result<&mut StoredRow, CoreError> {
-        if !self.rows.contains_key(&key) {
-            let spec = self.spec(key)?;
-            let value = Arc::new(initial_row(spec, key.row));
-            let opt = OptState::fresh(spec);
-            self.rows.insert(key, StoredRow { value, opt });
+        match self.rows.entry(key) {
+            Entry::Occupied(row) => Ok(row.into_mut()),
+            Entry::Vacant(slot) => {
+                let spec = spec_of(&self.tables, key)?;
+                let value = Arc::new(initial_row(spec, key.row));
+                let opt = OptState::fresh(spec);
+                Ok(slot.insert(StoredRow { value, opt }))
+            }
         }
-        // Inserted just above when absent.
-        self.rows
-            .get_mut(&key)
-            .ok_or_else(|| CoreError::InvalidArgument(format!("row {key} vanished")))
     }
 
     /// The current value of `key` (created on first access).

@@ -128,6 +128,29 @@ impl ReadFetches {
 /// visitor that copies the row out takes no reference to it.
 pub(crate) type Visitor<'v> = dyn FnMut(usize, &Arc<RowData>) -> Result<(), HarpError> + Send + 'v;
 
+/// The rows a visit hands over, kept by position (what a read returns).
+pub(crate) struct KeptRows(Vec<Option<Arc<RowData>>>);
+
+impl KeptRows {
+    pub(crate) fn new(len: usize) -> Self {
+        KeptRows(vec![None; len])
+    }
+
+    /// The visitor's work: keeps a reference to the row at `position`.
+    pub(crate) fn keep(&mut self, position: usize, row: &Arc<RowData>) -> Result<(), HarpError> {
+        self.0[position] = Some(row.clone());
+        Ok(())
+    }
+
+    /// The rows in key order; an error if the visit left a position out.
+    pub(crate) fn into_rows(self) -> Result<Vec<Arc<RowData>>, HarpError> {
+        self.0
+            .into_iter()
+            .map(|row| row.ok_or_else(|| HarpError::InvalidConfig("a row was not read".into())))
+            .collect()
+    }
+}
+
 impl ParamCache {
     /// Rows for `keys` valid for a task of `version`, fetching what the cache cannot serve.
     #[cfg(test)]
@@ -139,16 +162,11 @@ impl ParamCache {
         counters: &NodeCounters,
         deadline: Duration,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
-        let mut rows: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
-        let mut keep = |i: usize, row: &Arc<RowData>| {
-            rows[i] = Some(row.clone());
-            Ok(())
-        };
+        let mut kept = KeptRows::new(keys.len());
+        let mut keep = |i: usize, row: &Arc<RowData>| kept.keep(i, row);
         self.visit(keys, version, routing, counters, deadline, &mut keep)
             .await?;
-        rows.into_iter()
-            .map(|row| row.ok_or_else(|| HarpError::InvalidConfig("a row was not read".into())))
-            .collect()
+        kept.into_rows()
     }
 
     /// Visits a row valid for a task of `version` for every key of `keys`, fetching what

@@ -29,7 +29,7 @@ pub use stats::NodeStats;
 use crate::error::HarpError;
 use crate::server::{AppliedAt, ServerMsg};
 use crate::table::{TableSet, UpdateRule};
-use cache::{ParamCache, Visitor};
+use cache::{KeptRows, ParamCache, Visitor};
 use dashmap::DashMap;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Version};
 use lost_ledger::LostLedger;
@@ -181,15 +181,10 @@ impl ParamStore {
         keys: &[ParamKey],
         version: Version,
     ) -> Result<Vec<Arc<RowData>>, HarpError> {
-        let mut rows: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
-        let mut keep = |i: usize, row: &Arc<RowData>| {
-            rows[i] = Some(row.clone());
-            Ok(())
-        };
+        let mut kept = KeptRows::new(keys.len());
+        let mut keep = |i: usize, row: &Arc<RowData>| kept.keep(i, row);
         self.visit(keys, version, &mut keep).await?;
-        rows.into_iter()
-            .map(|row| row.ok_or_else(|| HarpError::InvalidConfig("a row was not read".into())))
-            .collect()
+        kept.into_rows()
     }
 
     /// Visits a row valid for a task of `version` for every key (from the cache or fetched;

@@ -20,15 +20,21 @@ pub struct Row<T> {
     _element: PhantomData<fn() -> T>,
 }
 
+/// `data` as a row of `table`: its values, if they have the table's kind and width.
+fn row_values<'d, T: Element>(data: &'d RowData, table: &Table<T>) -> Result<&'d [T], HarpError> {
+    match T::slice(data) {
+        Some(values) if values.len() == table.width() => Ok(values),
+        _ => Err(HarpError::TableKindMismatch {
+            table: table.name().to_string(),
+            expected: T::NAME,
+            requested: T::NAME,
+        }),
+    }
+}
+
 impl<T: Element> Row<T> {
     fn new(data: Arc<RowData>, table: &Table<T>) -> Result<Self, HarpError> {
-        if T::slice(&data).map(<[T]>::len) != Some(table.width()) {
-            return Err(HarpError::TableKindMismatch {
-                table: table.name().to_string(),
-                expected: T::NAME,
-                requested: T::NAME,
-            });
-        }
+        row_values(&data, table)?;
         Ok(Self {
             data,
             _element: PhantomData,
@@ -118,10 +124,7 @@ impl ParamClient {
         table: &Table<T>,
         rows: &[u64],
     ) -> Result<Vec<Row<T>>, HarpError> {
-        self.check_table(table)?;
-        self.keys.clear();
-        self.keys
-            .extend(rows.iter().map(|r| ParamKey::new(table.id(), *r)));
+        self.set_keys(table, rows)?;
         let data = self.store.read(&self.keys, self.version).await?;
         data.into_iter().map(|d| Row::new(d, table)).collect()
     }
@@ -133,26 +136,34 @@ impl ParamClient {
         rows: &[u64],
         out: &mut Vec<T>,
     ) -> Result<(), HarpError> {
-        self.check_table(table)?;
-        self.keys.clear();
-        self.keys
-            .extend(rows.iter().map(|r| ParamKey::new(table.id(), *r)));
+        self.set_keys(table, rows)?;
         let width = table.width();
         out.clear();
         out.resize(rows.len() * width, T::default());
         // Each row is copied straight out of the cache, without a reference to it.
-        let mut copy = |i: usize, data: &Arc<RowData>| match T::slice(data) {
-            Some(values) if values.len() == width => {
-                out[i * width..(i + 1) * width].copy_from_slice(values);
-                Ok(())
+        let mut copy = |i: usize, data: &Arc<RowData>| {
+            let values = row_values(data, table)?;
+            match out.get_mut(i * width..(i + 1) * width) {
+                Some(place) => {
+                    place.copy_from_slice(values);
+                    Ok(())
+                }
+                None => Err(HarpError::InvalidConfig(format!(
+                    "a read visited row position {i} of {}",
+                    rows.len()
+                ))),
             }
-            _ => Err(HarpError::TableKindMismatch {
-                table: table.name().to_string(),
-                expected: T::NAME,
-                requested: T::NAME,
-            }),
         };
         self.store.visit(&self.keys, self.version, &mut copy).await
+    }
+
+    /// Checks `table` and sets `self.keys` to the keys of its `rows`.
+    fn set_keys<T: Element>(&mut self, table: &Table<T>, rows: &[u64]) -> Result<(), HarpError> {
+        self.check_table(table)?;
+        self.keys.clear();
+        self.keys
+            .extend(rows.iter().map(|r| ParamKey::new(table.id(), *r)));
+        Ok(())
     }
 
     /// Adds `delta` to one row (Litz `PSUpdate`); under a table's update rule it is a gradient.

@@ -10,9 +10,10 @@
 //! A key's cached row and its fetch in flight live in one map entry ([`KeyState`]), so a read
 //! looks each key up once (twice on a miss: once more to note the fetch) and a fetch's reply
 //! stores each row and retires the fetch in one more. The map is split into shards
-//! ([`key_shards`]) and a read, or a reply, locks each shard once for all its keys. A fetch retires itself when it
-//! resolves, failed or not, so a read retried after a failure never waits on the failed fetch
-//! again. Every read awaits each distinct fetch once, not once per row.
+//! ([`key_shards`]) and a read, or a reply, locks each shard once for all its keys. A fetch
+//! retires itself when it resolves, failed or not, so a read retried after a failure never
+//! waits on the failed fetch again. Every read awaits each distinct fetch once, not once per
+//! row. A read hands each row to a [`Visitor`]; [`KeptRows`] is the one that keeps them.
 
 mod key_shards;
 
@@ -88,6 +89,20 @@ struct KeyState {
     pending: Option<PendingFetch>,
 }
 
+impl KeyState {
+    /// Forgets fetch `fetch_id` if it is still the one noted (a newer fetch that took its
+    /// place stays).
+    fn retire(&mut self, fetch_id: u64) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.fetch_id == fetch_id)
+        {
+            self.pending = None;
+        }
+    }
+}
+
 /// Versioned rows and fetches in flight.
 #[derive(Default)]
 pub(crate) struct ParamCache {
@@ -138,8 +153,16 @@ impl KeptRows {
 
     /// The visitor's work: keeps a reference to the row at `position`.
     pub(crate) fn keep(&mut self, position: usize, row: &Arc<RowData>) -> Result<(), HarpError> {
-        self.0[position] = Some(row.clone());
-        Ok(())
+        match self.0.get_mut(position) {
+            Some(slot) => {
+                *slot = Some(row.clone());
+                Ok(())
+            }
+            None => Err(HarpError::InvalidConfig(format!(
+                "a read visited position {position} of {}",
+                self.0.len()
+            ))),
+        }
     }
 
     /// The rows in key order; an error if the visit left a position out.
@@ -152,23 +175,6 @@ impl KeptRows {
 }
 
 impl ParamCache {
-    /// Rows for `keys` valid for a task of `version`, fetching what the cache cannot serve.
-    #[cfg(test)]
-    pub(crate) async fn read(
-        &self,
-        keys: &[ParamKey],
-        version: Version,
-        routing: &RwLock<Routing>,
-        counters: &NodeCounters,
-        deadline: Duration,
-    ) -> Result<Vec<Arc<RowData>>, HarpError> {
-        let mut kept = KeptRows::new(keys.len());
-        let mut keep = |i: usize, row: &Arc<RowData>| kept.keep(i, row);
-        self.visit(keys, version, routing, counters, deadline, &mut keep)
-            .await?;
-        kept.into_rows()
-    }
-
     /// Visits a row valid for a task of `version` for every key of `keys`, fetching what
     /// the cache cannot serve.
     pub(crate) async fn visit(
@@ -180,36 +186,34 @@ impl ParamCache {
         deadline: Duration,
         visit: &mut Visitor<'_>,
     ) -> Result<(), HarpError> {
+        // Positions (`i`, `idxs`, `index`) come from grouping these same slices, so every
+        // index below is in range.
         let mut slots: Vec<Slot> = Vec::with_capacity(keys.len());
         slots.resize_with(keys.len(), || Slot::Missing);
         let mut missing: BTreeMap<ServerId, Vec<usize>> = BTreeMap::new();
         let mut fetches = ReadFetches::default();
         let (mut hits, mut waits) = (0u64, 0u64);
-        let mut visited = Ok(());
         {
             let routing = routing.read().unwrap_or_else(|p| p.into_inner());
             for (shard, positions) in self.entries.group(keys.iter()) {
                 let map = self.entries.read(shard);
                 for i in positions {
-                    // (The visitor's error ends the read once the lock is released.)
-                    let Some(state) = map.get(&keys[i]) else {
-                        continue;
-                    };
-                    slots[i] = match (&state.cached, &state.pending) {
-                        (Some(c), _) if cached_value_usable(version, c.version) => {
+                    match map.get(&keys[i]).map(|s| (&s.cached, &s.pending)) {
+                        Some((Some(c), _)) if cached_value_usable(version, c.version) => {
                             hits += 1;
-                            visited = visited.and_then(|()| visit(i, &c.row));
-                            Slot::Visited
+                            // An error returns here, which releases the locks.
+                            visit(i, &c.row)?;
+                            slots[i] = Slot::Visited;
                         }
-                        (_, Some(p)) if cached_value_usable(version, p.version) => {
+                        Some((_, Some(p))) if cached_value_usable(version, p.version) => {
                             waits += 1;
-                            Slot::Wait {
+                            slots[i] = Slot::Wait {
                                 fetch: fetches.number(p.fetch_id, &p.fetch),
                                 index: p.index,
-                            }
+                            };
                         }
-                        _ => Slot::Missing,
-                    };
+                        _ => {} // stays missing
+                    }
                 }
             }
             for (i, slot) in slots.iter().enumerate() {
@@ -220,19 +224,13 @@ impl ParamCache {
             for (server, idxs) in &missing {
                 let fetch_keys: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
                 let fetch_id = self.next_fetch_id.fetch_add(1, Ordering::Relaxed);
-                let fetch = self.start_fetch(
-                    *server,
-                    fetch_keys.clone(),
-                    version,
-                    fetch_id,
-                    &routing,
-                    deadline,
-                );
+                let fetch =
+                    self.start_fetch(*server, fetch_keys, version, fetch_id, &routing, deadline);
                 let number = fetches.number(fetch_id, &fetch);
-                for (shard, indices) in self.entries.group(fetch_keys.iter()) {
+                for (shard, indices) in self.entries.group(idxs.iter().map(|&i| &keys[i])) {
                     let mut map = self.entries.write(shard);
                     for index in indices {
-                        let state = map.entry(fetch_keys[index]).or_default();
+                        let state = map.entry(keys[idxs[index]]).or_default();
                         let newer = state
                             .pending
                             .as_ref()
@@ -253,7 +251,6 @@ impl ParamCache {
                 }
             }
         }
-        visited?;
         let misses: u64 = missing.values().map(|v| v.len() as u64).sum();
         NodeCounters::add(&counters.cache_hits, hits);
         NodeCounters::add(&counters.fetch_waits, waits);
@@ -326,21 +323,11 @@ impl ParamCache {
             } else {
                 Err(failed(FetchFailure::Unreachable))
             };
-            let entries = entries.upgrade();
-            match reply {
-                Ok(rows) => {
-                    if let Some(entries) = entries {
-                        store_rows(&entries, &keys, &rows, version, fetch_id);
-                    }
-                    Ok(Arc::new(rows))
-                }
-                Err(why) => {
-                    if let Some(entries) = entries {
-                        retire(&entries, &keys, fetch_id);
-                    }
-                    Err(why)
-                }
+            if let Some(entries) = entries.upgrade() {
+                let rows: &[Arc<RowData>] = reply.as_deref().unwrap_or(&[]);
+                settle(&entries, &keys, rows, version, fetch_id);
             }
+            reply.map(Arc::new)
         }
         .boxed()
         .shared()
@@ -352,8 +339,10 @@ impl ParamCache {
     }
 }
 
-/// Stores a fetch's rows (unless a newer one is cached) and retires the fetch from every key.
-fn store_rows(
+/// Settles a resolved fetch: stores the rows its reply carried (none if it failed; fewer
+/// than asked if the reply was short, which fails its readers) unless a newer row is cached,
+/// and retires the fetch from every key.
+fn settle(
     entries: &Entries,
     keys: &[ParamKey],
     rows: &[Arc<RowData>],
@@ -363,44 +352,21 @@ fn store_rows(
     for (shard, positions) in entries.group(keys.iter()) {
         let mut map = entries.write(shard);
         for i in positions {
-            let state = map.entry(keys[i]).or_default();
+            // Every key of a fetch got an entry when the fetch was noted; entries stay.
+            let Some(state) = map.get_mut(&keys[i]) else {
+                continue;
+            };
             let newer = state
                 .cached
                 .as_ref()
                 .is_none_or(|c| should_replace_cached(c.version, version));
-            // A short reply (its readers fail) still retires the fetch from every key.
             if let (true, Some(row)) = (newer, rows.get(i)) {
                 state.cached = Some(CachedRow {
                     version,
                     row: row.clone(),
                 });
             }
-            if state
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.fetch_id == fetch_id)
-            {
-                state.pending = None;
-            }
-        }
-    }
-}
-
-/// Retires a failed fetch from the keys it is still pending for (a newer fetch that took its
-/// place stays).
-fn retire(entries: &Entries, keys: &[ParamKey], fetch_id: u64) {
-    for (shard, positions) in entries.group(keys.iter()) {
-        let mut map = entries.write(shard);
-        for i in positions {
-            if let Some(state) = map.get_mut(&keys[i]) {
-                if state
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.fetch_id == fetch_id)
-                {
-                    state.pending = None;
-                }
-            }
+            state.retire(fetch_id);
         }
     }
 }

@@ -267,6 +267,7 @@ impl ParamStore {
         let mut by_shard: Vec<Vec<(ParamKey, RowData)>> =
             vec![Vec::new(); self.num_shards as usize];
         for (key, delta) in updates {
+            // shard_of returns a shard below num_shards, the buckets' count.
             by_shard[shard_of(key, self.num_shards).0 as usize].push((key, delta));
         }
         let (mut recorded, mut result) = (0u64, Ok(()));
@@ -598,7 +599,7 @@ mod tests {
         let err = store
             .record_many(vec![(key, RowData::F32(vec![1.0; 2]))])
             .unwrap_err();
-        assert!(!err.to_string().is_empty());
+        assert!(err.to_string().contains("width"), "{err}");
         assert_eq!(store.stats().updates_rejected, 1);
         assert_eq!(store.stats().updates_recorded, 1);
     }

@@ -27,7 +27,8 @@ impl<V> Default for KeyShards<V> {
 }
 
 impl<V> KeyShards<V> {
-    /// The shard of `key`.
+    /// The shard of `key`: the hash's bits 50..57 shifted down to `log2(SHARDS)` bits, so
+    /// always below `SHARDS` (the index of `group`'s buckets and of `shards`).
     fn shard_of(&self, key: &ParamKey) -> usize {
         let hash = BuildKeyHasher::default().hash_one(key);
         ((hash << 7) >> (64 - SHARDS.trailing_zeros())) as usize

@@ -94,10 +94,19 @@ impl Setup {
             self.counters.clone(),
         );
         tokio::spawn(async move {
-            let rows = cache
-                .read(&keys, Version(version), &routing, &counters, DEADLINE)
+            let mut kept = KeptRows::new(keys.len());
+            let mut keep = |i: usize, row: &Arc<RowData>| kept.keep(i, row);
+            cache
+                .visit(
+                    &keys,
+                    Version(version),
+                    &routing,
+                    &counters,
+                    DEADLINE,
+                    &mut keep,
+                )
                 .await?;
-            Ok(rows.iter().map(|r| value(r)).collect())
+            Ok(kept.into_rows()?.iter().map(|r| value(r)).collect())
         })
     }
 
@@ -112,12 +121,24 @@ impl Setup {
     /// Answers server `server`'s held read number `which` (in arrival order among those
     /// still held) with `value` for every key.
     fn answer(&self, server: usize, which: usize, value: f32) -> Vec<ParamKey> {
-        let (keys, reply) = self.held[server].lock().unwrap().remove(which);
-        let rows = keys
-            .iter()
-            .map(|_| Arc::new(RowData::F32(vec![value])))
-            .collect();
-        reply.send(Ok(rows)).unwrap();
+        self.reply(server, which, |keys| {
+            Ok(keys
+                .iter()
+                .map(|_| Arc::new(RowData::F32(vec![value])))
+                .collect())
+        })
+    }
+
+    /// Answers server `server`'s held read number `which` with what `reply` makes of its
+    /// keys; returns the keys.
+    fn reply(
+        &self,
+        server: usize,
+        which: usize,
+        reply: impl FnOnce(&[ParamKey]) -> Result<Vec<Arc<RowData>>, HarpError>,
+    ) -> Vec<ParamKey> {
+        let (keys, sender) = self.held[server].lock().unwrap().remove(which);
+        sender.send(reply(&keys)).unwrap();
         keys
     }
 
@@ -226,10 +247,9 @@ async fn a_failed_fetch_retires_so_the_next_read_sends_a_new_request() {
     let s = setup(1).await;
     let read = s.read(vec![key(3), key(4)], 1);
     s.wait_for_gets(0, 1).await;
-    let (_, reply) = s.held[0].lock().unwrap().remove(0);
-    reply
-        .send(Err(HarpError::InvalidConfig("no such row".into())))
-        .unwrap();
+    s.reply(0, 0, |_| {
+        Err(HarpError::InvalidConfig("no such row".into()))
+    });
     let err = read.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("refused a read: "), "{err}");
     assert_eq!(s.pending_keys(), 0, "the failed fetch is still noted");
@@ -280,10 +300,7 @@ async fn a_short_reply_fails_its_read_and_the_next_read_asks_again() {
     let s = setup(1).await;
     let read = s.read(vec![key(8), key(9)], 1);
     s.wait_for_gets(0, 1).await;
-    let (_, reply) = s.held[0].lock().unwrap().remove(0);
-    reply
-        .send(Ok(vec![Arc::new(RowData::F32(vec![1.0]))]))
-        .unwrap();
+    s.reply(0, 0, |_| Ok(vec![Arc::new(RowData::F32(vec![1.0]))]));
     let err = read.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("short reply"), "{err}");
     assert_eq!(s.pending_keys(), 0, "the short fetch is still noted");
@@ -294,4 +311,51 @@ async fn a_short_reply_fails_its_read_and_the_next_read_asks_again() {
     let keys = s.answer(0, 0, 2.0);
     assert_eq!(keys, vec![key(9)]);
     assert_eq!(again.await.unwrap().unwrap(), vec![1.0, 2.0]);
+}
+
+#[tokio::test]
+async fn a_visitors_error_ends_the_read_for_cached_and_fetched_rows() {
+    let s = setup(1).await;
+    let refuse = |i: usize, _: &Arc<RowData>| -> Result<(), HarpError> {
+        Err(HarpError::InvalidConfig(format!("visitor refused {i}")))
+    };
+    // Fetched: the error comes after the reply.
+    let (cache, routing, counters) = (s.cache.clone(), s.routing.clone(), s.counters.clone());
+    let fetched = tokio::spawn(async move {
+        let mut visit = refuse;
+        cache
+            .visit(
+                &[key(1)],
+                Version(1),
+                &routing,
+                &counters,
+                DEADLINE,
+                &mut visit,
+            )
+            .await
+    });
+    s.wait_for_gets(0, 1).await;
+    s.answer(0, 0, 1.0);
+    let err = fetched.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("visitor refused 0"), "{err}");
+    // Cached now: the error comes at once, and the lock it came under is released.
+    let mut visit = refuse;
+    let err = s
+        .cache
+        .visit(
+            &[key(1)],
+            Version(1),
+            &s.routing,
+            &s.counters,
+            DEADLINE,
+            &mut visit,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("visitor refused 0"), "{err}");
+    // A newer read's reply takes that shard's write lock.
+    let newer = s.read(vec![key(1)], 2);
+    s.wait_for_gets(0, 1).await;
+    s.answer(0, 0, 2.0);
+    assert_eq!(newer.await.unwrap().unwrap(), vec![2.0]);
 }

@@ -40,6 +40,8 @@ enum Fault {
     BatchBadShape,
     /// Reads through an `i64` handle whose id is the app's `f32` table.
     WrongKindHandle,
+    /// Reads through an `f32` handle whose id is the app's `f32` table but whose width is not.
+    WrongWidthHandle,
     /// Reads through a handle of a table the app never declared.
     UndeclaredTable,
 }
@@ -118,6 +120,7 @@ struct TinyApp {
     tables: TableSet,
     table: Table<f32>,
     wrong_kind: Table<i64>,
+    wrong_width: Table<f32>,
     undeclared: Table<f32>,
     probe: Arc<Probe>,
 }
@@ -128,8 +131,12 @@ impl TinyApp {
         let table = tables
             .dense_f32("t", WIDTH, UpdateRule::Add, Init::Zeros)
             .unwrap();
-        // Handles from another app's declarations: same id with another element type, and
-        // an id this app never declared.
+        // Handles from other apps' declarations: same id with another element type, same id
+        // and type with another width, and an id this app never declared.
+        let wrong_width = TableSet::new()
+            .dense_f32("t", WIDTH + 2, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        assert_eq!(wrong_width.id(), table.id());
         let mut other = TableSet::new();
         let wrong_kind = other.counters_i64("c", WIDTH).unwrap();
         other.counters_i64("c2", WIDTH).unwrap();
@@ -143,6 +150,7 @@ impl TinyApp {
             tables,
             table,
             wrong_kind,
+            wrong_width,
             undeclared,
             probe: Arc::default(),
         }
@@ -164,6 +172,7 @@ struct TinyExecutor {
     plan: Plan,
     table: Table<f32>,
     wrong_kind: Table<i64>,
+    wrong_width: Table<f32>,
     undeclared: Table<f32>,
     probe: Arc<Probe>,
 }
@@ -205,6 +214,7 @@ impl App for TinyApp {
             plan: self.plan.clone(),
             table: self.table.clone(),
             wrong_kind: self.wrong_kind.clone(),
+            wrong_width: self.wrong_width.clone(),
             undeclared: self.undeclared.clone(),
             probe: self.probe.clone(),
         })
@@ -294,6 +304,7 @@ impl TinyExecutor {
             ),
             Fault::BatchBadShape => ps.update_many(&self.table, &[row, row + 100], &[1.0; 5]),
             Fault::WrongKindHandle => ps.get(&self.wrong_kind, row).await.map(drop),
+            Fault::WrongWidthHandle => ps.get(&self.wrong_width, row).await.map(drop),
             Fault::UndeclaredTable => ps.get(&self.undeclared, u64::from(round)).await.map(drop),
         }
     }
@@ -672,6 +683,14 @@ fn handles_from_other_declarations_are_refused() {
         matches!(
             &error,
             HarpError::TableKindMismatch { table, expected: "f32", requested: "i64" } if table == "t"
+        ),
+        "{error:?}"
+    );
+    let (error, _) = noted_fault(Fault::WrongWidthHandle);
+    assert!(
+        matches!(
+            &error,
+            HarpError::WidthMismatch { table, expected: 3, found: 5 } if table == "t"
         ),
         "{error:?}"
     );

@@ -8,7 +8,7 @@
 use crate::error::HarpError;
 use crate::node::ParamStore;
 use crate::table::{Element, Table};
-use harp_core::{ExecutorId, ParamKey, RowData, TaskId, Version};
+use harp_core::{ExecutorId, ParamKey, RowData, RowKind, TaskId, Version};
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -20,13 +20,26 @@ pub struct Row<T> {
     _element: PhantomData<fn() -> T>,
 }
 
+/// The element type's name of rows of `kind`, as [`Element::NAME`] spells it.
+fn kind_name(kind: RowKind) -> &'static str {
+    match kind {
+        RowKind::F32 => f32::NAME,
+        RowKind::I64 => i64::NAME,
+    }
+}
+
 /// `data` as a row of `table`: its values, if they have the table's kind and width.
 fn row_values<'d, T: Element>(data: &'d RowData, table: &Table<T>) -> Result<&'d [T], HarpError> {
     match T::slice(data) {
         Some(values) if values.len() == table.width() => Ok(values),
-        _ => Err(HarpError::TableKindMismatch {
+        Some(values) => Err(HarpError::WidthMismatch {
             table: table.name().to_string(),
-            expected: T::NAME,
+            expected: table.width(),
+            found: values.len(),
+        }),
+        None => Err(HarpError::TableKindMismatch {
+            table: table.name().to_string(),
+            expected: kind_name(data.kind()),
             requested: T::NAME,
         }),
     }
@@ -94,14 +107,18 @@ impl ParamClient {
 
     fn check_table<T: Element>(&self, table: &Table<T>) -> Result<(), HarpError> {
         let spec = self.store.tables.get(table.id())?;
-        if spec.kind != T::KIND || spec.width != table.width() {
+        if spec.kind != T::KIND {
             return Err(HarpError::TableKindMismatch {
                 table: spec.name.to_string(),
-                expected: match spec.kind {
-                    harp_core::RowKind::F32 => "f32",
-                    harp_core::RowKind::I64 => "i64",
-                },
+                expected: kind_name(spec.kind),
                 requested: T::NAME,
+            });
+        }
+        if spec.width != table.width() {
+            return Err(HarpError::WidthMismatch {
+                table: spec.name.to_string(),
+                expected: spec.width,
+                found: table.width(),
             });
         }
         Ok(())
@@ -262,5 +279,45 @@ impl ParamClient {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{Init, TableSet, UpdateRule};
+
+    fn f32_table(width: usize) -> Table<f32> {
+        TableSet::new()
+            .dense_f32("w", width, UpdateRule::Add, Init::Zeros)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_row_of_the_tables_kind_and_width_is_its_values() {
+        let data = RowData::F32(vec![1.0, 2.0]);
+        assert_eq!(row_values(&data, &f32_table(2)).unwrap(), &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn a_row_of_another_width_names_both_widths() {
+        let error = row_values(&RowData::F32(vec![1.0; 3]), &f32_table(2)).unwrap_err();
+        assert!(
+            matches!(&error, HarpError::WidthMismatch { table, expected: 2, found: 3 } if table == "w"),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_row_of_another_kind_names_the_kind_it_holds() {
+        let error = row_values(&RowData::I64(vec![1, 2]), &f32_table(2)).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                HarpError::TableKindMismatch { table, expected: "i64", requested: "f32" }
+                    if table == "w"
+            ),
+            "{error:?}"
+        );
     }
 }

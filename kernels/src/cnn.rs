@@ -42,6 +42,8 @@ pub use conv::{conv2d_backward, conv2d_forward};
 pub use dense::{dense_backward, dense_forward};
 pub use loss::{softmax_xent, softmax_xent_evaluate, softmax_xent_scaled};
 pub use pool::{maxpool2x2_backward, maxpool2x2_forward};
+#[cfg(feature = "cuda")]
+pub(crate) use shape::LayerLens;
 pub use shape::{Conv2d, Dense, MaxPool2x2};
 
 /// Gradient outputs of a layer with weights (convolution or dense), all overwritten

@@ -47,7 +47,7 @@ pub fn conv2d_forward(
     scratch: &mut CnnScratch,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    d.lens().check_x_w_b(x.len(), w.len(), b.len())?;
     check_len("y", d.y_len, y.len())?;
     if batch == 0 {
         return Ok(());
@@ -103,15 +103,12 @@ pub fn conv2d_backward(
     scratch: &mut CnnScratch,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_len("x", d.x_len, x.len())?;
-    check_len("w", d.w_len, w.len())?;
-    check_len("dy", d.y_len, dy.len())?;
     let LayerGrads { mut dx, dw, db } = grads;
-    if let Some(dx) = dx.as_deref() {
-        check_len("dx", d.x_len, dx.len())?;
-    }
-    check_len("dw", d.w_len, dw.len())?;
-    check_len("db", d.o, db.len())?;
+    d.lens().check_backward(
+        [x.len(), w.len(), dy.len()],
+        dx.as_deref().map(<[f32]>::len),
+        [dw.len(), db.len()],
+    )?;
 
     db.fill(0.0);
     if batch == 0 {

@@ -23,7 +23,7 @@ pub fn conv2d_forward(
     y: &mut [f32],
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    d.lens().check_x_w_b(x.len(), w.len(), b.len())?;
     check_len("y", d.y_len, y.len())?;
     for n in 0..batch {
         for o in 0..d.o {
@@ -61,15 +61,12 @@ pub fn conv2d_backward(
     grads: LayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_len("x", d.x_len, x.len())?;
-    check_len("w", d.w_len, w.len())?;
-    check_len("dy", d.y_len, dy.len())?;
     let LayerGrads { dx, dw, db } = grads;
-    if let Some(dx) = dx.as_deref() {
-        check_len("dx", d.x_len, dx.len())?;
-    }
-    check_len("dw", d.w_len, dw.len())?;
-    check_len("db", d.o, db.len())?;
+    d.lens().check_backward(
+        [x.len(), w.len(), dy.len()],
+        dx.as_deref().map(<[f32]>::len),
+        [dw.len(), db.len()],
+    )?;
 
     let mut gx = vec![0.0f64; d.x_len];
     let mut gw = vec![0.0f64; d.w_len];
@@ -218,7 +215,7 @@ pub fn dense_forward(
     y: &mut [f32],
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    d.lens().check_x_w_b(x.len(), w.len(), b.len())?;
     check_len("y", d.y_len, y.len())?;
     for n in 0..batch {
         for o in 0..d.o {
@@ -245,15 +242,12 @@ pub fn dense_backward(
     grads: LayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_len("x", d.x_len, x.len())?;
-    check_len("w", d.w_len, w.len())?;
-    check_len("dy", d.y_len, dy.len())?;
     let LayerGrads { dx, dw, db } = grads;
-    if let Some(dx) = dx.as_deref() {
-        check_len("dx", d.x_len, dx.len())?;
-    }
-    check_len("dw", d.w_len, dw.len())?;
-    check_len("db", d.o, db.len())?;
+    d.lens().check_backward(
+        [x.len(), w.len(), dy.len()],
+        dx.as_deref().map(<[f32]>::len),
+        [dw.len(), db.len()],
+    )?;
     let mut gx = vec![0.0f64; d.x_len];
     let mut gw = vec![0.0f64; d.w_len];
     let mut gb = vec![0.0f64; d.o];

@@ -190,11 +190,14 @@ pub(crate) struct ConvDims {
 }
 
 impl ConvDims {
-    /// Checks the lengths of the input, weights and bias.
-    pub fn check_x_w_b(&self, x: usize, w: usize, b: usize) -> Result<(), KernelError> {
-        check_len("x", self.x_len, x)?;
-        check_len("w", self.w_len, w)?;
-        check_len("b", self.o, b)
+    /// The lengths this layer's buffers must have.
+    pub fn lens(&self) -> LayerLens {
+        LayerLens {
+            x: self.x_len,
+            w: self.w_len,
+            y: self.y_len,
+            b: self.o,
+        }
     }
 }
 
@@ -349,11 +352,56 @@ pub(crate) struct DenseDims {
 }
 
 impl DenseDims {
-    /// Checks the lengths of the input, weights and bias.
+    /// The lengths this layer's buffers must have.
+    pub fn lens(&self) -> LayerLens {
+        LayerLens {
+            x: self.x_len,
+            w: self.w_len,
+            y: self.y_len,
+            b: self.o,
+        }
+    }
+}
+
+/// The lengths a layer's buffers must have for one batch (convolution or dense), so every
+/// implementation (fast, reference, CUDA) checks them the same way and names the same
+/// buffer in its error.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LayerLens {
+    /// The input (and its gradient).
+    pub x: usize,
+    /// The weights (and their gradient).
+    pub w: usize,
+    /// The output (and its gradient).
+    pub y: usize,
+    /// The bias (and its gradient).
+    pub b: usize,
+}
+
+impl LayerLens {
+    /// Checks a forward pass's input, weights and bias.
     pub fn check_x_w_b(&self, x: usize, w: usize, b: usize) -> Result<(), KernelError> {
-        check_len("x", self.x_len, x)?;
-        check_len("w", self.w_len, w)?;
-        check_len("b", self.o, b)
+        check_len("x", self.x, x)?;
+        check_len("w", self.w, w)?;
+        check_len("b", self.b, b)
+    }
+
+    /// Checks a backward pass's input, weights, output gradient and the gradients it writes
+    /// (`dx` when one is asked for).
+    pub fn check_backward(
+        &self,
+        [x, w, dy]: [usize; 3],
+        dx: Option<usize>,
+        [dw, db]: [usize; 2],
+    ) -> Result<(), KernelError> {
+        check_len("x", self.x, x)?;
+        check_len("w", self.w, w)?;
+        check_len("dy", self.y, dy)?;
+        if let Some(dx) = dx {
+            check_len("dx", self.x, dx)?;
+        }
+        check_len("dw", self.w, dw)?;
+        check_len("db", self.b, db)
     }
 }
 

@@ -21,7 +21,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKern
 
 use super::optim::check_device;
 use super::{driver_err, CudaSource, Gpu};
-use crate::cnn::{Conv2d, Dense, MaxPool2x2};
+use crate::cnn::{Conv2d, Dense, LayerLens, MaxPool2x2};
 use crate::error::{check_len, KernelError};
 
 /// `kernels/cuda/cnn.cu`.
@@ -190,7 +190,7 @@ pub fn conv2d_forward(
     y: &mut CudaSlice<f32>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    d.lens().check_x_w_b(x.len(), w.len(), b.len())?;
     check_len("y", d.y_len, y.len())?;
     let g = conv_geom(layer, batch)?;
     for (what, buf) in [("x", x), ("w", w), ("b", b)] {
@@ -213,22 +213,19 @@ pub fn conv2d_forward(
     Ok(())
 }
 
-/// The checks every layer's backward runs before it writes: each buffer's length (`lens`:
-/// x, w, dy, and the bias length) and that each lives on `gpu`.
+/// The checks every layer's backward runs before it writes: each buffer's length and that
+/// each lives on `gpu`.
 fn check_backward_buffers(
     gpu: &Gpu,
-    [x_len, w_len, y_len, bias_len]: [usize; 4],
+    lens: LayerLens,
     [x, w, dy]: [&CudaSlice<f32>; 3],
     grads: &GpuLayerGrads<'_>,
 ) -> Result<(), KernelError> {
-    check_len("x", x_len, x.len())?;
-    check_len("w", w_len, w.len())?;
-    check_len("dy", y_len, dy.len())?;
-    if let Some(dx) = grads.dx.as_deref() {
-        check_len("dx", x_len, dx.len())?;
-    }
-    check_len("dw", w_len, grads.dw.len())?;
-    check_len("db", bias_len, grads.db.len())?;
+    lens.check_backward(
+        [x.len(), w.len(), dy.len()],
+        grads.dx.as_deref().map(CudaSlice::len),
+        [grads.dw.len(), grads.db.len()],
+    )?;
     for (what, buf) in [("x", x), ("w", w), ("dy", dy)] {
         check_device(gpu, what, buf)?;
     }
@@ -254,7 +251,7 @@ pub fn conv2d_backward(
     grads: GpuLayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_backward_buffers(gpu, [d.x_len, d.w_len, d.y_len, d.o], [x, w, dy], &grads)?;
+    check_backward_buffers(gpu, d.lens(), [x, w, dy], &grads)?;
     let g = conv_geom(layer, batch)?;
     let GpuLayerGrads { dx, dw, db } = grads;
 
@@ -409,7 +406,7 @@ pub fn dense_forward(
     y: &mut CudaSlice<f32>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    d.check_x_w_b(x.len(), w.len(), b.len())?;
+    d.lens().check_x_w_b(x.len(), w.len(), b.len())?;
     check_len("y", d.y_len, y.len())?;
     dense_limits(layer, batch)?;
     for (what, buf) in [("x", x), ("w", w), ("b", b)] {
@@ -448,7 +445,7 @@ pub fn dense_backward(
     grads: GpuLayerGrads<'_>,
 ) -> Result<(), KernelError> {
     let d = layer.dims(batch)?;
-    check_backward_buffers(gpu, [d.x_len, d.w_len, d.y_len, d.o], [x, w, dy], &grads)?;
+    check_backward_buffers(gpu, d.lens(), [x, w, dy], &grads)?;
     dense_limits(layer, batch)?;
     let GpuLayerGrads { dx, dw, db } = grads;
     let stream = gpu.stream();

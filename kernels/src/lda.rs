@@ -179,6 +179,34 @@ pub(crate) fn validate(
     Ok(())
 }
 
+/// [`validate`], plus a parallel step's own inputs: one uniform in `[0, 1)` per token and
+/// `new_topics` output slots, one per token.
+pub(crate) fn validate_parallel(
+    params: &LdaParams,
+    tokens: Tokens<'_>,
+    topics: &[u32],
+    counts: Counts<'_>,
+    uniforms: &[f32],
+    new_topics: usize,
+) -> Result<(), KernelError> {
+    validate(params, tokens, topics, counts)?;
+    let n = topics.len();
+    check_len("uniforms", n, uniforms.len())?;
+    check_len("new_topics", n, new_topics)?;
+    check_uniforms(uniforms)
+}
+
+/// The first uniform outside `[0, 1)`, as [`KernelError::InvalidValue`].
+pub(crate) fn check_uniforms(uniforms: &[f32]) -> Result<(), KernelError> {
+    match uniforms.iter().position(|u| !(0.0..1.0).contains(u)) {
+        Some(position) => Err(KernelError::InvalidValue {
+            what: "uniforms",
+            position,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `len / k` if `len` is a multiple of `k`, else a length mismatch naming `what`.
 fn rows_of(what: &'static str, len: usize, k: usize) -> Result<usize, KernelError> {
     let rows = len / k;

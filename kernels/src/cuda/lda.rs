@@ -66,7 +66,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use super::optim::check_device;
 use super::{driver_err, CudaSource, Gpu};
 use crate::error::{check_len, KernelError};
-use crate::lda::{LdaParams, Tokens};
+use crate::lda::{check_uniforms, LdaParams, Tokens};
 
 /// `kernels/cuda/lda.cu`.
 pub const SOURCE: CudaSource = CudaSource {
@@ -422,17 +422,6 @@ impl DeviceTopics {
 #[derive(Debug)]
 pub struct DeviceUniforms {
     buf: CudaSlice<f32>,
-}
-
-/// First position of a value outside `[0, 1)`, as the CPU version reports it.
-fn check_uniforms(host: &[f32]) -> Result<(), KernelError> {
-    match host.iter().position(|u| !(0.0..1.0).contains(u)) {
-        Some(position) => Err(KernelError::InvalidValue {
-            what: "uniforms",
-            position,
-        }),
-        None => Ok(()),
-    }
 }
 
 impl DeviceUniforms {

@@ -22,8 +22,8 @@
 //! `8K + 20` bytes per token (180 B at K = 20, 8212 B at K = 1024). The `4K`-byte topic
 //! totals are shared by all tokens and not counted.
 
-use super::{validate, Counts, CountsMut, LdaParams, Tokens};
-use crate::error::{check_len, KernelError};
+use super::{validate, validate_parallel, Counts, CountsMut, LdaParams, Tokens};
+use crate::error::KernelError;
 
 /// Topics per chunk of the parallel step's summation order (one CUDA warp).
 pub const PARALLEL_CHUNK: usize = 32;
@@ -48,16 +48,8 @@ pub fn sample_parallel(
     uniforms: &[f32],
     new_topics: &mut [u32],
 ) -> Result<(), KernelError> {
-    validate(params, tokens, topics, counts)?;
+    validate_parallel(params, tokens, topics, counts, uniforms, new_topics.len())?;
     let n = topics.len();
-    check_len("uniforms", n, uniforms.len())?;
-    check_len("new_topics", n, new_topics.len())?;
-    if let Some(position) = uniforms.iter().position(|u| !(0.0..1.0).contains(u)) {
-        return Err(KernelError::InvalidValue {
-            what: "uniforms",
-            position,
-        });
-    }
     let k = params.topics;
     let (alpha, beta, vbeta) = (params.alpha, params.beta, params.vbeta());
     let base = counts.word_base as usize;

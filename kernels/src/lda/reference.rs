@@ -4,7 +4,7 @@
 //! samplers draw the same uniforms as their fast versions, so tests can compare
 //! topics token by token.
 
-use super::{validate, Counts, CountsMut, FastRng, LdaParams, Tokens};
+use super::{validate, validate_parallel, Counts, CountsMut, FastRng, LdaParams, Tokens};
 use crate::error::{check_len, KernelError};
 
 /// The normalized collapsed conditional of one token, in `f64`: `doc_row`, `word_row`
@@ -136,16 +136,8 @@ pub fn sample_parallel_reference(
     uniforms: &[f32],
     new_topics: &mut [u32],
 ) -> Result<(), KernelError> {
-    validate(params, tokens, topics, counts)?;
+    validate_parallel(params, tokens, topics, counts, uniforms, new_topics.len())?;
     let n = topics.len();
-    check_len("uniforms", n, uniforms.len())?;
-    check_len("new_topics", n, new_topics.len())?;
-    if let Some(position) = uniforms.iter().position(|u| !(0.0..1.0).contains(u)) {
-        return Err(KernelError::InvalidValue {
-            what: "uniforms",
-            position,
-        });
-    }
     let k = params.topics;
     let base = counts.word_base as usize;
     for i in 0..n {

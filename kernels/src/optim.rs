@@ -12,7 +12,7 @@ pub mod reference;
 
 pub use rules::{adagrad_step, adam_step, add_assign, axpy};
 
-use crate::error::KernelError;
+use crate::error::{check_len, KernelError};
 
 /// AdaGrad hyperparameters: `accum += g²; w -= lr * g / (sqrt(accum) + eps)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -38,6 +38,14 @@ impl AdaGrad {
     pub fn validate(&self) -> Result<(), KernelError> {
         finite("lr", self.lr)?;
         non_negative("eps", self.eps)
+    }
+
+    /// What every AdaGrad step (CPU, reference, CUDA) checks before it writes: the
+    /// hyperparameters, then that `accum` and `grad` are as long as the weights `w`.
+    pub(crate) fn check_step(&self, [w, accum, grad]: [usize; 3]) -> Result<(), KernelError> {
+        self.validate()?;
+        check_len("accum", w, accum)?;
+        check_len("grad", w, grad)
     }
 }
 
@@ -77,6 +85,23 @@ impl Adam {
         non_negative("eps", self.eps)?;
         unit_interval("beta1", self.beta1)?;
         unit_interval("beta2", self.beta2)
+    }
+
+    /// What every Adam step (CPU, reference, CUDA) checks before it writes: a step count of
+    /// at least 1, the hyperparameters, then that `m`, `v` and `grad` are as long as the
+    /// weights `w`.
+    pub(crate) fn check_step(
+        &self,
+        step: u64,
+        [w, m, v, grad]: [usize; 4],
+    ) -> Result<(), KernelError> {
+        if step == 0 {
+            return Err(KernelError::ZeroStep);
+        }
+        self.validate()?;
+        check_len("m", w, m)?;
+        check_len("v", w, v)?;
+        check_len("grad", w, grad)
     }
 }
 

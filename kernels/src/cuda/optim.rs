@@ -111,9 +111,7 @@ pub fn adagrad_step(
     accum: &mut CudaSlice<f32>,
     p: &AdaGrad,
 ) -> Result<(), KernelError> {
-    p.validate()?;
-    check_len("accum", w.len(), accum.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step([w.len(), accum.len(), grad.len()])?;
     check_device(gpu, "w", w)?;
     check_device(gpu, "grad", grad)?;
     check_device(gpu, "accum", accum)?;
@@ -158,13 +156,7 @@ pub fn adam_step(
     p: &Adam,
     step: u64,
 ) -> Result<(), KernelError> {
-    if step == 0 {
-        return Err(KernelError::ZeroStep);
-    }
-    p.validate()?;
-    check_len("m", w.len(), m.len())?;
-    check_len("v", w.len(), v.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step(step, [w.len(), m.len(), v.len(), grad.len()])?;
     check_device(gpu, "w", w)?;
     check_device(gpu, "grad", grad)?;
     check_device(gpu, "m", m)?;

@@ -27,9 +27,7 @@ pub fn adagrad_step_reference(
     grad: &[f32],
     p: AdaGrad,
 ) -> Result<(), KernelError> {
-    p.validate()?;
-    check_len("accum", w.len(), accum.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step([w.len(), accum.len(), grad.len()])?;
     let (lr, eps) = (f64::from(p.lr), f64::from(p.eps));
     for i in 0..w.len() {
         let g = f64::from(grad[i]);
@@ -49,13 +47,7 @@ pub fn adam_step_reference(
     step: u64,
     p: Adam,
 ) -> Result<(), KernelError> {
-    if step == 0 {
-        return Err(KernelError::ZeroStep);
-    }
-    p.validate()?;
-    check_len("m", w.len(), m.len())?;
-    check_len("v", w.len(), v.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step(step, [w.len(), m.len(), v.len(), grad.len()])?;
     let (lr, b1, b2, eps) = (
         f64::from(p.lr),
         f64::from(p.beta1),

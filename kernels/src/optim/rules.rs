@@ -39,9 +39,7 @@ pub fn adagrad_step(
     grad: &[f32],
     p: AdaGrad,
 ) -> Result<(), KernelError> {
-    p.validate()?;
-    check_len("accum", w.len(), accum.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step([w.len(), accum.len(), grad.len()])?;
     let AdaGrad { lr, eps } = p;
     for ((wi, ai), &g) in w.iter_mut().zip(accum.iter_mut()).zip(grad) {
         *ai += g * g;
@@ -67,13 +65,7 @@ pub fn adam_step(
     step: u64,
     p: Adam,
 ) -> Result<(), KernelError> {
-    if step == 0 {
-        return Err(KernelError::ZeroStep);
-    }
-    p.validate()?;
-    check_len("m", w.len(), m.len())?;
-    check_len("v", w.len(), v.len())?;
-    check_len("grad", w.len(), grad.len())?;
+    p.check_step(step, [w.len(), m.len(), v.len(), grad.len()])?;
 
     // Bias corrections in f64, hoisted out of the loop:
     // (m/bc1) / (sqrt(v/bc2) + eps) == (lr/bc1) * m / (sqrt(v) * (1/sqrt(bc2)) + eps).

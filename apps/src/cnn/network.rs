@@ -226,11 +226,8 @@ pub fn initial_values(tensor: &ParamTensor, index: usize, seed: u64) -> Vec<f32>
         .collect()
 }
 
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+fn splitmix64(x: u64) -> u64 {
+    harp::mix64(x.wrapping_add(0x9E37_79B9_7F4A_7C15))
 }
 
 /// The buffers of one forward and backward pass, grown to the largest batch seen.

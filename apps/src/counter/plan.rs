@@ -1,7 +1,7 @@
 //! What each counter task adds where: a pure function of the seed and the task's sequence
 //! number, shared by the driver (to compute expected sums) and the executors (to update).
 
-use harp::AppError;
+use harp::{mix64, AppError};
 
 /// Shape of a counter job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,21 +57,15 @@ impl CounterConfig {
     }
 }
 
-fn mix(mut h: u64) -> u64 {
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^ (h >> 31)
-}
-
 /// The `(row, increments)` pairs task `seq` applies; increments are in `1..=100`.
 pub fn task_updates(config: &CounterConfig, seq: u64) -> Vec<(u64, Vec<i64>)> {
-    let base = mix(config.seed ^ mix(seq.wrapping_add(0x9E37_79B9_7F4A_7C15)));
+    let base = mix64(config.seed ^ mix64(seq.wrapping_add(0x9E37_79B9_7F4A_7C15)));
     (0..config.updates_per_task as u64)
         .map(|u| {
-            let h = mix(base ^ u.wrapping_mul(0xA24B_AED4_963E_E407));
+            let h = mix64(base ^ u.wrapping_mul(0xA24B_AED4_963E_E407));
             let row = h % config.rows;
             let incs = (0..config.width as u64)
-                .map(|c| (mix(h ^ (c + 1)) % 100) as i64 + 1)
+                .map(|c| (mix64(h ^ (c + 1)) % 100) as i64 + 1)
                 .collect();
             (row, incs)
         })
@@ -80,5 +74,5 @@ pub fn task_updates(config: &CounterConfig, seq: u64) -> Vec<(u64, Vec<i64>)> {
 
 /// The row task `seq` reads as its consistency probe.
 pub fn probe_row(config: &CounterConfig, seq: u64) -> u64 {
-    mix(config.seed.wrapping_mul(31) ^ seq) % config.rows
+    mix64(config.seed.wrapping_mul(31) ^ seq) % config.rows
 }

@@ -103,11 +103,8 @@ impl RatingsData {
 }
 
 /// SplitMix64's finalizer: a well-mixed 64-bit hash.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+fn mix(z: u64) -> u64 {
+    harp::mix64(z.wrapping_add(0x9e37_79b9_7f4a_7c15))
 }
 
 /// Loads a ratings file (plain or gzip).

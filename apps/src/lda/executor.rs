@@ -62,11 +62,7 @@ pub struct LdaExecutor {
 fn mix(parts: &[u64]) -> u64 {
     let mut z = 0x853c_49e6_748f_ea9b_u64;
     for &p in parts {
-        z ^= p;
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
+        z = harp::mix64((z ^ p).wrapping_add(0x9e37_79b9_7f4a_7c15));
     }
     z
 }

@@ -38,6 +38,8 @@ pub use consistent::{
 pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};
 pub use executor_runtime::EXECUTOR_THREADS_VAR;
+/// The splitmix64 finalizer, for apps that derive seeds and hashes the way the runtime does.
+pub use harp_core::key_hash::mix64;
 pub use harp_core::scar::{Norm, Selection};
 pub use harp_core::{shard_of, NodeRoles, ServerId, ShardId, WorkerId};
 pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId, Version};

@@ -223,11 +223,9 @@ pub(crate) fn init_value(init: Init, row: u64, col: usize) -> f32 {
     match init {
         Init::Zeros => 0.0,
         Init::Uniform { scale, seed } => {
-            let mut h =
-                seed ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (col as u64).rotate_left(32);
-            h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            h ^= h >> 31;
+            let h = harp_core::key_hash::mix64(
+                seed ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (col as u64).rotate_left(32),
+            );
             let unit = (h >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
             (unit * 2.0 - 1.0) * scale
         }

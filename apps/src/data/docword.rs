@@ -11,13 +11,25 @@
 //! (D and W must be at least 1; NNZ may be 0), an entry line without exactly three
 //! non-negative integers, a document id 0 or above D, a word id 0 or above W, a count of
 //! 0, a second entry for the same (document, word) pair (naming the first line), more or
-//! fewer entry lines than NNZ, a vocabulary whose line count is not W, and an empty word.
+//! fewer entry lines than NNZ, a D that leaves more than [`MAX_EMPTY_DOCUMENTS`] documents
+//! without an entry, a vocabulary whose line count is not W, and an empty word.
 //! Blank lines are skipped (they do not count as entries).
 
 use super::error::DataError;
 use super::gzip;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
+
+/// How many documents of a corpus may be empty beyond its entry lines: D may exceed NNZ
+/// by at most this. Each document costs memory however empty it is (offsets here, topic
+/// counts in LDA), so an unchecked D of 2^32 - 1 in a three-line file would ask for tens
+/// of gigabytes.
+pub const MAX_EMPTY_DOCUMENTS: usize = 1 << 20;
+
+/// Entry lines and vocabulary words reserved from a header's counts before they arrive;
+/// larger inputs grow as they are read.
+const PRESIZED_ENTRIES: u64 = 1 << 20;
+const PRESIZED_WORDS: usize = 1 << 16;
 
 /// A corpus: documents as sparse word counts, and the vocabulary.
 #[derive(Clone, Debug, PartialEq)]
@@ -231,7 +243,9 @@ pub fn parse_docword_reader<R: BufRead>(
             header.push((value, number));
             if header.len() == 3 {
                 let nnz = header[2].0;
-                entries.reserve(usize::try_from(nnz.min(1 << 26)).unwrap_or(0));
+                // Pre-sized from the header only up to a bound: a few bytes may claim
+                // billions of lines. Past it the vector grows as lines really arrive.
+                entries.reserve(usize::try_from(nnz.min(PRESIZED_ENTRIES)).unwrap_or(0));
             }
             continue;
         }
@@ -322,6 +336,19 @@ pub fn parse_docword_reader<R: BufRead>(
             ),
         });
     }
+    let empty_docs = docs.saturating_sub(entries.len());
+    if empty_docs > MAX_EMPTY_DOCUMENTS {
+        return Err(DataError::ShapeMismatch {
+            path: name.to_path_buf(),
+            message: format!(
+                "line {}: the header declares D = {docs} documents, but only {} entry lines \
+                 follow, so at least {empty_docs} documents would be empty (at most \
+                 {MAX_EMPTY_DOCUMENTS} may be); is D right?",
+                header[0].1,
+                entries.len()
+            ),
+        });
+    }
     if !sorted {
         entries.sort_by_key(|e| (e.doc, e.word));
         if let Some(pair) = entries
@@ -374,7 +401,7 @@ pub fn parse_vocab_reader<R: BufRead>(
     expected: usize,
     docword: &Path,
 ) -> Result<Vec<String>, DataError> {
-    let mut vocab = Vec::with_capacity(expected.min(1 << 24));
+    let mut vocab = Vec::with_capacity(expected.min(PRESIZED_WORDS));
     let mut trailing_blank: Option<usize> = None;
     for (index, line) in reader.lines().enumerate() {
         let number = index + 1;
@@ -439,6 +466,26 @@ mod tests {
             expected,
             Path::new("docword.txt"),
         )
+    }
+
+    #[test]
+    fn a_document_count_far_beyond_the_entries_is_refused_before_allocating() {
+        // Three header lines claiming 2^32 - 1 documents: refused, naming D's line.
+        let err = parse("4294967295\n10\n1\n1 1 1\n").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, DataError::ShapeMismatch { .. })
+                && text.contains("line 1")
+                && text.contains("D = 4294967295"),
+            "{text}"
+        );
+        // The bound itself is accepted: one entry and MAX_EMPTY_DOCUMENTS empty documents.
+        let docs = MAX_EMPTY_DOCUMENTS + 1;
+        let counts = parse(&format!("{docs}\n3\n1\n2 3 1\n")).unwrap();
+        assert_eq!(counts.doc_offsets.len(), docs + 1);
+        assert_eq!(&counts.doc_offsets[..3], &[0, 0, 1]);
+        let err = parse(&format!("{}\n3\n1\n2 3 1\n", docs + 1)).unwrap_err();
+        assert!(err.to_string().contains("is D right?"), "{err}");
     }
 
     #[test]

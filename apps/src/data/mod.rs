@@ -31,7 +31,7 @@ pub use dataset::{Dataset, MAX_DENSE_VALUES};
 pub use discover::load_path;
 pub use docword::{
     load_docword, load_docword_dir, parse_docword_reader, parse_vocab_reader, Corpus,
-    DocwordCounts, DocwordPaths,
+    DocwordCounts, DocwordPaths, MAX_EMPTY_DOCUMENTS,
 };
 pub use error::{DataError, Location};
 pub use idx::{load_idx_pair, load_idx_pair_from_bytes};

@@ -2,6 +2,7 @@
 
 mod checkpoints;
 mod cluster;
+mod output;
 mod processes;
 mod run_cnn;
 mod run_counter;
@@ -123,6 +124,22 @@ fn execute_app<A: harp::App>(
     processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref())
 }
 
+/// [`execute_app`] with `output` told of each scale event and finished (bar cleared,
+/// metrics-file errors reported) when the job ends, whether or not it succeeded.
+fn execute_with_output<A: harp::App>(
+    app: Arc<A>,
+    cluster: &ClusterArgs,
+    collect_params: bool,
+    output: &Arc<output::RunOutput>,
+) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
+    let scale = output.clone();
+    let result = execute_app(app, cluster, collect_params, move |e| scale.scale_event(e));
+    let finished = output.finish();
+    let outcome = result?;
+    finished?;
+    Ok(outcome)
+}
+
 /// A node joined or left (across processes): the line printed for it.
 fn scale_line(e: &harp::ScaleEvent) -> String {
     format!(
@@ -135,15 +152,6 @@ fn scale_line(e: &harp::ScaleEvent) -> String {
         e.report.shards_moved,
         e.report.shard_bytes_moved
     )
-}
-
-/// A node joined or left: one line on the terminal, one record in the metrics file (for
-/// apps without a progress bar to print it through).
-fn report_scale_event(e: &harp::ScaleEvent, metrics: Option<&metrics::MetricsWriter>) {
-    eprintln!("{}", scale_line(e));
-    if let Some(w) = metrics {
-        w.record(e);
-    }
 }
 
 /// The reports every app prints and writes at its end: SCAR's checkpoints, recoveries and

@@ -1,6 +1,7 @@
 //! `harp run cnn`: loads 28×28 digit images (IDX), trains the CNN with Adam on the servers,
 //! prints one line per epoch, writes metrics.
 
+use super::output::RunOutput;
 use super::ClusterArgs;
 use crate::cnn::{
     check_images, CnnApp, CnnConfig, CnnMetrics, CnnObserver, NetworkShape, Partition,
@@ -8,11 +9,9 @@ use crate::cnn::{
 use crate::data::{load_path, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
 use crate::device::Device;
-use crate::metrics::MetricsWriter;
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -144,61 +143,29 @@ pub fn build_app(args: &CnnCliArgs) -> Result<Arc<CnnApp>> {
     Ok(Arc::new(new_app(args, Arc::new(Quiet))?.0))
 }
 
-/// Prints epochs, draws the progress bar and writes metrics.
-struct CliObserver {
-    bar: ProgressBar,
-    metrics: Option<MetricsWriter>,
-}
-
-impl CnnObserver for CliObserver {
+/// Epochs on the terminal and in the metrics file; the bar counts minibatches.
+impl CnnObserver for RunOutput {
     fn batch_completed(&self) {
-        self.bar.inc(1);
+        self.inc();
     }
 
     fn epoch_completed(&self, m: &CnnMetrics) {
-        let line = format!(
+        self.line(format!(
             "epoch {:>3}  loss {:.4}  test loss {:.4}  accuracy {:.2}%  epoch {:.2}s",
             m.epoch,
             m.loss,
             m.test_loss,
             m.accuracy * 100.0,
             m.epoch_s
-        );
-        // A hidden bar (--quiet) prints nothing, not even its println.
-        if self.bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            self.bar.println(line);
-        }
-        if let Some(w) = &self.metrics {
-            w.record(m);
-        }
+        ));
+        self.record(m);
     }
 }
 
 pub fn run(args: CnnCliArgs) -> Result<()> {
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} minibatches ({per_sec})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let observer = Arc::new(CliObserver {
-        bar: bar.clone(),
-        metrics: args
-            .cluster
-            .metrics_out
-            .as_deref()
-            .map(MetricsWriter::create)
-            .transpose()?,
-    });
-    let (app, name) = new_app(&args, observer.clone())?;
-    bar.set_length(u64::from(args.epochs) * u64::from(app.batches_per_epoch()));
+    let output = RunOutput::with_bar(&args.cluster, args.quiet, "minibatches")?;
+    let (app, name) = new_app(&args, output.clone())?;
+    output.set_length(u64::from(args.epochs) * u64::from(app.batches_per_epoch()));
     eprintln!(
         "cnn on {name}: {} parameters (channels {}, hidden {}), batch {}, Adam lr {}, --partition {:?}",
         app.network().parameter_count(),
@@ -208,18 +175,8 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
         args.lr,
         args.partition
     );
-    let scale_observer = observer.clone();
     let (outcome, checkpoints) =
-        super::execute_app(Arc::new(app), &args.cluster, false, move |e| {
-            scale_observer.bar.println(super::scale_line(e));
-            if let Some(w) = &scale_observer.metrics {
-                w.record(e);
-            }
-        })?;
-    bar.finish_and_clear();
-    if let Some(w) = &observer.metrics {
-        w.take_error()?;
-    }
+        super::execute_with_output(Arc::new(app), &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} epochs in {:.2}s, held-out accuracy {:.2}%",
@@ -228,9 +185,5 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
             m.accuracy * 100.0
         );
     }
-    super::report_end(
-        &outcome.stats,
-        checkpoints.as_ref(),
-        observer.metrics.as_ref(),
-    )
+    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
 }

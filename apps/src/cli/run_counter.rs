@@ -1,9 +1,9 @@
 //! `harp run counter`: runs the exact-accounting app and fails unless every parameter equals
 //! its expected sum.
 
+use super::output::RunOutput;
 use super::ClusterArgs;
 use crate::counter::{CounterApp, CounterConfig};
-use crate::metrics::MetricsWriter;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use std::sync::Arc;
@@ -70,25 +70,11 @@ pub fn build_app(args: &CounterCliArgs) -> Result<Arc<CounterApp>> {
 
 pub fn run(args: CounterCliArgs) -> Result<()> {
     let app = build_app(&args)?;
-    // Scale events are written as they happen (a scheduler or a benchmark may follow them),
-    // the report at the end.
-    let writer = args
-        .cluster
-        .metrics_out
-        .as_deref()
-        .map(MetricsWriter::create)
-        .transpose()?
-        .map(Arc::new);
-    let scale_writer = writer.clone();
-    let (outcome, checkpoints) = super::execute_app(app.clone(), &args.cluster, true, move |e| {
-        if let Some(w) = &scale_writer {
-            w.record(e);
-        }
-    })?;
-    if let Some(w) = &writer {
-        w.take_error()
-            .map_err(|err| err.context("cannot write the metrics file"))?;
-    }
+    // Scale events are printed and written as they happen (a scheduler or a benchmark may
+    // follow them), the report at the end.
+    let output = RunOutput::lines(&args.cluster)?;
+    let (outcome, checkpoints) =
+        super::execute_with_output(app.clone(), &args.cluster, true, &output)?;
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
@@ -101,8 +87,8 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
     };
-    super::report_end(&report.stats, checkpoints.as_ref(), writer.as_deref())?;
-    if let Some(writer) = &writer {
+    super::report_end(&report.stats, checkpoints.as_ref(), output.metrics())?;
+    if let Some(writer) = output.metrics() {
         writer.write(&report)?;
     }
     match checked {

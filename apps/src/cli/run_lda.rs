@@ -2,11 +2,11 @@
 //! (vocabulary blocks rotating across executors), prints one line per iteration and each
 //! topic's top words at the end, writes metrics.
 
+use super::output::RunOutput;
 use super::ClusterArgs;
 use crate::data::{load_docword, Corpus, DocwordPaths};
 use crate::device::Device;
 use crate::lda::{LdaApp, LdaConfig, LdaMetrics, LdaObserver, LdaSampler};
-use crate::metrics::MetricsWriter;
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
@@ -104,23 +104,17 @@ pub fn build_app(args: &LdaCliArgs) -> Result<Arc<LdaApp>> {
     Ok(Arc::new(app))
 }
 
-/// Prints iterations and writes metrics.
-struct CliObserver {
-    metrics: Option<MetricsWriter>,
-}
-
-impl LdaObserver for CliObserver {
+/// Iterations on the terminal and in the metrics file.
+impl LdaObserver for RunOutput {
     fn iteration_completed(&self, m: &LdaMetrics) {
-        eprintln!(
+        self.line(format!(
             "iteration {:>3}  log likelihood per token {:.4}  {:.2}M tokens/s  {:.2}s",
             m.iteration,
             m.log_likelihood,
             m.tokens_per_s / 1e6,
             m.elapsed_s
-        );
-        if let Some(w) = &self.metrics {
-            w.record(m);
-        }
+        ));
+        self.record(m);
     }
 }
 
@@ -140,26 +134,13 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         config.sampler,
         args.device
     );
-    let observer = Arc::new(CliObserver {
-        metrics: args
-            .cluster
-            .metrics_out
-            .as_deref()
-            .map(MetricsWriter::create)
-            .transpose()?,
-    });
+    let output = RunOutput::lines(&args.cluster)?;
     let app = Arc::new(
-        LdaApp::new(config, Arc::new(corpus), observer.clone())
+        LdaApp::new(config, Arc::new(corpus), output.clone())
             .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let scale_observer = observer.clone();
-    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, move |e| {
-        super::report_scale_event(e, scale_observer.metrics.as_ref())
-    })?;
-    if let Some(w) = &observer.metrics {
-        w.take_error()?;
-    }
+    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} iterations in {:.2}s, log likelihood per token {:.4}",
@@ -170,9 +151,5 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         let words: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
         println!("topic {topic:>3}: {}", words.join(" "));
     }
-    super::report_end(
-        &outcome.stats,
-        checkpoints.as_ref(),
-        observer.metrics.as_ref(),
-    )
+    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
 }

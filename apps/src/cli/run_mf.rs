@@ -1,10 +1,10 @@
 //! `harp run mf`: loads a ratings file, factorizes it by ALS or SGD, prints one line per
 //! iteration, writes metrics.
 
+use super::output::RunOutput;
 use super::ClusterArgs;
 use crate::data::{load_ratings, RatingRange, RatingsData};
 use crate::device::Device;
-use crate::metrics::MetricsWriter;
 use crate::mf::{MfApp, MfConfig, MfMetrics, MfObserver, MfSolver};
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
@@ -108,20 +108,14 @@ pub fn build_app(args: &MfCliArgs) -> Result<Arc<MfApp>> {
     Ok(Arc::new(app))
 }
 
-/// Prints iterations and writes metrics.
-struct CliObserver {
-    metrics: Option<MetricsWriter>,
-}
-
-impl MfObserver for CliObserver {
+/// Iterations on the terminal and in the metrics file.
+impl MfObserver for RunOutput {
     fn iteration_completed(&self, m: &MfMetrics) {
-        eprintln!(
+        self.line(format!(
             "iteration {:>3}  train RMSE {:.4}  test RMSE {:.4}  {:.2}s",
             m.iteration, m.train_rmse, m.test_rmse, m.elapsed_s
-        );
-        if let Some(w) = &self.metrics {
-            w.record(m);
-        }
+        ));
+        self.record(m);
     }
 }
 
@@ -138,40 +132,23 @@ pub fn run(args: MfCliArgs) -> Result<()> {
         args.rank,
         args.device
     );
-    let observer = Arc::new(CliObserver {
-        metrics: args
-            .cluster
-            .metrics_out
-            .as_deref()
-            .map(MetricsWriter::create)
-            .transpose()?,
-    });
+    let output = RunOutput::lines(&args.cluster)?;
     let app = Arc::new(
         MfApp::new(
             mf_config(&args),
             Arc::new(train),
             Arc::new(test),
-            observer.clone(),
+            output.clone(),
         )
         .and_then(|app| app.with_compute(compute))
         .map_err(|e| anyhow!("{e}"))?,
     );
-    let scale_observer = observer.clone();
-    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, move |e| {
-        super::report_scale_event(e, scale_observer.metrics.as_ref())
-    })?;
-    if let Some(w) = &observer.metrics {
-        w.take_error()?;
-    }
+    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} iterations in {:.2}s, train RMSE {:.4}, test RMSE {:.4}",
             m.iteration, outcome.stats.elapsed_s, m.train_rmse, m.test_rmse
         );
     }
-    super::report_end(
-        &outcome.stats,
-        checkpoints.as_ref(),
-        observer.metrics.as_ref(),
-    )
+    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
 }

@@ -1,14 +1,13 @@
 //! `harp run mlr`: loads the data, trains, prints one line per epoch, writes metrics.
 
+use super::output::RunOutput;
 use super::ClusterArgs;
 use crate::data::{load_path, synthetic_classification, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
 use crate::device::Device;
-use crate::metrics::MetricsWriter;
 use crate::mlr::{EpochMetrics, MlrApp, MlrConfig, MlrObserver, Quiet};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,29 +76,14 @@ pub fn load_dataset(spec: Option<&str>) -> Result<Dataset> {
     Ok(data)
 }
 
-/// Prints epochs, draws the progress bar and writes metrics.
-struct CliObserver {
-    bar: ProgressBar,
-    metrics: Option<MetricsWriter>,
-}
-
-impl CliObserver {
-    /// A node joined or left: one line on the terminal, one in the metrics file.
-    fn scale_event(&self, e: &harp::ScaleEvent) {
-        self.bar.println(super::scale_line(e));
-        if let Some(w) = &self.metrics {
-            w.record(e);
-        }
-    }
-}
-
-impl MlrObserver for CliObserver {
+/// Epochs on the terminal and in the metrics file; the bar counts tasks.
+impl MlrObserver for RunOutput {
     fn task_completed(&self) {
-        self.bar.inc(1);
+        self.inc();
     }
 
     fn epoch_completed(&self, m: &EpochMetrics) {
-        self.bar.println(format!(
+        self.line(format!(
             "epoch {:>3}  loss {:.4}  test loss {:.4}  accuracy {:.2}%  {:.2}s",
             m.epoch,
             m.loss,
@@ -107,9 +91,7 @@ impl MlrObserver for CliObserver {
             m.accuracy * 100.0,
             m.elapsed_s
         ));
-        if let Some(w) = &self.metrics {
-            w.record(m);
-        }
+        self.record(m);
     }
 }
 
@@ -173,39 +155,14 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
         .div_ceil(executors.max(1))
         .div_ceil(args.batch.max(1) as u64);
     let total_tasks = args.epochs as u64 * executors * (iterations + 1);
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total_tasks)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let observer = Arc::new(CliObserver {
-        bar: bar.clone(),
-        metrics: args
-            .cluster
-            .metrics_out
-            .as_deref()
-            .map(MetricsWriter::create)
-            .transpose()?,
-    });
+    let output = RunOutput::with_bar(&args.cluster, args.quiet, "tasks")?;
+    output.set_length(total_tasks);
     let app = Arc::new(
-        MlrApp::new(config, Arc::new(train), Arc::new(test), observer.clone())
+        MlrApp::new(config, Arc::new(train), Arc::new(test), output.clone())
             .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let scale_observer = observer.clone();
-    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, move |event| {
-        scale_observer.scale_event(event)
-    })?;
-    bar.finish_and_clear();
-    if let Some(w) = &observer.metrics {
-        w.take_error()?;
-    }
+    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
     let last = outcome.driver.history().last().cloned();
     if let Some(m) = last {
         eprintln!(
@@ -216,9 +173,5 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
             m.accuracy * 100.0
         );
     }
-    super::report_end(
-        &outcome.stats,
-        checkpoints.as_ref(),
-        observer.metrics.as_ref(),
-    )
+    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
 }

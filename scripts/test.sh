@@ -13,4 +13,15 @@ export LD_LIBRARY_PATH="$PWD/target/nvrtc/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD
 if [ "${CI:-}" = "true" ]; then
     export CARGO_INCREMENTAL=0
 fi
+# The tests on real datasets read ../shared/data (or $HARP_SHARED_DATA) and skip that part,
+# silently, where it is absent: say so where a CI log shows it, before and after the run.
+data_dir="${HARP_SHARED_DATA:-$PWD/../shared/data}"
+data_note=""
+if [ ! -d "$data_dir" ]; then
+    data_note="NOTE: no shared datasets at $data_dir: the tests on real data (MNIST, MovieLens, newsgroups, digits) skip those parts; set HARP_SHARED_DATA=DIR to run them"
+    echo "$data_note"
+fi
 cargo test --workspace --locked --features harp-kernels/cuda "$@"
+if [ -n "$data_note" ]; then
+    echo "$data_note"
+fi

@@ -304,7 +304,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                     continue;
                 }
                 let live = live.clone();
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
                     if result.is_ok() {
                         lock(&live).1.retain(|s| *s != server);
@@ -522,7 +522,7 @@ fn rebalance<A: App>(
         return;
     }
     let live = live.clone();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
         if result.is_ok() {
             *lock(&live) = (workers, servers);

@@ -82,7 +82,7 @@ impl ExecutorRuntime {
         F: Future<Output = ()> + Send + 'static,
     {
         let executors = self.own.as_ref().map_or(&self.node, |own| own.handle());
-        executors.spawn(task);
+        crate::spawn::spawn_on(executors, task);
     }
 
     /// Runs the node's own work (a flush and its report), never on the executors' threads.
@@ -90,7 +90,7 @@ impl ExecutorRuntime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.node.spawn(task);
+        crate::spawn::spawn_on(&self.node, task);
     }
 }
 

@@ -317,7 +317,7 @@ async fn run_job_inner<A: App>(
         }
     }
     let started_by_commands = Arc::new(Mutex::new(crate::control::Started::default()));
-    let control = tokio::spawn(crate::control::serve(
+    let control = crate::spawn::spawn(crate::control::serve(
         control,
         crate::control::ControlContext {
             node: node.clone(),

@@ -28,6 +28,7 @@ pub mod remote;
 mod resume;
 pub mod scar;
 mod server;
+mod spawn;
 pub mod table;
 mod worker;
 

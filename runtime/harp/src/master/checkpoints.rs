@@ -49,7 +49,7 @@ pub(crate) fn spawn_round<A: App>(
     round: impl Future<Output = RoundDone> + Send + 'static,
 ) {
     let master = master.clone();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         let done = round.await;
         // The job may have ended meanwhile.
         let _ = master.send_message(MasterMsg::CheckpointRoundDone(done));

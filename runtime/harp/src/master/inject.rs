@@ -108,7 +108,7 @@ impl<A: App> MasterState<A> {
         self.held.get_or_insert_with(Vec::new);
         self.injecting = true;
         let myself = myself.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let mut reports = Vec::with_capacity(faults.len());
             let mut result = Ok(());
             for injection in faults {

@@ -372,7 +372,7 @@ impl<A: App> MasterState<A> {
             return;
         }
         let myself = myself.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             // A server that cannot answer died before the injection: its values are unknown.
             let at_failure = rows.await.ok();
             let _ = myself.send_message(MasterMsg::ServerLost {

@@ -487,7 +487,7 @@ fn reply_to_master<A: App, T: Send + 'static>(
     wrap: impl FnOnce(Result<T, HarpError>) -> MasterMsg<A> + Send + 'static,
 ) {
     let master = master.clone();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         let result = rx.await.unwrap_or(Err(lost));
         // A master that stopped no longer needs it.
         let _ = master.send_message(wrap(result));

@@ -167,7 +167,7 @@ impl<A: App> MasterState<A> {
         tracing::warn!(%server, shards = placements.len(), rows_restored, "server failed: re-creating its shards from the running checkpoint");
         let myself = myself.clone();
         let reply = reply.take();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let result = take_over_all(take_overs).await;
             let done = Recovered {
                 report,

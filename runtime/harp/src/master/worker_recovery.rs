@@ -189,7 +189,7 @@ impl<A: App> MasterState<A> {
             },
         );
         let myself = myself.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let result = all_committed(answers).await;
             // The job may have ended meanwhile.
             let _ = myself.send_message(MasterMsg::FlushCommitted(CommitDone { seq, result }));
@@ -337,7 +337,7 @@ impl<A: App> MasterState<A> {
                 .map_err(|_| HarpError::WorkerUnreachable(to))?;
         }
         let master = myself.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let result = answer
                 .await
                 .unwrap_or(Err(HarpError::WorkerUnreachable(to)));

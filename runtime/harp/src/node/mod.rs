@@ -675,11 +675,11 @@ mod tests {
         store.apply(store.drain_log()).await.unwrap();
         assert_eq!(crash(&s0).await, vec![(key, RowData::F32(vec![1.0, 2.0]))]);
         store.record(key, RowData::F32(vec![10.0, 20.0])).unwrap();
-        let flushing = tokio::spawn({
+        let flushing = crate::spawn::spawn({
             let store = store.clone();
             async move { store.apply(store.drain_log()).await }
         });
-        let reading = tokio::spawn({
+        let reading = crate::spawn::spawn({
             let store = store.clone();
             async move { store.read(&[key], Version(5)).await }
         });

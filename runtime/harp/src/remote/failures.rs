@@ -114,7 +114,7 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         }
         let roster = ctx.roster.clone();
         let master = ctx.master.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let acknowledged = query_lost_updates(&roster, node).await;
             let _ = master.send_message(MasterMsg::ServerLost {
                 server: ServerId(node),

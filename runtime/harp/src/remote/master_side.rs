@@ -408,26 +408,26 @@ async fn run_across<A: App>(
             pending: pending.clone(),
             holdings: holdings_of(node, &executors, &shards),
         });
-        tokio::spawn(read_node::<A>(node.id, incoming, ctx.clone(), pending));
+        crate::spawn::spawn(read_node::<A>(node.id, incoming, ctx.clone(), pending));
     }
     drop(nodes);
     let outside_failures = {
         let ctx = ctx.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             while let Some((node, seen)) = failures.recv().await {
                 node_died(&ctx, node, &seen);
             }
         })
     };
-    let leases = tokio::spawn(watch_leases::<A>(ctx.clone()));
-    let control = tokio::spawn(crate::control::serve_across(
+    let leases = crate::spawn::spawn(watch_leases::<A>(ctx.clone()));
+    let control = crate::spawn::spawn(crate::control::serve_across(
         control,
         master.clone(),
         workers.keys().copied().collect(),
         server_ids.clone(),
     ));
     accepting.run(ctx.clone());
-    let leaves = tokio::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
+    let leaves = crate::spawn::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
     let prepared = async {
         if resuming {
             restore_resumed_rows(
@@ -464,7 +464,9 @@ async fn run_across<A: App>(
         .desired_nodes
         .clone()
         .zip(joins)
-        .map(|(desired, joins)| tokio::spawn(roster::follow_desired(ctx.clone(), desired, joins)));
+        .map(|(desired, joins)| {
+            crate::spawn::spawn(roster::follow_desired(ctx.clone(), desired, joins))
+        });
 
     let end = match started_ok {
         Ok(()) => done_rx.await.unwrap_or(Err(HarpError::MasterUnreachable)),

@@ -194,7 +194,7 @@ pub async fn run_node_leaving<A: App>(
     let heartbeat = {
         let link = master_link.clone();
         let every = Duration::from_millis(welcome.heartbeat_interval_ms.max(10));
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let mut seq = 0;
             loop {
                 tokio::time::sleep(every).await;
@@ -474,7 +474,7 @@ fn drain_server(
     let asked = servers
         .get(&server)
         .is_some_and(|proxy| proxy.send_message(ServerMsg::Drain { reply: tx }).is_ok());
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         if asked {
             let _ = rx.await;
         }
@@ -492,11 +492,11 @@ fn accept_peers(
     job: harp_wire::JobId,
 ) {
     let endpoint = endpoint.clone();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         while let Some(conn) = endpoint.accept().await {
             let Ok(conn) = conn else { continue };
             let (local, outbox, counters) = (local.clone(), outbox.clone(), counters.clone());
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let Ok((link, mut incoming)) =
                     Link::accept(conn, FrameLimits::default(), counters).await
                 else {
@@ -532,7 +532,9 @@ async fn serve_peer(
                 _,
             ) => {
                 let (link, outbox) = (link.clone(), outbox.clone());
-                tokio::spawn(async move { outbox.serve_fetch(&link, request_id, transfer).await });
+                crate::spawn::spawn(async move {
+                    outbox.serve_fetch(&link, request_id, transfer).await
+                });
             }
             (message, Some(server)) => {
                 if !serve_server_request(&link, message, server) {
@@ -568,7 +570,7 @@ fn release_executor<A: App>(
     let link = master_link.clone();
     let outbox = outbox.clone();
     let asked = Instant::now();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         let result = match rx.await {
             Ok(Ok(released)) => {
                 let release_ms = millis(asked.elapsed());
@@ -644,7 +646,7 @@ fn hand_off_shard(
         return refuse("the local server stopped".into());
     }
     let link = master_link.clone();
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         let result = match rx.await {
             Ok(Ok(moved)) => HandOffResult::Moved {
                 rows: moved.rows as u64,
@@ -712,7 +714,7 @@ impl<A: App> Adoption<A> {
         if sent.is_err() {
             return answer(Err(HarpError::Remote("the worker stopped".into())));
         }
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             answer(
                 rx.await
                     .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into()))),
@@ -855,7 +857,7 @@ async fn serve_master<A: App>(
                             info.clone(),
                         );
                         let dialer = dialer.clone();
-                        tokio::spawn(async move {
+                        crate::spawn::spawn(async move {
                             let restored =
                                 fetch_and_restore(&dialer, &fetch, &*app, &info, adoption.executor)
                                     .await;
@@ -926,7 +928,7 @@ async fn serve_master<A: App>(
                     Err(why) => harp_wire::LostUpdatesResult::Inexact(why),
                 };
                 let link = master_link.clone();
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let _ = super::proxies::send_sized(
                         &link,
                         Message::LostUpdates { request_id, result },
@@ -964,7 +966,7 @@ async fn serve_master<A: App>(
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let _ = server.send_message(ServerMsg::Dump { reply: tx });
                 let link = master_link.clone();
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     if let Ok(rows) = rx.await {
                         let rows = super::codec::rows_to_wire(rows);
                         let _ = link

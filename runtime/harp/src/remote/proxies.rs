@@ -241,7 +241,7 @@ impl Actor for ServerProxy {
     ) -> Result<Self::State, ActorProcessingErr> {
         let pending = Arc::new(PendingReplies::default());
         let replies = pending.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             while let Some(Ok(message)) = incoming.recv().await {
                 if let Some(other) = replies.resolve(message) {
                     tracing::debug!(kind = ?other.kind(), "unexpected message from a server node");
@@ -336,7 +336,7 @@ impl Actor for ServerProxy {
             }
             ServerMsg::Drain { reply } => {
                 let pending = state.pending.clone();
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     wait_drained(&pending).await;
                     let _ = reply.send(());
                 });
@@ -365,7 +365,7 @@ fn send_flush_part(
         updates: rows_to_wire(updates),
     };
     let link = state.link.clone();
-    tokio::spawn(async move { send_sized(&link, message).await });
+    crate::spawn::spawn(async move { send_sized(&link, message).await });
 }
 
 /// Sends a request a server answers from its rows (a dump, a checkpoint request, a reset)
@@ -427,7 +427,7 @@ pub(crate) fn forward_on_link(
         }
     };
     let (link, pending) = (link.clone(), pending.clone());
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         if send_sized(&link, wire).await.is_err() {
             // The node is gone: its reader fails every waiter; this one at once.
             pending.forget(request_id);
@@ -452,7 +452,7 @@ fn take_over_on_link(
         shard: shard.0,
         rows: rows.to_wire(),
     };
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         if let Err(e) = send_sized(&link, message).await {
             tracing::warn!(%shard, %server, error = %e, "could not send a shard's rows");
             pending.forget(request_id);
@@ -539,7 +539,7 @@ impl Actor for ServerNodeProxy {
                     to_server: to_id.0,
                 })?;
                 let server = *server;
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let _ = reply.send(match rx.await {
                         Ok(HandOffResult::Moved { rows, bytes }) => Ok(ShardMoved {
                             rows: rows as usize,
@@ -626,7 +626,7 @@ pub(crate) fn serve_server_request(
             {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let rows = match server_answer(rx).await {
                     Ok(rows) => RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect()),
                     Err(e) => RowsResult::Err(e),
@@ -657,7 +657,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(request).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let (error, save_epoch) = match server_answer(rx).await {
                     Ok(epoch) => (None, epoch),
                     Err(e) => (Some(e), None),
@@ -684,7 +684,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(commit).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let error = server_answer(rx).await.err();
                 let _ = link.send(&Message::FlushCommitted { request_id, error });
             });
@@ -702,7 +702,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(ServerMsg::Dump { reply: tx }).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 if let Ok(rows) = rx.await {
                     let _ = link
                         .send_bulk(&Message::DumpRows {
@@ -727,7 +727,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(take_over).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 if acked.await.is_ok() {
                     let _ = link.send(&Message::TookOver { request_id });
                 }
@@ -739,7 +739,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(ServerMsg::Checkpoint(request)).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let result = match server_answer(rx).await {
                     Ok(d) => {
                         DistancesResult::Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
@@ -758,7 +758,7 @@ pub(crate) fn serve_server_request(
             if server.send_message(ServerMsg::Checkpoint(request)).is_err() {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let result = match server_answer(rx).await {
                     Ok(answer) => SaveResult::Ok {
                         saved: answer
@@ -788,7 +788,7 @@ pub(crate) fn serve_server_request(
             {
                 return false;
             }
-            tokio::spawn(async move {
+            crate::spawn::spawn(async move {
                 let error = server_answer(rx).await.err();
                 let _ = link.send(&Message::ResetDone { request_id, error });
             });
@@ -869,7 +869,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     let _ = created.send(Err(e.into()));
                     return Ok(());
                 }
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let _ = created.send(rx.await.unwrap_or_else(|_| {
                         Err(HarpError::Remote(format!(
                             "the node creating {executor} went away"
@@ -885,7 +885,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     executor: executor.0,
                 })?;
                 let from_addr = listen_addr.clone();
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let released = match rx.await {
                         Ok(ReleaseResult::Released { state, pending }) => {
                             tasks_from_wire::<A>(pending).map(|pending| ReleasedExecutor {
@@ -952,7 +952,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     let _ = adopted.send(Err(e));
                     return Ok(());
                 }
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let _ = adopted.send(rx.await.unwrap_or_else(|_| {
                         Err(HarpError::Remote(format!(
                             "the node adopting {executor} went away"

@@ -272,7 +272,7 @@ async fn enlist<A: App>(
         pending: pending.clone(),
         holdings,
     });
-    tokio::spawn(super::master_side::read_node::<A>(
+    crate::spawn::spawn(super::master_side::read_node::<A>(
         id,
         incoming,
         ctx.clone(),
@@ -319,7 +319,7 @@ pub(crate) async fn serve_leaves<A: App>(
 ) {
     while let Some(node) = asked.recv().await {
         let ctx = ctx.clone();
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             if let Err(e) = leave(&ctx, node).await {
                 tracing::warn!(node, error = %e, "a node could not leave");
             }

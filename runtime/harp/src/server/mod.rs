@@ -403,7 +403,7 @@ impl ServerState {
             waits.push((idxs, rx));
         }
         let id = self.id;
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             for (idxs, rx) in waits {
                 match rx.await {
                     Ok(Ok(rows)) if rows.len() == idxs.len() => {
@@ -501,7 +501,7 @@ impl ServerState {
             return;
         }
         let id = self.id;
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             for rx in waits {
                 let result = rx.await.unwrap_or(Err(HarpError::ServerUnreachable(id)));
                 if let Err(e) = result {
@@ -610,7 +610,7 @@ impl Actor for ServerActor {
                 state.forwarded.insert(shard, to);
                 state.held.insert(shard, Vec::new());
                 let id = state.id;
-                tokio::spawn(async move {
+                crate::spawn::spawn(async move {
                     let result = match acked.await {
                         Ok(()) => Ok(moved),
                         Err(_) => Err(HarpError::InvalidConfig(format!(

@@ -93,7 +93,7 @@ impl Setup {
             self.routing.clone(),
             self.counters.clone(),
         );
-        tokio::spawn(async move {
+        crate::spawn::spawn(async move {
             let mut kept = KeptRows::new(keys.len());
             let mut keep = |i: usize, row: &Arc<RowData>| kept.keep(i, row);
             cache
@@ -321,7 +321,7 @@ async fn a_visitors_error_ends_the_read_for_cached_and_fetched_rows() {
     };
     // Fetched: the error comes after the reply.
     let (cache, routing, counters) = (s.cache.clone(), s.routing.clone(), s.counters.clone());
-    let fetched = tokio::spawn(async move {
+    let fetched = crate::spawn::spawn(async move {
         let mut visit = refuse;
         cache
             .visit(

@@ -46,7 +46,7 @@ impl<A: App> Accepting<A> {
     pub(crate) fn start(endpoint: NetEndpoint, job: JobId, counters: Arc<WireCounters>) -> Self {
         let (running, starting) = watch::channel(None);
         let answers = OwedAnswers::default();
-        let accept_loop = tokio::spawn(accept_loop(
+        let accept_loop = crate::spawn::spawn(accept_loop(
             endpoint.clone(),
             job,
             counters,
@@ -101,7 +101,7 @@ async fn accept_loop<A: App>(
 ) {
     while let Some(conn) = endpoint.accept().await {
         let Ok(conn) = conn else { continue };
-        tokio::spawn(take(
+        crate::spawn::spawn(take(
             conn,
             (job, counters.clone()),
             running.clone(),
@@ -234,10 +234,11 @@ mod tests {
     #[tokio::test]
     async fn closing_the_endpoint_waits_for_the_answers_owed() {
         let (accepting, addr, creds) = starting_master();
-        let client = tokio::spawn(async move { send_scale_command(&creds, addr, 0, vec![]).await });
+        let client =
+            crate::spawn::spawn(async move { send_scale_command(&creds, addr, 0, vec![]).await });
         // As the master's exit does, on a task of its own: as soon as the command was taken
         // (its answer is owed), the job ends and the endpoint closes.
-        let exit = tokio::spawn(async move {
+        let exit = crate::spawn::spawn(async move {
             accepting.answers.wait_owed().await;
             accepting.close_endpoint().await;
         });

@@ -158,7 +158,7 @@ pub(crate) fn count_joins(
 ) -> (mpsc::UnboundedSender<ScaleEvent>, watch::Receiver<u64>) {
     let (tx, mut inbox) = mpsc::unbounded_channel::<ScaleEvent>();
     let (joins_tx, joins) = watch::channel(0u64);
-    tokio::spawn(async move {
+    crate::spawn::spawn(async move {
         while let Some(event) = inbox.recv().await {
             if event.cause == "join" && event.node.is_some() {
                 joins_tx.send_modify(|n| *n += 1);
@@ -232,7 +232,7 @@ mod tests {
         let release = Arc::new(Semaphore::new(0));
         let follower = {
             let release = release.clone();
-            tokio::spawn(follow_latest(rx, move |count| {
+            crate::spawn::spawn(follow_latest(rx, move |count| {
                 let (calls_tx, release) = (calls_tx.clone(), release.clone());
                 async move {
                     let _ = calls_tx.send(count);

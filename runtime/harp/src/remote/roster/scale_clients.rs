@@ -188,7 +188,7 @@ mod tests {
         assert!(!owed.delivered(Duration::ZERO).await);
         drop(first);
         assert!(!owed.delivered(Duration::ZERO).await);
-        let waiting = tokio::spawn({
+        let waiting = crate::spawn::spawn({
             let owed = owed.clone();
             async move { owed.delivered(Duration::from_secs(60)).await }
         });

@@ -27,9 +27,9 @@ use crate::scar::{CheckpointStats, FaultTiming, Injection, Recovery, ScarOptions
 use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
 use crate::server::ServerMsg;
 use harp_core::scar::{due, CheckpointSelector};
-use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
+use harp_core::{shard_of, KeyMap, ParamKey, RowData, ServerId, ShardId};
 use ractor::ActorRef;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,9 +62,9 @@ pub(crate) struct RunningCheckpoint {
     interval: u64,
     /// `None` while a round runs (the round holds it).
     selector: Option<CheckpointSelector>,
-    image: HashMap<ParamKey, Arc<RowData>>,
+    image: KeyMap<Arc<RowData>>,
     /// The server that saved each row of the image and its save epoch then.
-    saved_at: HashMap<ParamKey, (ServerId, u64)>,
+    saved_at: KeyMap<(ServerId, u64)>,
     stats: CheckpointStats,
     /// Faults still to inject, by iteration.
     faults: BTreeMap<u64, Vec<Injection>>,
@@ -101,8 +101,8 @@ impl RunningCheckpoint {
             selector: Some(CheckpointSelector::new(options.selection)),
             options,
             interval,
-            image: HashMap::new(),
-            saved_at: HashMap::new(),
+            image: KeyMap::default(),
+            saved_at: KeyMap::default(),
             stats: CheckpointStats::default(),
             faults,
             waiting: None,
@@ -158,7 +158,7 @@ impl RunningCheckpoint {
     }
 
     /// A copy of the image (the rows' saved values; the values are shared).
-    pub(crate) fn image_snapshot(&self) -> HashMap<ParamKey, Arc<RowData>> {
+    pub(crate) fn image_snapshot(&self) -> KeyMap<Arc<RowData>> {
         self.image.clone()
     }
 

@@ -21,9 +21,8 @@ use crate::scar::{Fault, Injection, InjectionReport, Recovery};
 use crate::server::{dump_servers, reset_on_servers, RowsToReset, ServerMsg};
 use crate::table::{initial_row, TableSet};
 use harp_core::scar::{selection_count, SplitMix64};
-use harp_core::{ExecutorId, ParamKey, RowData, ServerId, Version};
+use harp_core::{ExecutorId, KeyMap, ParamKey, RowData, ServerId, Version};
 use ractor::ActorRef;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Dispatches held back while an injection is applied, in dispatch order.
@@ -145,7 +144,7 @@ impl<A: App> MasterState<A> {
 async fn inject(
     servers: &[(ServerId, ActorRef<ServerMsg>)],
     injection: &Injection,
-    image: &HashMap<ParamKey, Arc<RowData>>,
+    image: &KeyMap<Arc<RowData>>,
     tables: &TableSet,
     recovery: Recovery,
 ) -> Result<InjectionReport, HarpError> {

@@ -46,9 +46,13 @@ mod plot;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Figure {
+    /// Rework after losing 1/2 of the parameters: full checkpoints and full recovery against
+    /// prioritized 1/8 checkpoints and partial recovery.
     Headline,
+    /// SCAR Fig. 5.7: partial against full recovery (full checkpoints) at 1/4, 1/2 and 3/4 lost.
     #[value(name = "5.7")]
     Fig57,
+    /// SCAR Fig. 5.9: priority, round-robin and random selection at r = 1, 1/2, 1/4, 1/8.
     #[value(name = "5.9")]
     Fig59,
     /// Epoch time with the running checkpoint on against off (no failure).

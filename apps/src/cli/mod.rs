@@ -112,46 +112,23 @@ pub enum RunApp {
 }
 
 /// Runs `app` as the command line asks: with consistent checkpoints (`--checkpoint-dir`,
-/// `--resume`; their report is returned) or without, in one process or across processes
-/// (`on_scale` hears each scale event).
+/// `--resume`; their report is returned) or without, in one process or across processes.
+/// `output` hears each scale event and is finished (bar cleared, metrics-file errors
+/// reported) when the job ends, whether or not it succeeded.
 fn execute_app<A: harp::App>(
-    app: Arc<A>,
-    cluster: &ClusterArgs,
-    collect_params: bool,
-    on_scale: impl Fn(&harp::ScaleEvent) + Send + 'static,
-) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
-    let consistent = cluster.consistent_options();
-    processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref())
-}
-
-/// [`execute_app`] with `output` told of each scale event and finished (bar cleared,
-/// metrics-file errors reported) when the job ends, whether or not it succeeded.
-fn execute_with_output<A: harp::App>(
     app: Arc<A>,
     cluster: &ClusterArgs,
     collect_params: bool,
     output: &Arc<output::RunOutput>,
 ) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
+    let consistent = cluster.consistent_options();
     let scale = output.clone();
-    let result = execute_app(app, cluster, collect_params, move |e| scale.scale_event(e));
+    let on_scale = move |e: &harp::ScaleEvent| scale.scale_event(e);
+    let result = processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref());
     let finished = output.finish();
     let outcome = result?;
     finished?;
     Ok(outcome)
-}
-
-/// A node joined or left (across processes): the line printed for it.
-fn scale_line(e: &harp::ScaleEvent) -> String {
-    format!(
-        "scale: {} of node {} {} in {:.3}s ({} executors, {} shards, {} bytes moved)",
-        e.cause,
-        e.node.map_or("?".to_string(), |n| n.to_string()),
-        if e.ok { "done" } else { "failed" },
-        e.duration_s,
-        e.report.executors_moved,
-        e.report.shards_moved,
-        e.report.shard_bytes_moved
-    )
 }
 
 /// The reports every app prints and writes at its end: SCAR's checkpoints, recoveries and

@@ -80,7 +80,7 @@ impl RunOutput {
 
     /// A node joined or left: a line, and a record in the metrics file.
     pub(super) fn scale_event(&self, event: &harp::ScaleEvent) {
-        self.line(super::scale_line(event));
+        self.line(scale_line(event));
         self.record(event);
     }
 
@@ -108,4 +108,18 @@ fn metrics_file(cluster: &ClusterArgs) -> Result<Option<MetricsWriter>> {
         .as_deref()
         .map(MetricsWriter::create)
         .transpose()
+}
+
+/// A node joined or left (across processes): the line printed for it.
+fn scale_line(e: &harp::ScaleEvent) -> String {
+    format!(
+        "scale: {} of node {} {} in {:.3}s ({} executors, {} shards, {} bytes moved)",
+        e.cause,
+        e.node.map_or("?".to_string(), |n| n.to_string()),
+        if e.ok { "done" } else { "failed" },
+        e.duration_s,
+        e.report.executors_moved,
+        e.report.shards_moved,
+        e.report.shard_bytes_moved
+    )
 }

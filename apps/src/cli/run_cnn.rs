@@ -175,8 +175,7 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
         args.lr,
         args.partition
     );
-    let (outcome, checkpoints) =
-        super::execute_with_output(Arc::new(app), &args.cluster, false, &output)?;
+    let (outcome, checkpoints) = super::execute_app(Arc::new(app), &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} epochs in {:.2}s, held-out accuracy {:.2}%",

@@ -73,8 +73,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
     // Scale events are printed and written as they happen (a scheduler or a benchmark may
     // follow them), the report at the end.
     let output = RunOutput::lines(&args.cluster)?;
-    let (outcome, checkpoints) =
-        super::execute_with_output(app.clone(), &args.cluster, true, &output)?;
+    let (outcome, checkpoints) = super::execute_app(app.clone(), &args.cluster, true, &output)?;
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;

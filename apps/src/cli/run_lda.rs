@@ -140,7 +140,7 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
             .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} iterations in {:.2}s, log likelihood per token {:.4}",

@@ -143,7 +143,7 @@ pub fn run(args: MfCliArgs) -> Result<()> {
         .and_then(|app| app.with_compute(compute))
         .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} iterations in {:.2}s, train RMSE {:.4}, test RMSE {:.4}",

@@ -162,7 +162,7 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
             .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = super::execute_with_output(app, &args.cluster, false, &output)?;
+    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, &output)?;
     let last = outcome.driver.history().last().cloned();
     if let Some(m) = last {
         eprintln!(

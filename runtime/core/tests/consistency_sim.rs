@@ -7,12 +7,18 @@
 //! dispatching it**, that every server row ends as the exact sum of all updates, and that
 //! every completion is reported once, after all its updates were applied.
 //!
+//! Shards move between servers while tasks run (Litz §4.4): the old owner sends the rows
+//! on, forwards the shard's requests (holding them until the new owner acks the rows, or,
+//! on FIFO links only, forwarding them at once), and the master reroutes the nodes once
+//! the hand-off is done. Chains and moves back happen; a server must only ever serve or
+//! apply rows it holds (checked against ghost custody).
+//!
 //! A failure prints its seed and config. Replay one seed with
 //! `HARP_SIM_SEED=<n> cargo test -p harp-core --release --test consistency_sim replay_seed -- --nocapture`;
 //! run more schedules with `HARP_SIM_SCHEDULES=<n>`.
 //!
-//! The `checker_catches_*` tests plant bugs in the simulated node and assert the checker
-//! finds them within the first 2,000 seeds, so a green run means something.
+//! The `checker_catches_*` tests plant bugs in the simulated node or server and assert the
+//! checker finds them within the first 2,000 seeds, so a green run means something.
 
 mod sim;
 
@@ -71,6 +77,22 @@ fn every_task_observes_every_completion_the_driver_saw() {
         total.acks_out_of_order > schedules / 10,
         "flush acks never reorder: {total:?}"
     );
+    assert!(
+        total.shard_moves > schedules,
+        "shards rarely move: {total:?}"
+    );
+    assert!(
+        total.chained_moves > schedules / 2 && total.moves_back > schedules / 4,
+        "moved shards rarely move again or come back: {total:?}"
+    );
+    assert!(
+        total.held_requests > schedules / 10 && total.early_forwards > schedules / 10,
+        "requests rarely reach a shard in the middle of its move: {total:?}"
+    );
+    assert!(
+        total.forwards > schedules,
+        "requests are rarely forwarded: {total:?}"
+    );
 }
 
 /// Replays one schedule and prints its config and counters:
@@ -96,13 +118,26 @@ fn same_seed_same_schedule() {
     }
 }
 
+/// Which optional checks run.
+#[derive(Clone, Copy, Debug)]
+struct Checks {
+    reports: bool,
+    holder: bool,
+}
+
+const ALL_CHECKS: Checks = Checks {
+    reports: true,
+    holder: true,
+};
+
 /// The first of the first `MUTANT_SEEDS` seeds on which `bug` is caught.
-fn first_caught(bug: Bug, check_reports: bool) -> (u64, Violation) {
+fn first_caught(bug: Bug, checks: Checks) -> (u64, Violation) {
     for seed in 0..MUTANT_SEEDS {
         let mut cfg = Config::from_seed(seed, bug);
-        cfg.check_reports = check_reports;
+        cfg.check_reports = checks.reports;
+        cfg.check_holder = checks.holder;
         if let Err(v) = run(&cfg) {
-            eprintln!("{bug:?} (report check {check_reports}) caught at seed {seed}: {v}");
+            eprintln!("{bug:?} ({checks:?}) caught at seed {seed}: {v}");
             return (seed, v);
         }
     }
@@ -111,27 +146,60 @@ fn first_caught(bug: Bug, check_reports: bool) -> (u64, Violation) {
 
 #[test]
 fn checker_catches_a_cache_that_ignores_versions() {
-    let (seed, v) = first_caught(Bug::CacheAlwaysUsable, true);
+    let (seed, v) = first_caught(Bug::CacheAlwaysUsable, ALL_CHECKS);
     assert_eq!(v.kind, Kind::StaleRead, "seed {seed}: {v}");
 }
 
 #[test]
 fn checker_catches_waiting_on_an_older_fetch() {
-    let (seed, v) = first_caught(Bug::WaitOnAnyFetch, true);
+    let (seed, v) = first_caught(Bug::WaitOnAnyFetch, ALL_CHECKS);
     assert_eq!(v.kind, Kind::StaleRead, "seed {seed}: {v}");
 }
 
 #[test]
 fn checker_catches_completions_reported_before_their_flush_is_applied() {
-    let (seed, v) = first_caught(Bug::ReportBeforeApplied, true);
+    let (seed, v) = first_caught(Bug::ReportBeforeApplied, ALL_CHECKS);
     assert_eq!(v.kind, Kind::ReportedEarly, "seed {seed}: {v}");
     // Without the report-time check, the read check alone must still see the damage.
-    let (seed, v) = first_caught(Bug::ReportBeforeApplied, false);
+    let checks = Checks {
+        reports: false,
+        ..ALL_CHECKS
+    };
+    let (seed, v) = first_caught(Bug::ReportBeforeApplied, checks);
     assert_eq!(v.kind, Kind::StaleRead, "seed {seed}: {v}");
 }
 
 #[test]
 fn checker_catches_completions_released_before_older_flushes_are_applied() {
-    let (seed, v) = first_caught(Bug::ReleaseByOwnFlush, true);
+    let (seed, v) = first_caught(Bug::ReleaseByOwnFlush, ALL_CHECKS);
     assert_eq!(v.kind, Kind::ReportedEarly, "seed {seed}: {v}");
+}
+
+/// Without the custody check, the damage a shard-move bug does must still show: a stale
+/// read or a lost update.
+const NO_HOLDER_CHECK: Checks = Checks {
+    reports: true,
+    holder: false,
+};
+
+#[test]
+fn checker_catches_forwarding_at_once_on_unordered_links() {
+    let (seed, v) = first_caught(Bug::ForwardWithoutHoldUnordered, ALL_CHECKS);
+    assert_eq!(v.kind, Kind::WrongHolder, "seed {seed}: {v}");
+    let (seed, v) = first_caught(Bug::ForwardWithoutHoldUnordered, NO_HOLDER_CHECK);
+    assert!(
+        matches!(v.kind, Kind::StaleRead | Kind::Lost),
+        "seed {seed}: {v}"
+    );
+}
+
+#[test]
+fn checker_catches_updates_applied_after_the_hand_off() {
+    let (seed, v) = first_caught(Bug::ApplyAfterHandOff, ALL_CHECKS);
+    assert_eq!(v.kind, Kind::WrongHolder, "seed {seed}: {v}");
+    let (seed, v) = first_caught(Bug::ApplyAfterHandOff, NO_HOLDER_CHECK);
+    assert!(
+        matches!(v.kind, Kind::StaleRead | Kind::Lost),
+        "seed {seed}: {v}"
+    );
 }

@@ -4,10 +4,14 @@
 //! [`Floor`] is what a task must observe: for each key, the contributions of every task
 //! whose completion the driver was handed before dispatching it (Litz consistency rule,
 //! DESIGN §2.1), and their sum.
+//!
+//! The ghost also keeps which contributions some server has applied (per key), and the
+//! *custody* of every shard: the server holding its rows, or none while they travel to a
+//! new owner.
 
 use super::bits::Bits;
 use super::{Kind, Violation};
-use harp_core::{ParamKey, RowData, TaskId};
+use harp_core::{ParamKey, RowData, ServerId, ShardId, ShardMap, TaskId};
 
 /// One `update(key, delta)` call of one task.
 pub struct Contribution {
@@ -23,6 +27,10 @@ pub struct Ghost {
     contributions: Vec<Contribution>,
     /// Contribution ids of each task, indexed by task id.
     by_task: Vec<Vec<u32>>,
+    /// Contributions some server applied, indexed by row.
+    applied: Vec<Bits>,
+    /// The server holding each shard's rows; `None` while they travel.
+    holder: Vec<Option<ServerId>>,
 }
 
 /// A row value as servers hold it and caches keep it: the numbers plus which
@@ -41,12 +49,16 @@ pub struct Floor {
 }
 
 impl Ghost {
-    pub fn new(keys: usize, width: usize) -> Self {
+    pub fn new(keys: usize, width: usize, shards: &ShardMap) -> Self {
         Self {
             width,
             keys,
             contributions: Vec::new(),
             by_task: Vec::new(),
+            applied: vec![Bits::default(); keys],
+            holder: (0..shards.num_shards())
+                .map(|s| shards.server_of(ShardId(s)).ok())
+                .collect(),
         }
     }
 
@@ -97,6 +109,56 @@ impl Ghost {
             }
         }
         set
+    }
+
+    /// A server applied `contribs` to `key`; each contribution may be applied once.
+    pub fn record_applied(&mut self, key: ParamKey, contribs: &Bits) -> Result<(), Violation> {
+        let applied = &mut self.applied[key.row as usize];
+        if !contribs.is_disjoint(applied) {
+            return Err(Violation::new(
+                Kind::Duplicate,
+                format!("a contribution to {key} was applied twice"),
+            ));
+        }
+        applied.union_with(contribs);
+        Ok(())
+    }
+
+    /// Has some server applied contribution `id`?
+    pub fn is_applied(&self, id: u32) -> bool {
+        self.applied[self.get(id).key.row as usize].contains(id)
+    }
+
+    /// The server holding `shard`'s rows; `None` while they travel.
+    pub fn holder(&self, shard: ShardId) -> Option<ServerId> {
+        self.holder[shard.0 as usize]
+    }
+
+    /// `from` sent `shard`'s rows away.
+    pub fn rows_left(&mut self, shard: ShardId, from: ServerId) -> Result<(), Violation> {
+        self.move_custody(shard, Some(from), None)
+    }
+
+    /// `to` received `shard`'s rows.
+    pub fn rows_arrived(&mut self, shard: ShardId, to: ServerId) -> Result<(), Violation> {
+        self.move_custody(shard, None, Some(to))
+    }
+
+    fn move_custody(
+        &mut self,
+        shard: ShardId,
+        was: Option<ServerId>,
+        now: Option<ServerId>,
+    ) -> Result<(), Violation> {
+        let holder = &mut self.holder[shard.0 as usize];
+        if *holder != was {
+            return Err(Violation::new(
+                Kind::Protocol,
+                format!("{shard} moved from {was:?} to {now:?}, but {holder:?} holds it"),
+            ));
+        }
+        *holder = now;
+        Ok(())
     }
 
     /// `floor` plus every contribution of `task` (the driver was handed its completion).

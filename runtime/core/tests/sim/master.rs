@@ -6,6 +6,7 @@
 //! completion, 0..=fan-out new tasks to random executors until the task budget is spent
 //! (at least one while nothing else is in flight, so jobs use their budget). The master
 //! also keeps the ghost floor: the contributions of every completion handed so far.
+//! Shard moves are the master's [`super::mover`].
 
 use super::ghost::{Floor, Ghost};
 use super::net::{Actor, Msg, Op, TaskSpec};
@@ -40,6 +41,11 @@ impl Master {
 
     pub fn dispatched(&self) -> u64 {
         self.next_task
+    }
+
+    /// Are tasks dispatched and not yet completed?
+    pub fn busy(&self) -> bool {
+        self.in_flight > 0
     }
 
     pub fn completed(&self) -> usize {

@@ -1,33 +1,46 @@
 //! A seeded, deterministic discrete-event simulator of harp's consistency machinery.
 //!
-//! One master with a random driver ([`master`]), worker nodes each with its own cache,
-//! update log and flush book ([`node`]), and servers holding i64 rows ([`server`]); every
-//! message is an event on a link of [`net`]. There are no threads and no clocks: the event
-//! loop of [`world`] lets a seeded `StdRng` pick the next enabled event.
+//! One master with a random driver ([`master`]) and a shard mover ([`mover`]), worker nodes
+//! each with its own cache, update log, flush book and view of the shard map ([`node`]),
+//! and servers holding i64 rows ([`server`]) that hand shards to each other and forward
+//! the traffic of shards they gave away ([`forwarding`]); every message is an event on a
+//! link of [`net`]. There are no threads and no clocks: the event loop of [`world`] lets a
+//! seeded `StdRng` pick the next enabled event.
+//!
+//! **Shard moves** (Litz §4.4, as `runtime/harp`'s servers do them): at random moments the
+//! master moves a random shard to a random other server (schedules have none, a few, or
+//! many; shards come back to old owners and move on in chains). The old owner takes the
+//! rows out and sends them to the new one (`TakeOver`), then forwards every read and
+//! update of the shard that reaches it, forever. Until the new owner acks the rows it
+//! either holds those requests in arrival order ([`Handoff::Hold`]) or forwards them at
+//! once ([`Handoff::InOrder`], drawn only for schedules whose links are FIFO). Once it has
+//! the ack it tells the master, which then reroutes every node. Replies to forwarded
+//! requests travel back along the forwarding chain to the original requester.
 //!
 //! This module owns a schedule's [`Config`] (all drawn from its seed), the planted
-//! [`Bug`]s (deliberate mistakes in the *simulated* node, to show the checker bites), the
-//! [`Violation`]s the checks report, and the run's counters. [`run`] returns the first
+//! [`Bug`]s (deliberate mistakes in the *simulated* system, to show the checker bites),
+//! the [`Violation`]s the checks report, and the run's counters. [`run`] returns the first
 //! violation of the Litz consistency rule or of exact accounting, checked against ghost
 //! state ([`ghost`]) the simulated system never reads.
 
 pub mod bits;
+pub mod forwarding;
 pub mod ghost;
 pub mod master;
+pub mod mover;
 pub mod net;
 pub mod node;
 pub mod server;
 pub mod world;
 
 use ghost::Ghost;
-use harp_core::ShardMap;
 use net::Net;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fmt;
 use world::Sim;
 
-/// A deliberate mistake planted in the simulated node (mutation check of the checker).
+/// A deliberate mistake planted in the simulated system (mutation check of the checker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
     None,
@@ -40,6 +53,22 @@ pub enum Bug {
     /// Release the tasks a flush covers when *that* flush is applied, ignoring older
     /// flushes still in flight that may carry part of their updates.
     ReleaseByOwnFlush,
+    /// Servers forward a moving shard's requests at once ([`Handoff::InOrder`]) even on
+    /// links that are not FIFO, so a forwarded request can overtake the rows.
+    ForwardWithoutHoldUnordered,
+    /// A server keeps applying the updates of a shard it handed off locally instead of
+    /// forwarding them (they never reach the rows at the new owner).
+    ApplyAfterHandOff,
+}
+
+/// How the old owner of a moving shard treats the shard's requests between sending the
+/// rows and the new owner's ack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handoff {
+    /// Keep them in arrival order; send them on when the ack arrives (always correct).
+    Hold,
+    /// Forward them at once (correct only when the link delivers in FIFO order).
+    InOrder,
 }
 
 /// One schedule's shape, all drawn from its seed.
@@ -60,15 +89,24 @@ pub struct Config {
     pub fifo: bool,
     /// Nodes may also flush whenever their log holds deltas, mid-task.
     pub size_flushes: bool,
+    /// Shard moves the master starts while tasks run (none with a single server).
+    pub moves: u32,
+    /// Weight of the "start a move" event against the others.
+    pub move_rate: u32,
+    /// Several shards may be on the move at once (the real master moves one at a time).
+    pub overlapping_moves: bool,
+    pub handoff: Handoff,
     pub bug: Bug,
     /// Check at report time that every update of a reported task is applied.
     pub check_reports: bool,
+    /// Check that a server serves or applies only rows it holds (ghost custody).
+    pub check_holder: bool,
 }
 
 impl Config {
     pub fn from_seed(seed: u64, bug: Bug) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
-        Self {
+        let mut cfg = Self {
             seed,
             nodes: rng.random_range(1..=4),
             workers_per_node: rng.random_range(1..=2),
@@ -82,9 +120,25 @@ impl Config {
             max_ops: rng.random_range(1..=4),
             fifo: rng.random_bool(0.5),
             size_flushes: rng.random_bool(0.5),
+            // A quarter of the schedules move nothing; the others up to a dozen shards.
+            moves: match rng.random_range(0..4) {
+                0 => 0,
+                1 => rng.random_range(1..=3),
+                _ => rng.random_range(1..=12),
+            },
+            move_rate: 1 << rng.random_range(0..6),
+            overlapping_moves: rng.random_bool(0.5),
+            handoff: Handoff::Hold,
             bug,
             check_reports: true,
+            check_holder: true,
+        };
+        // In-order hand-offs are correct only on FIFO links; the planted bug uses them anyway.
+        let in_order = rng.random_bool(0.5);
+        if (in_order && cfg.fifo) || bug == Bug::ForwardWithoutHoldUnordered {
+            cfg.handoff = Handoff::InOrder;
         }
+        cfg
     }
 }
 
@@ -105,6 +159,8 @@ pub enum Kind {
     Stuck,
     /// A message or core call the protocol does not allow.
     Protocol,
+    /// A server served or applied rows of a shard it does not hold (ghost custody).
+    WrongHolder,
 }
 
 #[derive(Clone, Debug)]
@@ -138,6 +194,18 @@ pub struct Stats {
     pub fetches: u64,
     pub flushes: u64,
     pub acks_out_of_order: u64,
+    pub shard_moves: u64,
+    /// Moves of a shard that had moved before (chains A→B→C).
+    pub chained_moves: u64,
+    /// Moves back to a server that held the shard before.
+    pub moves_back: u64,
+    /// Requests (or parts of them) a server sent on to a shard's new owner.
+    pub forwards: u64,
+    /// Forwards sent at once while the new owner had not acked the rows yet (in order).
+    pub early_forwards: u64,
+    /// Requests held until the new owner acked the rows.
+    pub held_requests: u64,
+    pub reroutes: u64,
 }
 
 impl Stats {
@@ -151,6 +219,13 @@ impl Stats {
         self.fetches += o.fetches;
         self.flushes += o.flushes;
         self.acks_out_of_order += o.acks_out_of_order;
+        self.shard_moves += o.shard_moves;
+        self.chained_moves += o.chained_moves;
+        self.moves_back += o.moves_back;
+        self.forwards += o.forwards;
+        self.early_forwards += o.early_forwards;
+        self.held_requests += o.held_requests;
+        self.reroutes += o.reroutes;
     }
 }
 
@@ -160,7 +235,6 @@ pub struct Ctx<'a> {
     pub rng: &'a mut StdRng,
     pub net: &'a mut Net,
     pub ghost: &'a mut Ghost,
-    pub shards: &'a ShardMap,
     pub stats: &'a mut Stats,
 }
 

@@ -6,7 +6,8 @@
 //! than others and deliveries reorder heavily across links.
 
 use super::ghost::{Floor, Value};
-use harp_core::{ExecutorId, FlushId, ParamKey, RowData, ServerId, TaskId, Version, WorkerId};
+use harp_core::WorkerId;
+use harp_core::{ExecutorId, FlushId, ParamKey, RowData, ServerId, ShardId, TaskId, Version};
 use rand::rngs::StdRng;
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -40,23 +41,40 @@ pub struct TaskSpec {
 }
 
 /// What travels between actors.
+///
+/// Requests (`Get`, `Apply`) go from a node to a server, or from a server that gave a shard
+/// away to the server it gave it to (a forward); the answer (`Rows`, `Applied`) goes back
+/// to whoever sent the request, under the id the sender chose.
 #[derive(Debug)]
 pub enum Msg {
     /// master → worker: micro-tasks to run.
     Run(Vec<TaskSpec>),
-    /// node → server: read these rows.
+    /// → server: read these rows.
     Get { fetch: u64, keys: Vec<ParamKey> },
-    /// server → node: the rows of a `Get`, in order.
+    /// server →: the rows of a `Get`, in order.
     Rows { fetch: u64, rows: Vec<Value> },
-    /// node → server: one flush's aggregated deltas for this server (ghost: contributions).
+    /// → server: one flush's aggregated deltas for this server (ghost: contributions).
     Apply {
         flush: FlushId,
         updates: Vec<(ParamKey, RowData, super::bits::Bits)>,
     },
-    /// server → node: every delta of the flush's batch is applied.
+    /// server →: every delta of the `Apply` is applied.
     Applied { flush: FlushId },
     /// node → master: completions whose updates are applied.
     Completed(Vec<TaskId>),
+    /// master → server: move `shard` to server `to`.
+    HandOff { shard: ShardId, to: ServerId },
+    /// old owner → new owner: the shard's rows.
+    TakeOver {
+        shard: ShardId,
+        rows: Vec<(ParamKey, Value)>,
+    },
+    /// new owner → old owner: it holds the rows.
+    TookOver { shard: ShardId },
+    /// old owner → master: the move is done.
+    HandedOff { shard: ShardId, to: ServerId },
+    /// master → node: `shard` now lives on `to`.
+    Reroute { shard: ShardId, to: ServerId },
 }
 
 struct Link {

@@ -6,6 +6,10 @@
 //! flush at any moment its log holds deltas (DESIGN §2.2's size/time bound), so a running
 //! task's updates can straddle flushes.
 //!
+//! The node sends reads and flush parts to the servers its own view of the shard map
+//! names; the master reroutes it after each shard move, in whatever order reroutes arrive
+//! (an old owner forwards what still reaches it).
+//!
 //! Beside the `UpdateLog` the node keeps a shadow log of contribution ids per key (ghost
 //! data), drained with it, so servers can check aggregation exactly.
 
@@ -15,7 +19,7 @@ use super::net::{Actor, Msg, Op, TaskSpec};
 use super::{Bug, Ctx, Kind, Violation};
 use harp_core::{cached_value_usable, should_replace_cached};
 use harp_core::{ExecutorId, FlushBook, FlushId, ParamKey, RowData, ServerId, TaskId, UpdateLog};
-use harp_core::{Version, WorkerId};
+use harp_core::{ShardId, ShardMap, Version, WorkerId};
 use std::collections::{BTreeMap, VecDeque};
 
 struct Cached {
@@ -53,6 +57,8 @@ struct Read {
 
 pub struct Node {
     pub id: usize,
+    /// Where this node sends each shard's traffic.
+    shards: ShardMap,
     running: BTreeMap<WorkerId, usize>,
     executor_worker: BTreeMap<ExecutorId, WorkerId>,
     queues: BTreeMap<ExecutorId, VecDeque<TaskId>>,
@@ -78,9 +84,10 @@ fn protocol(detail: String) -> Violation {
 }
 
 impl Node {
-    pub fn new(id: usize, executors: &[(ExecutorId, WorkerId)]) -> Self {
+    pub fn new(id: usize, executors: &[(ExecutorId, WorkerId)], shards: ShardMap) -> Self {
         Self {
             id,
+            shards,
             running: BTreeMap::new(),
             executor_worker: executors.iter().copied().collect(),
             queues: BTreeMap::new(),
@@ -122,6 +129,14 @@ impl Node {
             self.tasks.insert(running.spec.id, running);
         }
         Ok(())
+    }
+
+    /// The master says `shard` now lives on `to`.
+    pub fn on_reroute(&mut self, shard: ShardId, to: ServerId) -> Result<(), Violation> {
+        self.shards
+            .assign(shard, to)
+            .map(|_| ())
+            .map_err(|e| protocol(format!("reroute: {e}")))
     }
 
     /// Tasks that can take their next step: heads of executor queues not waiting on a read.
@@ -189,7 +204,7 @@ impl Node {
                 }
             }
             to_fetch
-                .entry(ctx.shards.server_of_key(*key))
+                .entry(self.shards.server_of_key(*key))
                 .or_default()
                 .push(i);
         }
@@ -351,7 +366,7 @@ impl Node {
             let contribs = shadow
                 .remove(&key)
                 .ok_or_else(|| protocol(format!("update log drained {key}, never recorded")))?;
-            let server = ctx.shards.server_of_key(key);
+            let server = self.shards.server_of_key(key);
             batches
                 .entry(server)
                 .or_default()

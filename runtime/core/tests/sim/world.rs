@@ -1,16 +1,20 @@
 //! The simulated world: every actor, the network, and the event loop that picks, with
 //! the seeded rng, the next event among those enabled (a deliverable message, a runnable
-//! task step, a requested or size-bound flush), weighted by per-link and per-node speeds
-//! drawn per schedule. It routes messages to actors, checks each report of completions
-//! against the servers, and checks exact accounting once nothing is left in flight.
+//! task step, a requested or size-bound flush, the start of a shard move), weighted by
+//! per-link and per-node speeds and the move rate drawn per schedule. It routes messages
+//! to actors, checks each report of completions against the ghost record of applied
+//! updates, and checks exact accounting once nothing is left in flight: every row, at the
+//! server holding its shard per ghost custody, is the exact sum of its updates.
 
 use super::ghost::Ghost;
 use super::master::Master;
+use super::mover::Mover;
 use super::net::{Actor, Msg, Net};
 use super::node::Node;
 use super::server::Server;
 use super::{Config, Ctx, Kind, Stats, Violation};
-use harp_core::{ExecutorMap, ParamKey, ServerId, ShardMap, TableId, TaskId, WorkerId};
+use harp_core::{shard_of, ExecutorMap, ParamKey, ServerId, ShardId, ShardMap, TableId};
+use harp_core::{TaskId, WorkerId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -21,6 +25,7 @@ enum Event {
     Step(usize, TaskId),
     Flush(usize),
     SizeFlush(usize),
+    StartMove,
 }
 
 const MAX_EVENTS: u64 = 1_000_000;
@@ -30,9 +35,9 @@ pub struct Sim {
     rng: StdRng,
     net: Net,
     ghost: Ghost,
-    shards: ShardMap,
     stats: Stats,
     master: Master,
+    mover: Mover,
     nodes: Vec<Node>,
     /// Node of each worker, indexed by worker id.
     node_of: Vec<usize>,
@@ -48,7 +53,6 @@ macro_rules! ctx {
             rng: &mut $sim.rng,
             net: &mut $sim.net,
             ghost: &mut $sim.ghost,
-            shards: &$sim.shards,
             stats: &mut $sim.stats,
         }
     };
@@ -65,32 +69,32 @@ impl Sim {
             .map(|w| (w.0 / cfg.workers_per_node) as usize)
             .collect();
         let executors = ExecutorMap::round_robin(cfg.executors, &workers).expect("workers");
+        let server_ids: Vec<ServerId> = (0..cfg.servers).map(ServerId).collect();
+        let shards = ShardMap::round_robin(cfg.shards, &server_ids).expect("servers");
         let nodes = (0..cfg.nodes)
             .map(|n| {
                 let hosted: Vec<_> = executors
                     .iter()
                     .filter(|(_, w)| node_of[w.0 as usize] == n)
                     .collect();
-                Node::new(n, &hosted)
+                Node::new(n, &hosted, shards.clone())
             })
             .collect();
-        let server_ids: Vec<ServerId> = (0..cfg.servers).map(ServerId).collect();
-        let shards = ShardMap::round_robin(cfg.shards, &server_ids).expect("servers");
-        let ghost = Ghost::new(cfg.keys, cfg.width);
+        let ghost = Ghost::new(cfg.keys, cfg.width, &shards);
         let node_speed = (0..cfg.nodes)
             .map(|_| 1 << rng.random_range(0..6))
             .collect();
         Self {
             net: Net::new(cfg.fifo),
             master: Master::new(executors, &ghost),
+            mover: Mover::new(shards, &cfg),
             servers: server_ids
                 .iter()
-                .map(|s| Server::new(*s, cfg.width))
+                .map(|s| Server::new(*s, cfg.width, cfg.shards))
                 .collect(),
             nodes,
             node_of,
             node_speed,
-            shards,
             ghost,
             stats: Stats::default(),
             rng,
@@ -124,6 +128,9 @@ impl Sim {
                 if self.cfg.size_flushes && node.has_updates() {
                     events.push((Event::SizeFlush(node.id), 1));
                 }
+            }
+            if self.master.busy() && self.mover.can_start(&self.cfg) {
+                events.push((Event::StartMove, self.cfg.move_rate as u64));
             }
             if events.is_empty() {
                 break;
@@ -166,6 +173,7 @@ impl Sim {
                 let released = self.nodes[n].flush(false, &mut ctx!(self))?;
                 self.report(n, released)
             }
+            Event::StartMove => self.mover.start(&mut ctx!(self)),
         }
     }
 
@@ -174,17 +182,8 @@ impl Sim {
             (Actor::Worker(w), Msg::Run(tasks)) => {
                 self.nodes[self.node_of[w.0 as usize]].on_run(w, tasks)
             }
-            (Actor::Server(s), Msg::Get { fetch, keys }) => {
-                let rows = self.servers[s.0 as usize].get(&keys);
-                self.net
-                    .send(&mut self.rng, to, from, Msg::Rows { fetch, rows });
-                Ok(())
-            }
-            (Actor::Server(s), Msg::Apply { flush, updates }) => {
-                self.servers[s.0 as usize].apply(updates, &self.ghost, &self.shards)?;
-                self.net
-                    .send(&mut self.rng, to, from, Msg::Applied { flush });
-                Ok(())
+            (Actor::Server(s), msg) => {
+                self.servers[s.0 as usize].on_message(from, msg, &mut ctx!(self))
             }
             (Actor::Node(n), Msg::Rows { fetch, rows }) => {
                 self.nodes[n].on_rows(fetch, rows, &mut ctx!(self))
@@ -193,8 +192,12 @@ impl Sim {
                 let released = self.nodes[n].on_applied(flush, &mut ctx!(self))?;
                 self.report(n, released)
             }
+            (Actor::Node(n), Msg::Reroute { shard, to }) => self.nodes[n].on_reroute(shard, to),
             (Actor::Master, Msg::Completed(tasks)) => {
                 self.master.on_completed(tasks, &mut ctx!(self))
+            }
+            (Actor::Master, Msg::HandedOff { shard, to }) => {
+                self.mover.on_handed_off(from, shard, to, &mut ctx!(self))
             }
             (to, msg) => Err(Violation::new(
                 Kind::Protocol,
@@ -212,8 +215,7 @@ impl Sim {
             for &task in &tasks {
                 for &c in self.ghost.of_task(task) {
                     let key = self.ghost.get(c).key;
-                    let server = &self.servers[self.shards.server_of_key(key).0 as usize];
-                    if !server.applied(key).is_some_and(|a| a.contains(c)) {
+                    if !self.ghost.is_applied(c) {
                         return Err(Violation::new(
                             Kind::ReportedEarly,
                             format!("{task} reported before its update #{c} of {key} was applied"),
@@ -231,8 +233,9 @@ impl Sim {
         Ok(())
     }
 
-    /// Nothing is in flight: every task completed once, every node is idle, and every
-    /// server row is exactly the sum of every update made to it.
+    /// Nothing is in flight: every task completed once, every node, server and move is
+    /// idle, the master's map names each shard's holder, and every row, at the server
+    /// holding its shard, is exactly the sum of every update made to it.
     fn check_end(&self) -> Result<(), Violation> {
         let (dispatched, completed) = (self.master.dispatched(), self.master.completed());
         if dispatched != completed as u64 {
@@ -250,11 +253,28 @@ impl Sim {
         for node in &self.nodes {
             node.check_quiescent()?;
         }
+        for server in &self.servers {
+            server.check_quiescent()?;
+        }
+        self.mover.check_quiescent()?;
+        for shard in (0..self.cfg.shards).map(ShardId) {
+            let holder = self.ghost.holder(shard);
+            if self.mover.map().server_of(shard).ok() != holder {
+                return Err(Violation::new(
+                    Kind::Protocol,
+                    format!("the master places {shard} elsewhere than {holder:?}"),
+                ));
+            }
+        }
         for row in 0..self.cfg.keys as u64 {
             let key = ParamKey::new(TableId(0), row);
             let all = self.ghost.all_of_key(key);
             let expected = self.ghost.sum(&all);
-            let server = &self.servers[self.shards.server_of_key(key).0 as usize];
+            let shard = shard_of(key, self.cfg.shards);
+            let holder = self.ghost.holder(shard).ok_or_else(|| {
+                Violation::new(Kind::Lost, format!("the rows of {shard} never arrived"))
+            })?;
+            let server = &self.servers[holder.0 as usize];
             let (got, contribs) = match server.value(key) {
                 Some(v) => (v.row.as_i64().unwrap_or(&[]).to_vec(), v.contribs.clone()),
                 None => (vec![0; self.cfg.width], Default::default()),

@@ -291,7 +291,14 @@ async fn take_over_all(
     for (shard, to, actor, rows) in take_overs {
         let (ack, acked) = oneshot::channel();
         actor
-            .send_message(ServerMsg::TakeOver { shard, rows, ack })
+            .send_message(ServerMsg::TakeOver {
+                shard,
+                rows,
+                ack,
+                // Nothing is forwarded behind a failed server's rows: every node is
+                // rerouted only once all of them are in.
+                in_order: false,
+            })
             .map_err(|_| HarpError::ServerUnreachable(to))?;
         acks.push((to, acked));
     }

@@ -21,7 +21,7 @@ use harp_wire::{
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -227,6 +227,9 @@ pub(crate) struct ServerProxyState {
     node: u32,
     link: Link,
     pending: Arc<PendingReplies>,
+    /// Shard rows sent in order and not yet confirmed by their new owner (see
+    /// [`send_flush_part`]).
+    unconfirmed_rows: Arc<AtomicUsize>,
 }
 
 impl Actor for ServerProxy {
@@ -254,6 +257,7 @@ impl Actor for ServerProxy {
             node,
             link,
             pending,
+            unconfirmed_rows: Arc::default(),
         })
     }
 
@@ -319,14 +323,21 @@ impl Actor for ServerProxy {
                     "moving {shard} between node processes is not supported yet"
                 ))));
             }
-            ServerMsg::TakeOver { shard, rows, ack } => {
-                // The old owner holds the shard's requests until `ack`, so nothing it
-                // forwards can overtake the rows; everything else keeps flowing meanwhile.
+            ServerMsg::TakeOver {
+                shard,
+                rows,
+                ack,
+                in_order,
+            } => {
+                // In order: written on the control stream now, ahead of every request the
+                // old owner forwards after it. Otherwise the old owner holds the shard's
+                // requests until `ack`, so nothing it forwards can overtake the rows.
                 take_over_on_link(
                     &state.link,
                     &state.pending,
                     state.server,
                     (shard, rows, ack),
+                    in_order.then_some(&state.unconfirmed_rows),
                 );
             }
             ServerMsg::HandedOver { reply, .. } => {
@@ -348,8 +359,11 @@ impl Actor for ServerProxy {
 }
 
 /// Sends one flush part (`(node, flush id, staged)`) to the proxy's server as request
-/// `request_id`. Large parts go on their own stream, so reads are not held up behind them; a
-/// lost link is reported by the link's reader (the pending reply is dropped).
+/// `request_id`. Large parts go on their own stream, so reads are not held up behind them,
+/// except while shard rows sent in order are not confirmed: the part may carry updates the
+/// old owner forwards for that shard, which must not overtake its rows, so it goes on the
+/// control stream behind them. A lost link is reported by the link's reader (the pending
+/// reply is dropped).
 fn send_flush_part(
     state: &ServerProxyState,
     (node_id, flush_id, staged): (u32, u64, bool),
@@ -364,6 +378,10 @@ fn send_flush_part(
         staged,
         updates: rows_to_wire(updates),
     };
+    if state.unconfirmed_rows.load(Ordering::Acquire) > 0 {
+        let _ = state.link.send(&message);
+        return;
+    }
     let link = state.link.clone();
     crate::spawn::spawn(async move { send_sized(&link, message).await });
 }
@@ -436,13 +454,17 @@ pub(crate) fn forward_on_link(
 }
 
 /// Sends `shard`'s rows to `server`'s node over `link` and releases `ack` once that node
-/// holds them. On failure `ack` is dropped, which tells the sender the take-over failed, and
-/// the reply is no longer awaited (a drain must not wait for it).
+/// holds them. In order (`unconfirmed`: the proxy's count of such rows not yet confirmed,
+/// raised until the answer): on the control stream before this returns, so ahead of every
+/// message sent on the link after it; otherwise as [`send_sized`] chooses. On failure `ack`
+/// is dropped, which tells the sender the take-over failed, and the reply is no longer
+/// awaited (a drain must not wait for it).
 fn take_over_on_link(
     link: &Link,
     pending: &Arc<PendingReplies>,
     server: ServerId,
     (shard, rows, ack): (harp_core::ShardId, ShardRows, oneshot::Sender<()>),
+    unconfirmed: Option<&Arc<AtomicUsize>>,
 ) {
     let (tx, rx) = oneshot::channel();
     let request_id = pending.register(Pending::TookOver(tx));
@@ -452,13 +474,23 @@ fn take_over_on_link(
         shard: shard.0,
         rows: rows.to_wire(),
     };
+    let unconfirmed = unconfirmed.map(UnconfirmedRows::raise);
+    let sent_in_order = unconfirmed.as_ref().map(|_| link.send(&message));
     crate::spawn::spawn(async move {
-        if let Err(e) = send_sized(&link, message).await {
+        // Lowered before the sender hears of the answer, or when this ends early.
+        let unconfirmed = unconfirmed;
+        let sent = match sent_in_order {
+            Some(sent) => sent.map_err(HarpError::from),
+            None => send_sized(&link, message).await,
+        };
+        if let Err(e) = sent {
             tracing::warn!(%shard, %server, error = %e, "could not send a shard's rows");
             pending.forget(request_id);
             return;
         }
-        match tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await {
+        let answer = tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await;
+        drop(unconfirmed);
+        match answer {
             Ok(Ok(())) => {
                 let _ = ack.send(());
             }
@@ -468,6 +500,24 @@ fn take_over_on_link(
             }
         }
     });
+}
+
+/// Lowers a proxy's count of unconfirmed in-order shard rows when dropped: once the new
+/// owner answered, or the take-over failed or timed out (then a part on a stream of its own
+/// can no longer overtake rows that are in, or that never will be).
+struct UnconfirmedRows(Arc<AtomicUsize>);
+
+impl UnconfirmedRows {
+    fn raise(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count.clone())
+    }
+}
+
+impl Drop for UnconfirmedRows {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Waits until no reply is awaited on `pending`, twice in a row [`DRAIN_RECHECK`] apart (a
@@ -581,8 +631,11 @@ impl Actor for ServerNodeProxy {
                 let _ = reply.send(());
             }
             // A failed server's shards re-created here from the running checkpoint.
-            ServerMsg::TakeOver { shard, rows, ack } => {
-                take_over_on_link(link, pending, *server, (shard, rows, ack));
+            // Nothing is forwarded behind these rows (`in_order` is never set here).
+            ServerMsg::TakeOver {
+                shard, rows, ack, ..
+            } => {
+                take_over_on_link(link, pending, *server, (shard, rows, ack), None);
             }
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
@@ -719,10 +772,12 @@ pub(crate) fn serve_server_request(
             rows,
         } => {
             let (ack, acked) = oneshot::channel();
+            // Arrived: whatever came after it on the link is handled after it here.
             let take_over = ServerMsg::TakeOver {
                 shard: harp_core::ShardId(shard),
                 rows: ShardRows::from_wire(rows),
                 ack,
+                in_order: true,
             };
             if server.send_message(take_over).is_err() {
                 return false;
@@ -1112,3 +1167,6 @@ pub(crate) fn tasks_from_wire<A: App>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

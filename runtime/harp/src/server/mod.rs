@@ -9,9 +9,15 @@
 //! forwards every read and update of that shard to it (chains allowed: the new owner may
 //! hand it on). Writes to a shard are applied by exactly one server at any time: the old
 //! owner stops applying before the rows leave, and the new owner receives them before any
-//! forwarded request: until the new owner confirms it holds the rows, requests for the shard
-//! are held here (in arrival order) and sent on only then, while traffic for every other
-//! shard keeps flowing.
+//! forwarded request. Rows of up to [`IN_ORDER_ROWS_MAX`] bytes travel *in order* with what
+//! is sent to the new owner after them (in one process its mailbox, across processes the
+//! link's ordered control stream; [`ServerMsg::TakeOver`]'s `in_order`), so the shard's
+//! requests are forwarded at once and a move does not stop the micro-tasks that read or
+//! update it. Larger rows go on a stream of their own that later messages may overtake:
+//! until the new owner confirms it holds them, requests for the shard are held here (in
+//! arrival order) and sent on only then, while traffic for every other shard keeps flowing.
+//! Either way the hand-off is answered only after that confirmation, since the master then
+//! tells every node to send to the new owner directly.
 //!
 //! A server keeps its part of SCAR's running checkpoint (SCAR §5.4.3): the saved value of
 //! every row it holds ([`saved`]), which moves with a shard's rows. It answers the
@@ -49,6 +55,13 @@ use std::sync::Arc;
 pub(crate) use store::ShardRows;
 use store::ShardStore;
 use tokio::sync::oneshot;
+
+/// Shard rows up to this many bytes are sent to their new owner in order with the requests
+/// forwarded after them, so those are not held while the rows travel (see the module doc).
+/// Larger rows would hold up every other message on the control stream while they are
+/// written, so they go on a stream of their own and the shard's requests wait for the
+/// new owner's confirmation instead.
+pub(crate) const IN_ORDER_ROWS_MAX: u64 = 256 * 1024;
 
 /// What a shard hand-off moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,11 +114,14 @@ pub(crate) enum ServerMsg {
         reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
     },
     /// Become the owner of `shard`: its rows, from the server that held it; `ack` once they
-    /// are in.
+    /// are in. With `in_order`, whatever carries the message must deliver the rows before
+    /// any message sent through it later (a proxy writes them on its link's control stream
+    /// at once): the old owner forwards the shard's requests right behind them.
     TakeOver {
         shard: ShardId,
         rows: ShardRows,
         ack: oneshot::Sender<()>,
+        in_order: bool,
     },
     /// Answer once nothing sent through this handle waits for an answer (a server about to
     /// leave the job is drained by every node before it goes). A server in this process
@@ -241,8 +257,8 @@ pub(crate) struct ServerState {
     store: ShardStore,
     /// Shards given away, and to whom their traffic goes.
     forwarded: HashMap<ShardId, ActorRef<ServerMsg>>,
-    /// Shards given away whose new owner has not confirmed the rows yet: the requests for
-    /// them, in arrival order, sent on once it has.
+    /// Shards given away whose rows went on a stream of their own and whose new owner has
+    /// not confirmed them yet: the requests for them, in arrival order, sent on once it has.
     held: HashMap<ShardId, Vec<ServerMsg>>,
     num_shards: u32,
     /// Failed by [`ServerMsg::Crash`]: nothing is answered any more.
@@ -600,15 +616,23 @@ impl Actor for ServerActor {
                     rows: rows.len(),
                     bytes: rows.bytes(),
                 };
+                let in_order = moved.bytes <= IN_ORDER_ROWS_MAX;
                 let (ack, acked) = oneshot::channel();
-                let take_over = ServerMsg::TakeOver { shard, rows, ack };
+                let take_over = ServerMsg::TakeOver {
+                    shard,
+                    rows,
+                    ack,
+                    in_order,
+                };
                 if to.send_message(take_over).is_err() {
                     return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
                 }
-                // From now on this server forwards the shard's traffic, held here until the
-                // new owner holds the rows.
+                // From now on this server forwards the shard's traffic: right behind rows
+                // that travel in order, or held here until the new owner holds them.
                 state.forwarded.insert(shard, to);
-                state.held.insert(shard, Vec::new());
+                if !in_order {
+                    state.held.insert(shard, Vec::new());
+                }
                 let id = state.id;
                 crate::spawn::spawn(async move {
                     let result = match acked.await {
@@ -646,7 +670,9 @@ impl Actor for ServerActor {
                 }
                 let _ = reply.send(result);
             }
-            ServerMsg::TakeOver { shard, rows, ack } => {
+            ServerMsg::TakeOver {
+                shard, rows, ack, ..
+            } => {
                 state.forwarded.remove(&shard);
                 state.store.insert_shard(rows);
                 let _ = ack.send(());
@@ -742,16 +768,25 @@ mod tests {
 
     type GetResult = Result<Vec<Arc<RowData>>, HarpError>;
 
+    async fn drained(server: ActorRef<ServerMsg>) {
+        let (tx, rx) = oneshot::channel();
+        server.send_message(ServerMsg::Drain { reply: tx }).unwrap();
+        rx.await.unwrap();
+    }
+
     #[tokio::test]
-    async fn a_moving_shards_requests_wait_for_the_rows_while_other_shards_flow() {
+    async fn a_moving_shards_requests_wait_for_large_rows_while_other_shards_flow() {
         let mut tables = TableSet::new();
+        // One row of this width is more than travels in order with later requests.
+        let width = (IN_ORDER_ROWS_MAX / 4 + 1) as usize;
         let table = tables
-            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
+            .dense_f32("w", width, UpdateRule::Add, Init::Zeros)
             .unwrap();
         let (moving, staying) = (key_in(&table, 0), key_in(&table, 1));
         let (old, _) = Actor::spawn(None, ServerActor, (ServerId(0), Arc::new(tables)))
             .await
             .unwrap();
+        apply(&old, vec![(moving, RowData::F32(vec![1.0; width]))]).await;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
 
@@ -768,11 +803,6 @@ mod tests {
         // A read of the shard that stays is answered here while the other one waits.
         let here = read(&old, staying).await.await.unwrap().unwrap();
         assert_eq!(here.len(), 1);
-        let drained = |new: ActorRef<ServerMsg>| async move {
-            let (tx, rx) = oneshot::channel();
-            new.send_message(ServerMsg::Drain { reply: tx }).unwrap();
-            rx.await.unwrap();
-        };
         drained(new.clone()).await;
         assert_eq!(
             seen.lock().unwrap().kinds,
@@ -784,8 +814,52 @@ mod tests {
         let ack = seen.lock().unwrap().ack.take().unwrap();
         ack.send(()).unwrap();
         let moved = handed.await.unwrap().unwrap();
-        assert_eq!(moved.rows, 0);
+        assert_eq!(moved.rows, 1);
+        assert!(moved.bytes > IN_ORDER_ROWS_MAX);
         assert_eq!(held.await.unwrap().unwrap().len(), 1);
+        drained(new).await;
+        assert_eq!(seen.lock().unwrap().kinds, ["take_over", "get"]);
+    }
+
+    #[tokio::test]
+    async fn small_rows_go_in_order_so_the_shards_requests_follow_them_before_the_ack() {
+        let mut tables = TableSet::new();
+        let table = tables
+            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let moving = key_in(&table, 0);
+        let (old, _) = Actor::spawn(None, ServerActor, (ServerId(0), Arc::new(tables)))
+            .await
+            .unwrap();
+        apply(&old, vec![(moving, RowData::F32(vec![1.0, 2.0]))]).await;
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
+
+        let (handed_tx, mut handed) = oneshot::channel();
+        old.send_message(ServerMsg::HandOff {
+            shard: ShardId(0),
+            num_shards: 2,
+            to_id: ServerId(1),
+            to: new.clone(),
+            reply: handed_tx,
+        })
+        .unwrap();
+        // The read is forwarded right behind the rows, though the new owner has not
+        // confirmed them yet.
+        let forwarded = read(&old, moving).await;
+        drained(old.clone()).await;
+        drained(new.clone()).await;
+        assert_eq!(seen.lock().unwrap().kinds, ["take_over", "get"]);
+        assert_eq!(forwarded.await.unwrap().unwrap().len(), 1);
+        assert!(
+            handed.try_recv().is_err(),
+            "the hand-off is answered only once the new owner holds the rows"
+        );
+
+        let ack = seen.lock().unwrap().ack.take().unwrap();
+        ack.send(()).unwrap();
+        let moved = handed.await.unwrap().unwrap();
+        assert_eq!(moved.rows, 1);
         drained(new).await;
         assert_eq!(seen.lock().unwrap().kinds, ["take_over", "get"]);
     }

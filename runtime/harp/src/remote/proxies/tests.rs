@@ -1,0 +1,142 @@
+//! A server proxy's ordering of shard rows sent in order (`TakeOver { in_order }`) and the
+//! flush parts behind them, watched from the raw QUIC connection of the peer: which stream
+//! each message arrives on, and in what order.
+
+use super::*;
+use harp_core::ShardId;
+use harp_core::TableId;
+use harp_net::{JobCredentials, NetEndpoint, PeerConnection, TransportConfig};
+use harp_wire::{encode_with, FrameDecoder, FrameLimits, MessageKind, WireCounters};
+use std::net::SocketAddr;
+
+/// Where a message reached the peer: its control stream, or a stream of its own.
+#[derive(Debug, PartialEq, Eq)]
+enum Arrived {
+    Control(MessageKind),
+    OwnStream(MessageKind),
+}
+
+/// What the peer saw, in order (with a `TakeOverShard`'s request id), and its side of the
+/// control stream.
+struct Peer {
+    arrived: mpsc::UnboundedReceiver<(Arrived, Option<u64>)>,
+    control: quinn::SendStream,
+    _conn: PeerConnection,
+}
+
+fn endpoints() -> (NetEndpoint, NetEndpoint) {
+    let creds = JobCredentials::generate("proxy-order-test").unwrap();
+    let bind = || {
+        let identity = creds.issue_node().unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
+    };
+    (bind(), bind())
+}
+
+/// Reads every frame of `stream`, reporting each as `wrap(kind)`.
+async fn report_frames(
+    mut stream: quinn::RecvStream,
+    wrap: fn(MessageKind) -> Arrived,
+    to: mpsc::UnboundedSender<(Arrived, Option<u64>)>,
+) {
+    let mut decoder = FrameDecoder::new(FrameLimits::default());
+    while let Ok(Some(chunk)) = stream.read_chunk(usize::MAX, true).await {
+        decoder.push(&chunk.bytes);
+        while let Ok(Some(message)) = decoder.next_frame() {
+            let take_over = match &message {
+                Message::TakeOverShard { request_id, .. } => Some(*request_id),
+                _ => None,
+            };
+            let _ = to.send((wrap(message.kind()), take_over));
+        }
+    }
+}
+
+/// Accepts the proxy's connection on `endpoint` and reports what arrives on it.
+async fn peer(endpoint: NetEndpoint) -> Peer {
+    let conn = endpoint.accept().await.unwrap().unwrap();
+    let quic = conn.quic().clone();
+    let (control, recv) = quic.accept_bi().await.unwrap();
+    let (tx, arrived) = mpsc::unbounded_channel();
+    crate::spawn::spawn(report_frames(recv, Arrived::Control, tx.clone()));
+    crate::spawn::spawn(async move {
+        while let Ok(stream) = quic.accept_uni().await {
+            crate::spawn::spawn(report_frames(stream, Arrived::OwnStream, tx.clone()));
+        }
+    });
+    Peer {
+        arrived,
+        control,
+        _conn: conn,
+    }
+}
+
+/// A flush part far above the size that gets a stream of its own.
+fn large_part() -> Vec<(ParamKey, RowData)> {
+    vec![(
+        ParamKey::new(TableId(0), 0),
+        RowData::F32(vec![1.0; 40_000]),
+    )]
+}
+
+fn apply(proxy: &ActorRef<ServerMsg>) {
+    let (reply, _) = oneshot::channel();
+    let updates = large_part();
+    proxy
+        .send_message(ServerMsg::Apply { updates, reply })
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
+    let (ours, theirs) = endpoints();
+    let addr = theirs.local_addr().unwrap();
+    let peer = crate::spawn::spawn(peer(theirs));
+    let conn = ours.connect(addr).await.unwrap();
+    let hello = Message::Heartbeat {
+        node_id: 0,
+        lease_seq: 0,
+    };
+    let counters = Arc::new(WireCounters::new());
+    let (link, incoming) = Link::open(conn, &hello, FrameLimits::default(), counters)
+        .await
+        .unwrap();
+    let (proxy, _) = Actor::spawn(None, ServerProxy, (ServerId(1), 0, link, incoming))
+        .await
+        .unwrap();
+    let mut peer = peer.await.unwrap();
+    let (first, _) = peer.arrived.recv().await.unwrap();
+    assert_eq!(first, Arrived::Control(MessageKind::Heartbeat));
+
+    // Rows in order, then a large part: it must not overtake them on a stream of its own.
+    let (ack, acked) = oneshot::channel();
+    proxy
+        .send_message(ServerMsg::TakeOver {
+            shard: ShardId(0),
+            rows: ShardRows::default(),
+            ack,
+            in_order: true,
+        })
+        .unwrap();
+    apply(&proxy);
+    let (rows, request_id) = peer.arrived.recv().await.unwrap();
+    assert_eq!(rows, Arrived::Control(MessageKind::TakeOverShard));
+    let (part, _) = peer.arrived.recv().await.unwrap();
+    assert_eq!(
+        part,
+        Arrived::Control(MessageKind::Apply),
+        "a part sent while in-order rows are unconfirmed stays behind them"
+    );
+
+    // Once the new owner confirms, large parts get streams of their own again.
+    let took_over = Message::TookOver {
+        request_id: request_id.unwrap(),
+    };
+    let frame = encode_with(&took_over, &FrameLimits::default()).unwrap();
+    peer.control.write_all(&frame).await.unwrap();
+    acked.await.unwrap();
+    apply(&proxy);
+    let (part, _) = peer.arrived.recv().await.unwrap();
+    assert_eq!(part, Arrived::OwnStream(MessageKind::Apply));
+}

@@ -774,11 +774,19 @@ mod tests {
         rx.await.unwrap();
     }
 
-    #[tokio::test]
-    async fn a_moving_shards_requests_wait_for_large_rows_while_other_shards_flow() {
+    /// A server holding one row of `width` in shard 0 (of 2) and handing that shard to a
+    /// [`NewOwner`], which has not confirmed it yet.
+    struct HandOffUnderWay {
+        old: ActorRef<ServerMsg>,
+        new: ActorRef<ServerMsg>,
+        seen: Arc<Mutex<Seen>>,
+        moving: ParamKey,
+        staying: ParamKey,
+        handed: oneshot::Receiver<Result<ShardMoved, HarpError>>,
+    }
+
+    async fn hand_off_one_row(width: usize) -> HandOffUnderWay {
         let mut tables = TableSet::new();
-        // One row of this width is more than travels in order with later requests.
-        let width = (IN_ORDER_ROWS_MAX / 4 + 1) as usize;
         let table = tables
             .dense_f32("w", width, UpdateRule::Add, Init::Zeros)
             .unwrap();
@@ -789,16 +797,37 @@ mod tests {
         apply(&old, vec![(moving, RowData::F32(vec![1.0; width]))]).await;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
-
-        let (handed_tx, handed) = oneshot::channel();
+        let (reply, handed) = oneshot::channel();
         old.send_message(ServerMsg::HandOff {
             shard: ShardId(0),
             num_shards: 2,
             to_id: ServerId(1),
             to: new.clone(),
-            reply: handed_tx,
+            reply,
         })
         .unwrap();
+        HandOffUnderWay {
+            old,
+            new,
+            seen,
+            moving,
+            staying,
+            handed,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_moving_shards_requests_wait_for_large_rows_while_other_shards_flow() {
+        // One row of this width is more than travels in order with later requests.
+        let width = (IN_ORDER_ROWS_MAX / 4 + 1) as usize;
+        let HandOffUnderWay {
+            old,
+            new,
+            seen,
+            moving,
+            staying,
+            handed,
+        } = hand_off_one_row(width).await;
         let held = read(&old, moving).await;
         // A read of the shard that stays is answered here while the other one waits.
         let here = read(&old, staying).await.await.unwrap().unwrap();
@@ -823,27 +852,14 @@ mod tests {
 
     #[tokio::test]
     async fn small_rows_go_in_order_so_the_shards_requests_follow_them_before_the_ack() {
-        let mut tables = TableSet::new();
-        let table = tables
-            .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
-            .unwrap();
-        let moving = key_in(&table, 0);
-        let (old, _) = Actor::spawn(None, ServerActor, (ServerId(0), Arc::new(tables)))
-            .await
-            .unwrap();
-        apply(&old, vec![(moving, RowData::F32(vec![1.0, 2.0]))]).await;
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let (new, _) = Actor::spawn(None, NewOwner, seen.clone()).await.unwrap();
-
-        let (handed_tx, mut handed) = oneshot::channel();
-        old.send_message(ServerMsg::HandOff {
-            shard: ShardId(0),
-            num_shards: 2,
-            to_id: ServerId(1),
-            to: new.clone(),
-            reply: handed_tx,
-        })
-        .unwrap();
+        let HandOffUnderWay {
+            old,
+            new,
+            seen,
+            moving,
+            mut handed,
+            ..
+        } = hand_off_one_row(2).await;
         // The read is forwarded right behind the rows, though the new owner has not
         // confirmed them yet.
         let forwarded = read(&old, moving).await;

@@ -593,9 +593,9 @@ impl Actor for ServerActor {
             ServerMsg::HandOff {
                 shard,
                 num_shards,
+                to_id,
                 to,
                 reply,
-                ..
             } => {
                 if num_shards == 0 || shard.0 >= num_shards {
                     let _ = reply.send(Err(HarpError::InvalidConfig(format!(
@@ -617,6 +617,7 @@ impl Actor for ServerActor {
                     bytes: rows.bytes(),
                 };
                 let in_order = moved.bytes <= IN_ORDER_ROWS_MAX;
+                tracing::debug!(server = %state.id, %shard, to = %to_id, rows = moved.rows, bytes = moved.bytes, in_order, "handing a shard off");
                 let (ack, acked) = oneshot::channel();
                 let take_over = ServerMsg::TakeOver {
                     shard,

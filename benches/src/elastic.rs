@@ -143,6 +143,9 @@ struct Round {
     profile: Vec<u64>,
     /// From the command to its answer, measured here.
     event_s: f64,
+    /// The command's wall-clock time, seconds since the UNIX epoch (to find the event in
+    /// the nodes' logs).
+    started_unix_s: f64,
     report: ScaleReport,
 }
 
@@ -344,6 +347,9 @@ async fn round(
     count.take_times(); // from earlier rounds
     let before = rate(count, window).await;
     let start = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let first = count.get();
     let report = control.rebalance_onto(&onto.0, &onto.1).await?;
     let tasks_during = count.get() - first;
@@ -360,6 +366,7 @@ async fn round(
         after,
         tasks_during,
         event_s,
+        started_unix_s,
         report,
     })
 }
@@ -410,7 +417,7 @@ fn emit_round(index: usize, r: &Round, args: &Args) {
         "after_tasks_per_s": round_to(r.after, 0),
         "during_ratio": round_to(r.during_ratio(), 3), "after_ratio": round_to(r.after_ratio(), 3),
         "move_ratio": round_to(r.move_ratio(args.after_ms as f64 / 1e3), 3),
-        "tasks_during": r.tasks_during,
+        "tasks_during": r.tasks_during, "started_unix_s": round_to(r.started_unix_s, 6),
         "event_s": round_to(r.event_s, 5), "master_event_s": round_to(r.report.duration_s, 5),
         "shards_moved": r.report.shards_moved, "shard_bytes_moved": r.report.shard_bytes_moved,
         "executors_moved": r.report.executors_moved, "tasks_moved": r.report.tasks_moved,
@@ -423,7 +430,8 @@ fn emit_round(index: usize, r: &Round, args: &Args) {
     }));
 }
 
-fn emit_summary(rounds: &[Round], args: &Args) {
+/// The summary line; `logs`: where the nodes' logs were kept (`--keep-logs`).
+fn emit_summary(rounds: &[Round], args: &Args, logs: Option<&Path>) {
     let median = crate::measure::median;
     let all = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
     let after_s = args.after_ms as f64 / 1e3;
@@ -458,6 +466,7 @@ fn emit_summary(rounds: &[Round], args: &Args) {
         "event_s": rounded(&event_s, 5), "event_s_median": round_to(median(&event_s), 5),
         "tasks_during": rounds.iter().map(|r| r.tasks_during).collect::<Vec<_>>(),
         "profile_ms": profile_ms, "profile_ratios": rounded(&profile, 3),
+        "node_logs": logs.map(|dir| dir.display().to_string()),
         "target_min": 0.8,
     }));
 }
@@ -491,7 +500,7 @@ pub fn run(args: &Args) -> Result<()> {
         measured
     });
     rt.shutdown_background();
-    let kept_logs = result.is_err() && args.across;
+    let kept_logs = args.across && (result.is_err() || args.keep_logs);
     if !kept_logs {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -502,7 +511,7 @@ pub fn run(args: &Args) -> Result<()> {
             e
         }
     })?;
-    emit_summary(&rounds, args);
+    emit_summary(&rounds, args, kept_logs.then_some(dir.as_path()));
     Ok(())
 }
 

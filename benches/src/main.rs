@@ -141,6 +141,11 @@ pub(crate) struct Args {
     /// move between the nodes' servers, forwarded meanwhile) instead of one in-process job.
     #[arg(long, help_heading = "Elasticity")]
     across: bool,
+    /// elastic --across: keep the `harp node` processes' logs (stderr, at `HARP_LOG`'s
+    /// level) and name their directory in the summary; each event's line gives its start as
+    /// UNIX time (`started_unix_s`) to find it in them.
+    #[arg(long, help_heading = "Elasticity")]
+    keep_logs: bool,
     /// mlr-processes: epochs per run.
     #[arg(long, default_value_t = 8, help_heading = "MLR across processes")]
     epochs: u32,

@@ -21,9 +21,11 @@
 //! other two workers) and "back" (a re-balancing onto all three: as many move back). Shard
 //! events keep every executor where it is and executor events every shard. The control API
 //! has no "move shard S": the smallest shard event it offers is one server's share, 8 of the
-//! 24 shards. While a shard moves, its old server holds its requests until the new owner has
-//! the rows, then forwards them (over QUIC across processes) until every node has been
-//! rerouted; the "after" window shows what that tail costs.
+//! 24 shards. While a shard moves, its old server forwards its requests to the new owner
+//! (over QUIC across processes) until every node has been rerouted: right behind the rows
+//! for shards of up to `IN_ORDER_ROWS_MAX` (256 KiB; this bench's are a few KB), else held
+//! until the new owner has confirmed the rows. The "after" window shows what the forwarding
+//! tail costs.
 //!
 //! Output: one `elastic-event` JSON line per round (rates, ratios to "before", the event's
 //! duration measured here and by the master, what moved) and an `elastic` summary line with

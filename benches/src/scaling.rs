@@ -181,6 +181,29 @@ impl Job {
     }
 }
 
+/// Epochs of the short 1-node run that sizes `scale-out` when `--scale-out-epochs` is not
+/// given.
+const CALIBRATION_EPOCHS: u32 = 5;
+
+/// The time of each epoch but the first (which also pays the job's start) from the
+/// epochs' end times.
+fn epoch_times(ends: &[f64]) -> Vec<f64> {
+    ends.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// Epochs of `epoch_s` each that take at least `min_s` (10% over, for the epochs of a long
+/// run that come out faster than the calibration's), at least 10.
+fn epochs_for(min_s: f64, epoch_s: f64) -> Result<u32> {
+    if !(epoch_s > 0.0 && epoch_s.is_finite()) {
+        bail!("the calibration run measured an epoch of {epoch_s} s; pass --scale-out-epochs");
+    }
+    let epochs = (1.1 * min_s / epoch_s).ceil().max(10.0);
+    if epochs > f64::from(u32::MAX) {
+        bail!("{min_s} s is {epochs} epochs of {epoch_s} s; pass --scale-out-epochs");
+    }
+    Ok(epochs as u32)
+}
+
 fn finish(mut master: Master, nodes: Vec<Child>) -> Result<f64> {
     let status = master.child.wait()?;
     let total = master.started.elapsed().as_secs_f64();
@@ -259,11 +282,9 @@ pub fn scale_in(args: &Args) -> Result<()> {
 
 pub fn scale_out(args: &Args) -> Result<()> {
     let dir = temp_dir("scale-out")?;
-    let epochs = args.scale_out_epochs;
-    let job = Job::new(args, &dir, epochs)?;
     // The job keeps its executors when it grows, so the static runs have the same number:
     // `--mlr-executors-per-worker` in all, split over the nodes.
-    let run_static = |nodes: u32, name: &str| -> Result<Vec<f64>> {
+    let run_static = |nodes: u32, epochs: u32, name: &str| -> Result<Vec<f64>> {
         let per_worker = (args.mlr_executors_per_worker / nodes).max(1);
         let job = Job::with_executors(args, &dir, epochs, per_worker)?;
         let metrics = dir.join(format!("{name}.jsonl"));
@@ -274,10 +295,19 @@ pub fn scale_out(args: &Args) -> Result<()> {
         finish(master, children)?;
         epoch_ends(&metrics)
     };
-    let one = run_static(1, "static-1")?;
+    let (epochs, calibration_epoch_s) = match args.scale_out_epochs {
+        Some(epochs) => (epochs, None),
+        None => {
+            let ends = run_static(1, CALIBRATION_EPOCHS, "calibration")?;
+            let epoch_s = median(&epoch_times(&ends));
+            (epochs_for(args.scale_out_min_s, epoch_s)?, Some(epoch_s))
+        }
+    };
+    let job = Job::new(args, &dir, epochs)?;
+    let one = run_static(1, epochs, "static-1")?;
     let one_total = *one.last().ok_or_else(|| anyhow!("no epochs"))?;
-    let two = run_static(2, "static-2")?;
-    let two_epoch_s = median(&two.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>());
+    let two = run_static(2, epochs, "static-2")?;
+    let two_epoch_s = median(&epoch_times(&two));
     let trigger_s = 0.3 * one_total;
 
     let metrics = dir.join("elastic.jsonl");
@@ -304,6 +334,8 @@ pub fn scale_out(args: &Args) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     emit(json!({
         "bench": "scale-out", "dataset": args.mlr_data, "epochs": epochs,
+        "epochs_sized_for_s": args.scale_out_epochs.map_or(json!(args.scale_out_min_s), |_| json!(null)),
+        "calibration_epoch_s": calibration_epoch_s.map(|s| round_to(s, 4)),
         "executors_per_worker": args.mlr_executors_per_worker,
         "static_1_node_s": round_to(one_total, 3),
         "static_2_node_epoch_s": round_to(two_epoch_s, 4),

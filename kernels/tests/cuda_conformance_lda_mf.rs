@@ -233,6 +233,7 @@ fn sample_variant_follows_k() {
             100,
             vec![
                 ChunkedTiles { warps_per_block: 3 },
+                LeanTiles { warps_per_block: 3 },
                 WarpRegisters,
                 WarpRecompute,
             ],
@@ -242,6 +243,16 @@ fn sample_variant_follows_k() {
             vec![
                 WarpRegisters,
                 ChunkedTiles { warps_per_block: 1 },
+                LeanTiles { warps_per_block: 1 },
+                WarpRecompute,
+            ],
+        ),
+        (
+            33,
+            vec![
+                ChunkedTiles { warps_per_block: 8 },
+                LeanTiles { warps_per_block: 8 },
+                WarpRegisters,
                 WarpRecompute,
             ],
         ),
@@ -318,6 +329,7 @@ fn lda_parallel_step_matches_cpu() {
     for v in [
         SampleVariant::ThreadPerToken,
         SampleVariant::ChunkedTiles { warps_per_block: 1 },
+        SampleVariant::LeanTiles { warps_per_block: 1 },
         SampleVariant::WarpRegisters,
         SampleVariant::WarpShared { warps_per_block: 1 },
         SampleVariant::WarpRecompute,
@@ -474,6 +486,8 @@ fn an_lda_kernel_that_cannot_sample_k_is_refused_and_writes_nothing() {
         (100usize, SampleVariant::ThreadPerToken),
         (20, SampleVariant::WarpRegisters),
         (300, SampleVariant::ChunkedTiles { warps_per_block: 1 }),
+        (300, SampleVariant::LeanTiles { warps_per_block: 1 }),
+        (20, SampleVariant::LeanTiles { warps_per_block: 8 }),
         (300, SampleVariant::WarpRegisters),
         // Sound for K = 100, but not the shape sample_variants(100) plans.
         (100, SampleVariant::ChunkedTiles { warps_per_block: 8 }),

@@ -15,6 +15,9 @@
 //! formula (`bytes_formula`), the problem shape, and for the compute-bound ALS half-step
 //! `gflops` (its `ratio` has no target). Without a CUDA device it prints why on stderr and
 //! exits 0 (1 if `HARP_REQUIRE_GPU=1`). Needs the `cuda` feature.
+//!
+//! `--cubin-dir DIR [--arch sm_90]` measures nothing and needs no GPU: it writes every CUDA
+//! source compiled for that architecture to `DIR/<source>.cubin`, for `scripts/sass.sh`.
 
 use std::process::ExitCode;
 
@@ -26,7 +29,7 @@ use harp_kernels::cuda::lda::{
     DeviceTopics, DeviceUniforms, SampleVariant,
 };
 use harp_kernels::cuda::mf::{self as gpu_mf, DeviceCsr, DeviceRatings};
-use harp_kernels::cuda::{optim, Gpu};
+use harp_kernels::cuda::{compile_cubin, optim, Gpu, SOURCES};
 use harp_kernels::lda::Tokens;
 use harp_kernels::{AdaGrad, Adam, FastRng, KernelError, LdaParams, Sgd};
 use serde_json::{json, Map, Value};
@@ -52,6 +55,27 @@ struct Args {
     /// Only run these kernels (repeatable); the copy baseline always runs.
     #[arg(long = "kernel")]
     kernels: Vec<String>,
+    /// Measure nothing: compile every CUDA source with NVRTC for `--arch` and write the
+    /// cubins to this directory (`<source>.cubin`), for reading the SASS without a GPU
+    /// (`scripts/sass.sh`).
+    #[arg(long, value_name = "DIR")]
+    cubin_dir: Option<std::path::PathBuf>,
+    /// The real architecture of `--cubin-dir` (sm_90: H100).
+    #[arg(long, default_value = "sm_90", requires = "cubin_dir")]
+    arch: String,
+}
+
+/// Compiles every source of [`SOURCES`] for `arch` into `dir/<source>.cubin`.
+fn write_cubins(dir: &std::path::Path, arch: &str) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for src in SOURCES {
+        let cubin = compile_cubin(src, arch).map_err(|e| e.to_string())?;
+        let path = dir.join(format!("{}.cubin", src.name.trim_end_matches(".cu")));
+        std::fs::write(&path, cubin)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 /// One timed kernel: elements per array, bytes moved per iteration, milliseconds per
@@ -88,6 +112,15 @@ const MIN_COPY_ELEMENTS: usize = 64 * 1024 * 1024;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.cubin_dir {
+        return match write_cubins(dir, &args.arch) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("harp-kernel-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.elements == 0 {
         eprintln!("harp-kernel-bench: --elements must be positive");
         return ExitCode::FAILURE;

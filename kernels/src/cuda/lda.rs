@@ -15,6 +15,11 @@
 //!   block as 48 KiB of shared memory holds; each lane scans its token's row chunk by
 //!   chunk in registers, writes the cumulative values back over the weights and searches
 //!   them (possible up to `K = 256`, but few tiles fit in shared memory there);
+//! * `32 < K <= 256`, not yet any `K`'s default ([`SampleVariant::LeanTiles`]): chunked
+//!   tiles in about half the instructions per cell (each token's row addresses read from
+//!   shared memory, full batches and chunks without bounds tests, a four-wide search),
+//!   listed by [`sample_variants`] so that the conformance test and the benchmark run it
+//!   until a GPU measurement makes it a default;
 //! * `112 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every
 //!   chunk's row loads issued at once, the cumulative values kept in registers, one ballot
 //!   per chunk for the search — each row is read once (on an H100: 80% of copy bandwidth
@@ -107,6 +112,15 @@ pub enum SampleVariant {
         /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
         warps_per_block: u32,
     },
+    /// `32 < K <= 256`: [`SampleVariant::ChunkedTiles`] in fewer instructions — each
+    /// token's row addresses and topic read from shared memory instead of shuffled, full
+    /// batches of cells and full chunks without bounds tests, a search four values a step
+    /// (about half the instructions per cell in sm_90 SASS). Not yet measured on a GPU, so
+    /// not yet any `K`'s default; [`sample_variants`] lists it.
+    LeanTiles {
+        /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
+        warps_per_block: u32,
+    },
     /// `32 < K <= 256`: a warp per token, cumulative values in registers.
     WarpRegisters,
     /// A warp per token, cumulative values in shared memory.
@@ -143,6 +157,9 @@ pub fn sample_variants(topics: usize) -> Vec<SampleVariant> {
     if let Some(tiles) = chunked_tiles(topics) {
         add(tiles);
     }
+    if let Some(tiles) = lean_tiles(topics) {
+        add(tiles);
+    }
     if topics > THREAD_PER_TOKEN_MAX_TOPICS {
         add(warp_variant(topics));
     }
@@ -162,9 +179,27 @@ fn chunked_tiles(topics: usize) -> Option<SampleVariant> {
     })
 }
 
+/// Lean tiles for `32 < topics <= 256`, with as many warps per block as fit.
+fn lean_tiles(topics: usize) -> Option<SampleVariant> {
+    if topics <= THREAD_PER_TOKEN_MAX_TOPICS || topics > CHUNKED_TILES_MAX_TOPICS {
+        return None;
+    }
+    let free = SHARED_LIMIT_BYTES.saturating_sub(inverse_bytes(topics));
+    let warps = (free / lean_tile_bytes(topics)).min(SAMPLE_THREADS / WARP);
+    (warps >= 1).then_some(SampleVariant::LeanTiles {
+        warps_per_block: warps as u32,
+    })
+}
+
 /// Bytes of one warp's tile: 32 rows of `K | 1` floats.
 fn tile_bytes(topics: usize) -> usize {
     WARP * (topics | 1) * 4
+}
+
+/// Bytes of one warp's lean tile: its tokens' row addresses and topics (3 × 32 words of
+/// 8 bytes), then the tile.
+fn lean_tile_bytes(topics: usize) -> usize {
+    3 * WARP * 8 + tile_bytes(topics)
 }
 
 /// The warp-per-token variant for `topics > 32`: cumulative values in shared memory while
@@ -215,6 +250,15 @@ fn plan(topics: usize, variant: SampleVariant) -> Plan {
                 kernel: "harp_lda_sample_tiles",
                 threads: w * WARP,
                 shared_bytes: inverse_bytes(topics) + w * tile_bytes(topics),
+                tokens_per_block: w * WARP,
+            }
+        }
+        SampleVariant::LeanTiles { warps_per_block } => {
+            let w = warps_per_block as usize;
+            Plan {
+                kernel: "harp_lda_sample_tiles_lean",
+                threads: w * WARP,
+                shared_bytes: inverse_bytes(topics) + w * lean_tile_bytes(topics),
                 tokens_per_block: w * WARP,
             }
         }
@@ -891,4 +935,52 @@ pub fn rebuild_counts(
     // inside its table; the shared histogram has K entries when enabled (K * 4 <= 16 KiB).
     unsafe { launch.launch(cfg) }.map_err(driver_err("launch harp_lda_count_tokens"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel a variant launches exists in `lda.cu`, and its launch shape is sound:
+    /// whole warps, at most 48 KiB of dynamic shared memory (the host's own checks; the
+    /// kernels themselves only run on a GPU).
+    #[test]
+    fn every_variants_plan_launches_a_kernel_of_the_source_within_the_limits() {
+        let mut kernels = std::collections::BTreeSet::new();
+        for topics in 1..=3000 {
+            for variant in sample_variants(topics) {
+                let plan = plan(topics, variant);
+                let declaration = format!("__global__ void {}(", plan.kernel);
+                assert!(
+                    SOURCE.code.contains(&declaration),
+                    "K={topics} {variant:?}: no kernel {} in lda.cu",
+                    plan.kernel
+                );
+                assert!(
+                    plan.threads > 0 && plan.threads.is_multiple_of(WARP),
+                    "K={topics} {variant:?}"
+                );
+                assert!(plan.threads <= SAMPLE_THREADS, "K={topics} {variant:?}");
+                assert!(
+                    plan.shared_bytes <= SHARED_LIMIT_BYTES,
+                    "K={topics} {variant:?}"
+                );
+                assert!(plan.tokens_per_block > 0, "K={topics} {variant:?}");
+                kernels.insert(plan.kernel);
+            }
+        }
+        // Every sampling kernel of the source is reachable.
+        assert_eq!(kernels.len(), 6, "{kernels:?}");
+    }
+
+    /// A lean tile's row addresses start 8-byte aligned in every warp's region (the kernel
+    /// reads them as 64-bit words): the inverses, the addresses and each tile are whole
+    /// numbers of 8-byte words.
+    #[test]
+    fn lean_tile_regions_keep_the_row_addresses_aligned() {
+        for topics in 33..=CHUNKED_TILES_MAX_TOPICS {
+            assert_eq!(inverse_bytes(topics) % 8, 0, "K={topics}");
+            assert_eq!(lean_tile_bytes(topics) % 8, 0, "K={topics}");
+        }
+    }
 }

@@ -229,13 +229,18 @@ __device__ __forceinline__ void harp_lda_tile_weights(
     __syncwarp();
 }
 
-// The 32-wide inclusive Hillis-Steele scan of s in registers (the order of harp_warp_scan:
-// s[j] = s[j] + s[j - off] with the values before the pass).
+// The inclusive Hillis-Steele scan of W values in registers (W = 32: the order of
+// harp_warp_scan, s[j] = s[j] + s[j - off] with the values before the pass). For W < 32 it
+// is the first W values of the 32-wide scan of s followed by zeros (W a power of two):
+// the same bits, since those positions only ever read lower ones, in log2(W) passes. Its
+// last value then equals the 32-wide scan's s[31], which sums the same tree with zeros
+// added (x + 0 is x).
+template <unsigned int W>
 __device__ __forceinline__ void harp_lda_lane_scan(float* s) {
 #pragma unroll
-    for (unsigned int off = 1; off < 32u; off <<= 1) {
+    for (unsigned int off = 1; off < W; off <<= 1) {
 #pragma unroll
-        for (unsigned int j = 31u; j >= off; --j) s[j] = __fadd_rn(s[j], s[j - off]);
+        for (unsigned int j = W - 1u; j >= off; --j) s[j] = __fadd_rn(s[j], s[j - off]);
     }
 }
 
@@ -246,7 +251,7 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_small(const float* r
     float s[32];
 #pragma unroll
     for (unsigned int j = 0; j < 32u; ++j) s[j] = j < K ? row[j] : 0.0f;
-    harp_lda_lane_scan(s);
+    harp_lda_lane_scan<32>(s);
     const float target = __fmul_rn(u, s[31]);
     unsigned int result = K - 1u;
     bool found = false;
@@ -273,7 +278,7 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked(float* row, 
         float s[32];
 #pragma unroll
         for (unsigned int j = 0; j < 32u; ++j) s[j] = k0 + j < K ? row[k0 + j] : 0.0f;
-        harp_lda_lane_scan(s);
+        harp_lda_lane_scan<32>(s);
 #pragma unroll
         for (unsigned int j = 0; j < 32u; ++j) {
             if (k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
@@ -335,7 +340,8 @@ __device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS)
 //    shared memory once per tile; a cell reads them there (one base register, immediate
 //    offsets) instead of three shuffles and a 64-bit multiply per row;
 //  * the batches of 256 cells that a tile fills entirely run without bounds tests, and so
-//    do the scan's full 32-topic chunks;
+//    do the scan's full 32-topic chunks; the last, partial chunk is scanned over the
+//    fewest registers that hold it (4 at K = 100, not 32);
 //  * the search tests four cumulative values per step.
 // Per 8 cells a lane issues 292 instructions here against 577 in harp_lda_tile_weights,
 // per full chunk 229 against 322, per 4 searched values 20 against 36 (sm_90 SASS,
@@ -360,32 +366,45 @@ __device__ __forceinline__ unsigned int harp_lda_first_above(const float* row, u
 }
 
 // One chunk of harp_lda_sample_row_chunked_lean: the cumulative values fadd(running,
-// prefix) of row[k0..k0 + 32) written back over the weights (FULL: all below K, no bounds
-// tests); returns the running sum after the chunk.
-template <bool FULL>
+// prefix) of row[k0..k0 + W) written back over the weights (every one below K unless
+// TAIL; a tail chunk's values past K are zeros, W the power of two that covers the rest of
+// the row); returns the running sum after the chunk.
+template <unsigned int W, bool TAIL>
 __device__ __forceinline__ float harp_lda_scan_chunk(float* row, unsigned int k0,
                                                      unsigned int K, float running) {
-    float s[32];
+    float s[W];
 #pragma unroll
-    for (unsigned int j = 0; j < 32u; ++j) s[j] = FULL || k0 + j < K ? row[k0 + j] : 0.0f;
-    harp_lda_lane_scan(s);
+    for (unsigned int j = 0; j < W; ++j) s[j] = !TAIL || k0 + j < K ? row[k0 + j] : 0.0f;
+    harp_lda_lane_scan<W>(s);
 #pragma unroll
-    for (unsigned int j = 0; j < 32u; ++j) {
-        if (FULL || k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
+    for (unsigned int j = 0; j < W; ++j) {
+        if (!TAIL || k0 + j < K) row[k0 + j] = __fadd_rn(running, s[j]);
     }
-    return __fadd_rn(running, s[31]);
+    return __fadd_rn(running, s[W - 1u]);
 }
 
-// harp_lda_sample_row_chunked with the full chunks scanned without bounds tests.
+// harp_lda_sample_row_chunked with the full chunks scanned without bounds tests and the
+// last, partial one (K % 32 topics) over the fewest registers that hold it.
 __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked_lean(float* row,
                                                                          unsigned int K,
                                                                          float u) {
-    const unsigned int full = K >> 5;
+    const unsigned int full = K >> 5, rest = K & 31u, k0 = full << 5;
     float running = 0.0f;
     for (unsigned int c = 0; c < full; ++c) {
-        running = harp_lda_scan_chunk<true>(row, c << 5, K, running);
+        running = harp_lda_scan_chunk<32, false>(row, c << 5, K, running);
     }
-    if ((K & 31u) != 0u) running = harp_lda_scan_chunk<false>(row, full << 5, K, running);
+    if (rest == 0u) {
+    } else if (rest <= 2u) {
+        running = harp_lda_scan_chunk<2, true>(row, k0, K, running);
+    } else if (rest <= 4u) {
+        running = harp_lda_scan_chunk<4, true>(row, k0, K, running);
+    } else if (rest <= 8u) {
+        running = harp_lda_scan_chunk<8, true>(row, k0, K, running);
+    } else if (rest <= 16u) {
+        running = harp_lda_scan_chunk<16, true>(row, k0, K, running);
+    } else {
+        running = harp_lda_scan_chunk<32, true>(row, k0, K, running);
+    }
     const float target = __fmul_rn(u, running);
     return harp_lda_first_above(row, K, target);
 }

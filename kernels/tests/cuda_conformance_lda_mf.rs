@@ -295,7 +295,8 @@ fn counter_uniforms_are_in_unit_interval_and_spread() {
 #[test]
 fn lda_parallel_step_matches_cpu() {
     let gpu = gpu_or_skip!();
-    // Every variant, tile tails (n not a multiple of 32, n < 32), word blocks not at 0.
+    // Every variant, tile tails (n not a multiple of 32, n < 32), word blocks not at 0, and
+    // every width of a last partial chunk of topics (K % 32 of 1, 4, 8, 12, 26 and 0).
     let cases = [
         (1usize, 1000usize, 10usize, 50usize, 0u32),
         (7, 5000, 40, 300, 0),
@@ -304,7 +305,10 @@ fn lda_parallel_step_matches_cpu() {
         (20, 200_000, 2000, 5000, 0),
         (32, 50_000, 500, 1000, 123),
         (33, 50_000, 500, 1000, 0),
+        (40, 20_011, 300, 500, 3),
         (65, 10_007, 100, 200, 0),
+        (76, 20_000, 300, 500, 0),
+        (90, 9_999, 200, 400, 11),
         (100, 100_000, 1000, 3000, 4000),
         (128, 30_000, 400, 600, 7),
         (256, 20_000, 300, 500, 0),

@@ -122,7 +122,11 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["kernel"] != "copy":
         flag = "ok" if r["ratio"] >= 0.6 else "BELOW 60% of copy bandwidth"
-        print(f'{r["kernel"]:>12}: {r["gbps"]:8.1f} GB/s = {100 * r["ratio"]:5.1f}% of copy ({r["copy_gbps"]:.1f} GB/s)  {flag}')
+        print(f'{r["kernel"]:>12}: {r["gbps"]:8.1f} GB/s = {100 * r["ratio"]:5.1f}% of copy ({r["copy_gbps"]:.1f} GB/s)  {flag}'
+              + (f'  [{r["variant"]}]' if "variant" in r else ""))
+        # The other LDA kernels that can sample this K, timed on the same data.
+        for name, gbps in sorted(r.get("alternatives_gbps", {}).items()):
+            print(f'{"":>14}alternative {name}: {100 * gbps / r["copy_gbps"]:5.1f}% of copy')
 PY
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "FAILED: ${failed[*]}"

@@ -98,6 +98,7 @@ const CASES: &[(&str, CaseFn)] = &[
     ("adam", bench_adam),
     ("lda_sample_k20", |g, a| bench_lda_sample(g, a, 20)),
     ("lda_sample_k64", |g, a| bench_lda_sample(g, a, 64)),
+    ("lda_sample_k80", |g, a| bench_lda_sample(g, a, 80)),
     ("lda_sample_k100", |g, a| bench_lda_sample(g, a, 100)),
     ("lda_sample_k128", |g, a| bench_lda_sample(g, a, 128)),
     ("lda_sample_k256", |g, a| bench_lda_sample(g, a, 256)),

@@ -14,7 +14,8 @@
 //   harp_lda_sample_tiles     32 < K <= 256: as sample_small, the lane's scan chunk by chunk,
 //                             cumulative values written back to shared memory
 //   harp_lda_sample_tiles_lean  the same in fewer instructions (row addresses in shared
-//                             memory, unpredicated full batches and chunks, 4-wide search)
+//                             memory, the own topic's cell rewritten once per token,
+//                             unpredicated full batches and chunks, 4-wide search)
 //   harp_lda_sample_warp_reg  32 < K <= 256: one warp per token, every row chunk loaded at
 //                             once, cumulative values kept in registers, one ballot per chunk
 //   harp_lda_sample_warp_smem 256 < K (while shared memory allows): as above, cumulative
@@ -336,16 +337,19 @@ __device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS)
 // The tile kernels issue instructions faster than memory delivers rows at K ~ 100 (Nsight
 // Compute, docs/KERNELS.md), so this variant cuts the instructions per cell and per token
 // without changing a single float operation:
-//  * each lane publishes its token's document and word row addresses (64-bit) and topic in
-//    shared memory once per tile; a cell reads them there (one base register, immediate
+//  * each lane publishes its token's document and word row addresses (64-bit) in shared
+//    memory once per tile; a cell reads them there (one base register, immediate
 //    offsets) instead of three shuffles and a 64-bit multiply per row;
+//  * a cell computes its weight as if it were not its token's own topic (no topic
+//    compare, no saturating subtraction), and each lane then rewrites the one cell of its
+//    token's own topic with the assignment excluded: the same weight, once per token;
 //  * the batches of 256 cells that a tile fills entirely run without bounds tests, and so
 //    do the scan's full 32-topic chunks; the last, partial chunk is scanned over the
 //    fewest registers that hold it (4 at K = 100, not 32);
 //  * the search tests four cumulative values per step.
-// Per 8 cells a lane issues 292 instructions here against 577 in harp_lda_tile_weights,
+// Per 8 cells a lane issues 212 instructions here against 577 in harp_lda_tile_weights,
 // per full chunk 229 against 322, per 4 searched values 20 against 36 (sm_90 SASS,
-// scripts/sass.sh). Shared memory per warp: 96 64-bit words, then 32 rows of (K | 1)
+// scripts/sass.sh). Shared memory per warp: 64 64-bit words, then 32 rows of (K | 1)
 // weights; the block starts with the 2K inverses.
 
 // The first k < K with row[k] > target, else K - 1 (the linear search of
@@ -410,24 +414,23 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked_lean(float* 
 }
 
 // One batch of 32 * 8 cells of harp_lda_tile_weights_lean (TAIL: the tile's last, partly
-// past its cells). `toks` holds the tile's 32 document row addresses, its 32 word row
-// addresses and its 32 topics; (t, k) is the lane's cell, advanced by 32 per cell (K > 32:
-// one wrap at most).
+// past its cells), every weight as if the cell were not its token's own topic. `rows`
+// holds the tile's 32 document row addresses, then its 32 word row addresses; (t, k) is
+// the lane's cell, advanced by 32 per cell (K > 32: one wrap at most).
 template <bool TAIL>
 __device__ __forceinline__ void harp_lda_tile_batch(
-    float* wts, const float* inv, const unsigned long long* toks, unsigned int cells,
+    float* wts, const float* inv, const unsigned long long* rows, unsigned int cells,
     unsigned int base, unsigned int K, unsigned int stride, unsigned int lane, unsigned int& t,
     unsigned int& k, float alpha, float beta) {
-    unsigned int nd[8], nw[8], slot[8], r[8];
+    unsigned int nd[8], nw[8], slot[8], topic[8];
 #pragma unroll
     for (unsigned int j = 0; j < 8u; ++j) {
         const bool active = !TAIL || base + 32u * j + lane < cells;
-        const unsigned long long* tok = toks + (TAIL ? (t & 31u) : t);
-        const unsigned int zt = (unsigned int)tok[64];
-        nd[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(tok[0]) + k) : 0u;
-        nw[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(tok[32]) + k) : 0u;
+        const unsigned long long* row = rows + (TAIL ? (t & 31u) : t);
+        nd[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(row[0]) + k) : 0u;
+        nw[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(row[32]) + k) : 0u;
         slot[j] = active ? t * stride + k : ~0u;
-        r[j] = (k == zt ? K : 0u) + k;
+        topic[j] = k;
         k += 32u;
         if (k >= K) {
             k -= K;
@@ -437,38 +440,46 @@ __device__ __forceinline__ void harp_lda_tile_batch(
 #pragma unroll
     for (unsigned int j = 0; j < 8u; ++j) {
         if (!TAIL || slot[j] != ~0u) {
-            const unsigned int own = r[j] >= K ? 1u : 0u;
-            wts[slot[j]] = harp_lda_weight_inv(nd[j], nw[j], own, inv[r[j]], alpha, beta);
+            wts[slot[j]] = harp_lda_weight_inv(nd[j], nw[j], 0u, inv[topic[j]], alpha, beta);
         }
     }
 }
 
 // Phase 1 of harp_lda_sample_tiles_lean: harp_lda_tile_weights for 32 < K, the tile's
-// rows addressed through `toks` (96 64-bit words of this warp). Ends with __syncwarp().
+// rows addressed through `rows` (64 64-bit words of this warp). The cells compute every
+// weight as if it were not its token's own topic (no topic compare, no saturating
+// subtraction); then each lane rewrites its own token's cell (t, z) with the assignment
+// excluded: the same weight harp_lda_tile_weights computes there. Ends with __syncwarp().
 __device__ __forceinline__ void harp_lda_tile_weights_lean(
-    float* wts, const float* inv, unsigned long long* toks,
+    float* wts, const float* inv, unsigned long long* rows,
     const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
     unsigned int count, unsigned int K, unsigned int lane, unsigned int d, unsigned int w,
     unsigned int z, float alpha, float beta) {
     const unsigned int stride = K | 1u;
-    toks[lane] = reinterpret_cast<unsigned long long>(doc_topic + (size_t)d * K);
-    toks[32u + lane] = reinterpret_cast<unsigned long long>(word_topic + (size_t)w * K);
-    toks[64u + lane] = z;
+    const unsigned int* drow = doc_topic + (size_t)d * K;
+    const unsigned int* wrow = word_topic + (size_t)w * K;
+    rows[lane] = reinterpret_cast<unsigned long long>(drow);
+    rows[32u + lane] = reinterpret_cast<unsigned long long>(wrow);
     __syncwarp();
     const unsigned int cells = count * K;
     unsigned int t = 0u, k = lane, base = 0u;
     for (; base + 256u <= cells; base += 256u) {
-        harp_lda_tile_batch<false>(wts, inv, toks, cells, base, K, stride, lane, t, k, alpha,
+        harp_lda_tile_batch<false>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
                                    beta);
     }
     if (base < cells) {
-        harp_lda_tile_batch<true>(wts, inv, toks, cells, base, K, stride, lane, t, k, alpha,
+        harp_lda_tile_batch<true>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
                                   beta);
+    }
+    __syncwarp();
+    if (lane < count) {
+        wts[lane * stride + z] =
+            harp_lda_weight_inv(__ldg(drow + z), __ldg(wrow + z), 1u, inv[K + z], alpha, beta);
     }
     __syncwarp();
 }
 
-// 32 < K while a warp's tile (and its 768 bytes of row addresses) fits in 48 KiB of shared
+// 32 < K while a warp's tile (and its 512 bytes of row addresses) fits in 48 KiB of shared
 // memory (the host allows K <= 256).
 extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int K = topic_count;
@@ -476,9 +487,9 @@ extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
     harp_lda_inverses(inv, totals, K, vbeta);
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned int stride = K | 1u;
-    float* region = harp_lda_smem + 2u * K + warp * (192u + 32u * stride);
-    unsigned long long* toks = reinterpret_cast<unsigned long long*>(region);
-    float* wts = region + 192;
+    float* region = harp_lda_smem + 2u * K + warp * (128u + 32u * stride);
+    unsigned long long* rows = reinterpret_cast<unsigned long long*>(region);
+    float* wts = region + 128;
     const unsigned long long tiles = (n + 31ull) >> 5;
     const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
     for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -495,7 +506,7 @@ extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
             z = topics[i];
             u = uniforms[i];
         }
-        harp_lda_tile_weights_lean(wts, inv, toks, doc_topic, word_topic, count, K, lane, d, w,
+        harp_lda_tile_weights_lean(wts, inv, rows, doc_topic, word_topic, count, K, lane, d, w,
                                    z, alpha, beta);
         if (lane < count) {
             new_topics[i] = harp_lda_sample_row_chunked_lean(wts + lane * stride, K, u);

@@ -16,8 +16,9 @@
 //!   chunk in registers, writes the cumulative values back over the weights and searches
 //!   them (possible up to `K = 256`, but few tiles fit in shared memory there);
 //! * `32 < K <= 256`, not yet any `K`'s default ([`SampleVariant::LeanTiles`]): chunked
-//!   tiles in about half the instructions per cell (each token's row addresses read from
-//!   shared memory, full batches and chunks without bounds tests, a four-wide search),
+//!   tiles in under half the instructions per cell (each token's row addresses read from
+//!   shared memory, its own topic's cell rewritten once instead of tested in every cell,
+//!   full batches and chunks without bounds tests, a four-wide search),
 //!   listed by [`sample_variants`] so that the conformance test and the benchmark run it
 //!   until a GPU measurement makes it a default;
 //! * `112 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every
@@ -113,10 +114,12 @@ pub enum SampleVariant {
         warps_per_block: u32,
     },
     /// `32 < K <= 256`: [`SampleVariant::ChunkedTiles`] in fewer instructions — each
-    /// token's row addresses and topic read from shared memory instead of shuffled, full
-    /// batches of cells and full chunks without bounds tests, a search four values a step
-    /// (about half the instructions per cell in sm_90 SASS). Not yet measured on a GPU, so
-    /// not yet any `K`'s default; [`sample_variants`] lists it.
+    /// token's row addresses read from shared memory instead of shuffled, every cell's
+    /// weight computed as if it were not its token's topic and each token's own cell
+    /// rewritten once, full batches of cells and full chunks without bounds tests, a
+    /// search four values a step (under half the instructions per cell in sm_90 SASS).
+    /// Not yet measured on a GPU, so not yet any `K`'s default; [`sample_variants`] lists
+    /// it.
     LeanTiles {
         /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
         warps_per_block: u32,
@@ -196,10 +199,10 @@ fn tile_bytes(topics: usize) -> usize {
     WARP * (topics | 1) * 4
 }
 
-/// Bytes of one warp's lean tile: its tokens' row addresses and topics (3 × 32 words of
-/// 8 bytes), then the tile.
+/// Bytes of one warp's lean tile: its tokens' document and word row addresses (2 × 32
+/// words of 8 bytes), then the tile.
 fn lean_tile_bytes(topics: usize) -> usize {
-    3 * WARP * 8 + tile_bytes(topics)
+    2 * WARP * 8 + tile_bytes(topics)
 }
 
 /// The warp-per-token variant for `topics > 32`: cumulative values in shared memory while

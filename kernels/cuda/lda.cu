@@ -293,46 +293,6 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked(float* row, 
     return K - 1u;
 }
 
-// The tile kernels: a warp takes a tile of 32 tokens (grid-stride over tiles), writes the
-// tile's weights to shared memory (harp_lda_tile_weights), then lane t samples token t from
-// its row: in registers for K <= 32 (CHUNKED false), chunk by chunk for larger K. Dynamic
-// shared memory (floats): 2K inverses, then per warp 32 rows of (K | 1) weights (an odd row
-// stride, so lane t reading row t is conflict-free). blockDim.x must be a multiple of 32.
-template <bool CHUNKED>
-__device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS) {
-    const unsigned int K = topic_count;
-    float* inv = harp_lda_smem;
-    harp_lda_inverses(inv, totals, K, vbeta);
-    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const unsigned int stride = K | 1u;
-    float* wts = harp_lda_smem + 2u * K + warp * 32u * stride;
-    const unsigned long long tiles = (n + 31ull) >> 5;
-    const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
-    for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
-         tile < tiles; tile += warps) {
-        const unsigned long long first = tile << 5;
-        const unsigned long long left = n - first;
-        const unsigned int count = left < 32ull ? (unsigned int)left : 32u;
-        const unsigned long long i = first + lane;
-        unsigned int d = 0u, w = 0u, z = 0u;
-        float u = 0.0f;
-        if (lane < count) {
-            d = docs[i];
-            w = words[i] - word_base;
-            z = topics[i];
-            u = uniforms[i];
-        }
-        harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z, alpha,
-                              beta);
-        if (lane < count) {
-            float* row = wts + lane * stride;
-            new_topics[i] = CHUNKED ? harp_lda_sample_row_chunked(row, K, u)
-                                    : harp_lda_sample_row_small(row, K, u);
-        }
-        __syncwarp();
-    }
-}
-
 // ---- harp_lda_sample_tiles_lean: harp_lda_sample_tiles in fewer instructions ----------
 // The tile kernels issue instructions faster than memory delivers rows at K ~ 100 (Nsight
 // Compute, docs/KERNELS.md), so this variant cuts the instructions per cell and per token
@@ -479,17 +439,28 @@ __device__ __forceinline__ void harp_lda_tile_weights_lean(
     __syncwarp();
 }
 
-// 32 < K while a warp's tile (and its 512 bytes of row addresses) fits in 48 KiB of shared
-// memory (the host allows K <= 256).
-extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
+// How a tile kernel samples its tokens (harp_lda_sample_tiles_of).
+#define HARP_LDA_TILES_SMALL 0
+#define HARP_LDA_TILES_CHUNKED 1
+#define HARP_LDA_TILES_LEAN 2
+
+// The tile kernels: a warp takes a tile of 32 tokens (grid-stride over tiles), writes the
+// tile's weights to shared memory (harp_lda_tile_weights, or harp_lda_tile_weights_lean),
+// then lane t samples token t from its row: in registers for K <= 32 (SMALL), chunk by
+// chunk for larger K (CHUNKED, LEAN). Dynamic shared memory (floats): 2K inverses, then
+// per warp (LEAN: 64 64-bit row addresses, then) 32 rows of (K | 1) weights (an odd row
+// stride, so lane t reading row t is conflict-free). blockDim.x must be a multiple of 32.
+template <int MODE>
+__device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int K = topic_count;
     float* inv = harp_lda_smem;
     harp_lda_inverses(inv, totals, K, vbeta);
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned int stride = K | 1u;
-    float* region = harp_lda_smem + 2u * K + warp * (128u + 32u * stride);
+    const unsigned int addresses = MODE == HARP_LDA_TILES_LEAN ? 128u : 0u;
+    float* region = harp_lda_smem + 2u * K + warp * (addresses + 32u * stride);
     unsigned long long* rows = reinterpret_cast<unsigned long long*>(region);
-    float* wts = region + 128;
+    float* wts = region + addresses;
     const unsigned long long tiles = (n + 31ull) >> 5;
     const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
     for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -506,10 +477,18 @@ extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
             z = topics[i];
             u = uniforms[i];
         }
-        harp_lda_tile_weights_lean(wts, inv, rows, doc_topic, word_topic, count, K, lane, d, w,
-                                   z, alpha, beta);
+        if (MODE == HARP_LDA_TILES_LEAN) {
+            harp_lda_tile_weights_lean(wts, inv, rows, doc_topic, word_topic, count, K, lane, d,
+                                       w, z, alpha, beta);
+        } else {
+            harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z,
+                                  alpha, beta);
+        }
         if (lane < count) {
-            new_topics[i] = harp_lda_sample_row_chunked_lean(wts + lane * stride, K, u);
+            float* row = wts + lane * stride;
+            new_topics[i] = MODE == HARP_LDA_TILES_SMALL     ? harp_lda_sample_row_small(row, K, u)
+                            : MODE == HARP_LDA_TILES_CHUNKED ? harp_lda_sample_row_chunked(row, K, u)
+                                                             : harp_lda_sample_row_chunked_lean(row, K, u);
         }
         __syncwarp();
     }
@@ -517,12 +496,18 @@ extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
 
 // K <= 32.
 extern "C" __global__ void harp_lda_sample_small(HARP_LDA_SAMPLE_PARAMS) {
-    harp_lda_sample_tiles_of<false>(HARP_LDA_SAMPLE_ARGS);
+    harp_lda_sample_tiles_of<HARP_LDA_TILES_SMALL>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // 32 < K while a warp's tile fits in 48 KiB of shared memory (the host allows K <= 256).
 extern "C" __global__ void harp_lda_sample_tiles(HARP_LDA_SAMPLE_PARAMS) {
-    harp_lda_sample_tiles_of<true>(HARP_LDA_SAMPLE_ARGS);
+    harp_lda_sample_tiles_of<HARP_LDA_TILES_CHUNKED>(HARP_LDA_SAMPLE_ARGS);
+}
+
+// 32 < K while a warp's tile (and its 512 bytes of row addresses) fits in 48 KiB of shared
+// memory (the host allows K <= 256).
+extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_tiles_of<HARP_LDA_TILES_LEAN>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // 32 < K. One warp per token (grid-stride; the next token's ids are loaded while this one

@@ -172,26 +172,25 @@ pub fn sample_variants(topics: usize) -> Vec<SampleVariant> {
 
 /// Chunked tiles for `32 < topics <= 256`, with as many warps per block as fit.
 fn chunked_tiles(topics: usize) -> Option<SampleVariant> {
-    if topics <= THREAD_PER_TOKEN_MAX_TOPICS || topics > CHUNKED_TILES_MAX_TOPICS {
-        return None;
-    }
-    let free = SHARED_LIMIT_BYTES.saturating_sub(inverse_bytes(topics));
-    let warps = (free / tile_bytes(topics)).min(SAMPLE_THREADS / WARP);
-    (warps >= 1).then_some(SampleVariant::ChunkedTiles {
-        warps_per_block: warps as u32,
-    })
+    tile_warps(topics, tile_bytes(topics))
+        .map(|warps_per_block| SampleVariant::ChunkedTiles { warps_per_block })
 }
 
 /// Lean tiles for `32 < topics <= 256`, with as many warps per block as fit.
 fn lean_tiles(topics: usize) -> Option<SampleVariant> {
+    tile_warps(topics, lean_tile_bytes(topics))
+        .map(|warps_per_block| SampleVariant::LeanTiles { warps_per_block })
+}
+
+/// Warps per block of a tile kernel for `32 < topics <= 256` whose warps take
+/// `bytes_per_warp` of shared memory each: as many as fit beside the inverses, at most 8.
+fn tile_warps(topics: usize, bytes_per_warp: usize) -> Option<u32> {
     if topics <= THREAD_PER_TOKEN_MAX_TOPICS || topics > CHUNKED_TILES_MAX_TOPICS {
         return None;
     }
     let free = SHARED_LIMIT_BYTES.saturating_sub(inverse_bytes(topics));
-    let warps = (free / lean_tile_bytes(topics)).min(SAMPLE_THREADS / WARP);
-    (warps >= 1).then_some(SampleVariant::LeanTiles {
-        warps_per_block: warps as u32,
-    })
+    let warps = (free / bytes_per_warp).min(SAMPLE_THREADS / WARP);
+    (warps >= 1).then_some(warps as u32)
 }
 
 /// Bytes of one warp's tile: 32 rows of `K | 1` floats.

@@ -1,6 +1,7 @@
 //! The `harp` command.
 
 use clap::Parser;
+use std::io::IsTerminal;
 
 /// mimalloc keeps the large, short-lived row buffers of training in process memory instead
 /// of mapping and zeroing fresh pages for each.
@@ -15,6 +16,8 @@ fn main() {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a pipe gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {

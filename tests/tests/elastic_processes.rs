@@ -422,7 +422,7 @@ impl LoggedNode {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(without_colours(&line)).is_err() {
+                if tx.send(line).is_err() {
                     return;
                 }
             }
@@ -433,6 +433,16 @@ impl LoggedNode {
             log: Vec::new(),
             consumed: 0,
         }
+    }
+
+    /// Keeps a line of the log, which goes to a pipe here: plain text, no colour codes (the
+    /// node colours its log only on a terminal).
+    fn push(&mut self, line: String) {
+        assert!(
+            !line.contains('\x1b'),
+            "a log written to a pipe has colour codes: {line:?}"
+        );
+        self.log.push(line);
     }
 
     /// The next line (after the last one a wait returned) that has every one of `parts`.
@@ -447,7 +457,7 @@ impl LoggedNode {
             self.consumed = self.log.len();
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => self.log.push(line),
+                Ok(line) => self.push(line),
                 Err(_) => panic!(
                     "the node never logged a line with {parts:?}; it logged:\n{}",
                     self.log.join("\n")
@@ -464,27 +474,13 @@ impl LoggedNode {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => self.log.push(line),
+                Ok(line) => self.push(line),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}'s stderr never closed"),
             }
         }
         (status, std::mem::take(&mut self.log).join("\n"))
     }
-}
-
-/// `line` without its ANSI colour sequences (`ESC [ ... m`).
-fn without_colours(line: &str) -> String {
-    let mut plain = String::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(start) = rest.find('\x1b') {
-        plain.push_str(&rest[..start]);
-        rest = rest[start..]
-            .find('m')
-            .map_or("", |end| &rest[start + end + 1..]);
-    }
-    plain.push_str(rest);
-    plain
 }
 
 impl Drop for LoggedNode {

@@ -10,7 +10,8 @@
 #
 # The bundle also holds harp-bench and elastic-ab.sh (scripts/elastic-ab.sh), which measure
 # issue 4's forwarding figure with both executor layouts on that machine's cores:
-# `gpu-bundle/elastic-ab.sh 5 40`.
+# `gpu-bundle/elastic-ab.sh 5 40`; elastic-slow-events.py lines up the node and master logs
+# around each slow event of a `harp-bench elastic --across --keep-logs` run (README).
 #
 # Nothing CUDA is needed to build (the driver and NVRTC are loaded at run time); the GPU
 # machine needs libcuda.so.1 (the driver) and libnvrtc.so.13 or .so.12 on its library path.
@@ -81,7 +82,8 @@ for data in newsgroups-subset mnist10k; do
     fi
 done
 cp "$root/scripts/elastic-ab.sh" "$bundle/elastic-ab.sh"
-names+=(elastic-ab.sh)
+cp "$root/scripts/elastic-slow-events.py" "$bundle/elastic-slow-events.py"
+names+=(elastic-ab.sh elastic-slow-events.py)
 for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp harp-bench; do
     if [ ! -x "$bundle/$want" ]; then
         echo "gpu-bundle: $want was not built" >&2

@@ -1,7 +1,6 @@
 //! The `harp` command.
 
 use clap::Parser;
-use std::io::IsTerminal;
 
 /// mimalloc keeps the large, short-lived row buffers of training in process memory instead
 /// of mapping and zeroing fresh pages for each.
@@ -10,15 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use harp_apps::cli::{run, Cli};
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HARP_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a log file or a pipe gets plain text.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    harp_apps::cli::init_logging();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("error: {}", describe(&e));

@@ -361,6 +361,8 @@ fn speedup(w: &Workload, args: &Args) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    // The runtime's log (a job's master runs in this process for `elastic`), as `harp`'s.
+    harp_apps::cli::init_logging();
     let args = Args::parse();
     if args.bench == Bench::TransportPeer {
         // Its stdout is the protocol with the parent: nothing else goes there.

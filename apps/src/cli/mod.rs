@@ -24,6 +24,21 @@ pub use run_lda::LdaCliArgs;
 pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
 
+/// Sends the runtime's log to stderr, filtered by `HARP_LOG` (a `tracing` filter; default
+/// `warn`), coloured only when stderr is a terminal. For the `harp` command and the
+/// benchmarks that run jobs in their own process.
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HARP_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 /// harp: an elastic runtime for distributed ML training.
 #[derive(Parser, Debug)]
 #[command(name = "harp", version, about)]

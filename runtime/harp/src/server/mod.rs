@@ -679,8 +679,12 @@ impl Actor for ServerActor {
                 let _ = reply.send(result);
             }
             ServerMsg::TakeOver {
-                shard, rows, ack, ..
+                shard,
+                rows,
+                ack,
+                in_order,
             } => {
+                tracing::debug!(server = %state.id, %shard, rows = rows.len(), bytes = rows.bytes(), in_order, "taking a shard over");
                 state.forwarded.remove(&shard);
                 state.store.insert_shard(rows);
                 let _ = ack.send(());

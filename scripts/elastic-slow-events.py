@@ -30,13 +30,17 @@ def unix_time(stamp):
 
 
 def read_log(path):
-    """(the log's name, [(unix time, text)]) of a log file."""
-    lines = []
+    """(the log's name, [(unix time, text)]) of a log file; a node's log is named with the
+    node id its "joined the job" line gives (the files are numbered in start order)."""
+    name, lines = path.stem, []
     for raw in path.read_text(errors="replace").splitlines():
         match = STAMP.match(ANSI.sub("", raw))
         if match:
             lines.append((unix_time(match.group(1)), match.group(2)))
-    return path.stem, lines
+            joined = re.search(r"joined the job node=(\d+)", match.group(2))
+            if joined:
+                name = f"{path.stem} (node {joined.group(1)})"
+    return name, lines
 
 
 def main():

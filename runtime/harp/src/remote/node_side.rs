@@ -191,6 +191,14 @@ pub async fn run_node_leaving<A: App>(
         }
     };
     master_link.send(&Message::Ready { node_id: me })?;
+    tracing::info!(
+        node = me,
+        worker = ?assignment.worker,
+        executors = assignment.executors.len(),
+        server = ?assignment.server,
+        shards = assignment.shards.len(),
+        "joined the job"
+    );
     let heartbeat = {
         let link = master_link.clone();
         let every = Duration::from_millis(welcome.heartbeat_interval_ms.max(10));

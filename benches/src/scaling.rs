@@ -345,3 +345,32 @@ pub fn scale_out(args: &Args) -> Result<()> {
     }));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_times_leave_out_the_first_epoch_which_pays_the_start() {
+        assert_eq!(epoch_times(&[2.0, 2.5, 3.25, 4.0]), vec![0.5, 0.75, 0.75]);
+        assert!(epoch_times(&[2.0]).is_empty());
+    }
+
+    #[test]
+    fn epochs_cover_the_least_time_with_a_tenth_to_spare() {
+        // 30 s of 0.35 s epochs: 85.7 epochs, 94.3 with the margin.
+        assert_eq!(epochs_for(30.0, 0.35).unwrap(), 95);
+        assert!(f64::from(epochs_for(30.0, 0.35).unwrap()) * 0.35 >= 30.0);
+        // Fast epochs still give a run long enough to scale in.
+        assert_eq!(epochs_for(30.0, 100.0).unwrap(), 10);
+    }
+
+    #[test]
+    fn a_calibration_that_measured_nothing_asks_for_the_epochs() {
+        for epoch_s in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = epochs_for(30.0, epoch_s).unwrap_err().to_string();
+            assert!(e.contains("--scale-out-epochs"), "{epoch_s}: {e}");
+        }
+        assert!(epochs_for(1e12, 1e-3).is_err());
+    }
+}

@@ -97,3 +97,51 @@ pub enum HarpError {
     #[error(transparent)]
     Core(#[from] CoreError),
 }
+
+impl HarpError {
+    /// The server this error says was lost: unreachable, or silent past a request's
+    /// deadline, directly or as the reason a micro-task failed. A node that fails with such
+    /// an error tells the master which server (`Message::Failed`), so that the death of the
+    /// server's node, if that is the cause, is what the job reports or recovers from.
+    pub fn unreachable_server(&self) -> Option<ServerId> {
+        match self {
+            HarpError::ServerUnreachable(server) | HarpError::RequestTimedOut { server, .. } => {
+                Some(*server)
+            }
+            HarpError::TaskFailed { source, .. } => source
+                .downcast_ref::<HarpError>()
+                .and_then(HarpError::unreachable_server),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use harp_core::{ExecutorId, TaskId};
+
+    #[test]
+    fn a_lost_server_is_named_directly_or_through_a_failed_task() {
+        let lost = HarpError::ServerUnreachable(ServerId(2));
+        assert_eq!(lost.unreachable_server(), Some(ServerId(2)));
+        let silent = HarpError::RequestTimedOut {
+            server: ServerId(1),
+            request: "read",
+            after_ms: 5000,
+        };
+        assert_eq!(silent.unreachable_server(), Some(ServerId(1)));
+        let task = |source: AppError| HarpError::TaskFailed {
+            task: TaskId(7),
+            executor: ExecutorId(3),
+            source,
+        };
+        assert_eq!(
+            task(Box::new(HarpError::ServerUnreachable(ServerId(4)))).unreachable_server(),
+            Some(ServerId(4))
+        );
+        // Any other failure, of the runtime or of the app, names no server.
+        assert_eq!(task("the app gave up".into()).unreachable_server(), None);
+        assert_eq!(HarpError::MasterUnreachable.unreachable_server(), None);
+    }
+}

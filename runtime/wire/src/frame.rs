@@ -678,6 +678,7 @@ mod tests {
     fn encode_refuses_messages_over_the_limit_and_reports_their_size() {
         let big = Message::Failed {
             message: "x".repeat(10_000),
+            unreachable_server: None,
         };
         let full = encode(&big).unwrap();
         let limits = FrameLimits::new(1000);

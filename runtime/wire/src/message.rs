@@ -408,8 +408,14 @@ pub enum Message {
     RunTasks { tasks: Vec<TaskEnvelope> },
     /// worker node → master: these tasks finished and their updates are applied.
     Completed { completions: Vec<CompletionWire> },
-    /// worker node → master: something the job cannot continue after.
-    Failed { message: String },
+    /// worker node → master: something the job cannot continue after. With
+    /// `unreachable_server`, the failure is that this node lost that server: the master
+    /// first waits for its verdict on the server's node (whose death is the cause to report,
+    /// or to recover from).
+    Failed {
+        message: String,
+        unreachable_server: Option<u32>,
+    },
 
     // ---- parameters ----
     /// node → server node: read rows of `server`.

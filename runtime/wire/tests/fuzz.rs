@@ -54,6 +54,7 @@ fn corpus() -> Corpus {
     });
     messages.push(Message::Failed {
         message: "é".repeat(2000),
+        unreachable_server: Some(3),
     });
     let frames = messages
         .iter()

@@ -26,6 +26,11 @@
 //! - any other death ends the job with `HarpError::NodeDied`, naming the node, what it
 //!   held, and what would have let the job survive it.
 //!
+//! A killed node's peers often notice before the master: a node that fails because it lost
+//! a server says which (`Message::Failed { unreachable_server }`), and the master holds that
+//! failure until it has a verdict on the server's node ([`report_after_verdict`]), so the
+//! death, not its symptom elsewhere, is what the job reports or recovers from.
+//!
 //! **A worker node's death, exactly once (DESIGN §4, G2).** Re-running the micro-tasks a
 //! dead worker had in flight is easy; applying each update exactly once is not. A flush is
 //! split per server, so a node may die after some parts were applied and before others were
@@ -78,6 +83,11 @@ use tokio::sync::oneshot;
 /// How long the master waits for the live nodes' records of a dead server before it
 /// recovers without them (and reports no `lost`).
 const LOST_UPDATES_WAIT: Duration = Duration::from_secs(3);
+/// How long after the death of a lost server's node a failure it caused is reported (the
+/// death's own report, or its recovery, goes first).
+const AFTER_VERDICT: Duration = Duration::from_millis(200);
+/// How often [`report_after_verdict`] looks whether the node is gone.
+const VERDICT_POLL: Duration = Duration::from_millis(10);
 
 /// Node `node` died (`cause`: how the master learnt it): recover its server or end the job.
 pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
@@ -137,6 +147,31 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         detail: format!("{detail}{hint}"),
     };
     let _ = ctx.master.send_message(MasterMsg::Failed(error));
+}
+
+/// Ends the job with `failure`, which a node raised because it lost `server` (a server's
+/// id is its node's), once the master has a verdict on that node. A killed node's peers
+/// often notice before the master does; without the wait their "server unreachable" could
+/// end the job first and hide the cause. So: if the node is declared dead (or leaves)
+/// within its lease timeout and a second, the failure goes [`AFTER_VERDICT`] later, after
+/// the death's own report (`NodeDied`, which ends a job that cannot recover) or the start
+/// of its recovery; if it stays alive, the failure goes then, as it was.
+pub(crate) async fn report_after_verdict<A: App>(
+    ctx: std::sync::Arc<RosterContext<A>>,
+    server: u32,
+    failure: HarpError,
+) {
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(ctx.lease_timeout_ms)
+        + Duration::from_secs(1);
+    while tokio::time::Instant::now() < deadline {
+        if roster::lock(&ctx.roster).is_gone(server) {
+            tokio::time::sleep(AFTER_VERDICT).await;
+            break;
+        }
+        tokio::time::sleep(VERDICT_POLL).await;
+    }
+    let _ = ctx.master.send_message(MasterMsg::Failed(failure));
 }
 
 /// Asks every live node what server node `server` acknowledged to it since each row's last

@@ -1,7 +1,7 @@
 //! The master process of a job across processes: waits for its nodes, assigns them work,
 //! runs the driver, watches the nodes' leases, and collects the parameters at the end.
 
-use super::failures::node_died;
+use super::failures::{node_died, report_after_verdict};
 use super::job_id;
 use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
@@ -713,10 +713,20 @@ pub(crate) async fn read_node<A: App>(
             // A node declared dead is no part of the job any more (its tasks may run again
             // elsewhere): what it still says does not end the job.
             Message::Failed { .. } if roster::lock(&ctx.roster).is_gone(node) => {}
-            Message::Failed { message } => {
-                let _ = master.send_message(MasterMsg::Failed(HarpError::Remote(format!(
-                    "node {node}: {message}"
-                ))));
+            Message::Failed {
+                message,
+                unreachable_server,
+            } => {
+                let failure = HarpError::Remote(format!("node {node}: {message}"));
+                match unreachable_server {
+                    // The lost server's node most likely died: its death is the cause.
+                    Some(server) => {
+                        crate::spawn::spawn(report_after_verdict(ctx.clone(), server, failure));
+                    }
+                    None => {
+                        let _ = master.send_message(MasterMsg::Failed(failure));
+                    }
+                }
             }
             Message::Leaving { .. } => {
                 let _ = ctx.leaving.send(node);

@@ -186,6 +186,7 @@ pub async fn run_node_leaving<A: App>(
         Err(e) => {
             let _ = master_link.send(&Message::Failed {
                 message: e.to_string(),
+                unreachable_server: None,
             });
             return Err(e);
         }
@@ -615,7 +616,10 @@ fn release_executor<A: App>(
             // The executor left the worker: without this answer it would have no host.
             let message = format!("could not hand {executor} back for its move: {e}");
             tracing::warn!(%executor, error = %e, "could not hand a released executor back");
-            let _ = link.send(&Message::Failed { message });
+            let _ = link.send(&Message::Failed {
+                message,
+                unreachable_server: None,
+            });
         }
     });
     Ok(())

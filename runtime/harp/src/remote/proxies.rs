@@ -1090,6 +1090,7 @@ impl<A: App> Actor for MasterProxy<A> {
             }
             MasterMsg::Failed(e) => link.send(&Message::Failed {
                 message: e.to_string(),
+                unreachable_server: e.unreachable_server().map(|s| s.0),
             })?,
             // Only the master's own process sends these.
             MasterMsg::Start { .. }

@@ -293,7 +293,7 @@ pub(crate) async fn wait_ready(
         match tokio::time::timeout(left, incoming.recv()).await {
             Ok(Some(Ok(Message::Ready { .. }))) => return Ok(()),
             Ok(Some(Ok(Message::Heartbeat { .. }))) => continue,
-            Ok(Some(Ok(Message::Failed { message }))) => {
+            Ok(Some(Ok(Message::Failed { message, .. }))) => {
                 return Err(HarpError::Remote(format!(
                     "node {id} failed to start: {message}"
                 )))

@@ -183,8 +183,11 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         vec(arb_completion(), 0..6)
             .prop_map(|completions| Message::Completed { completions })
             .boxed(),
-        arb_string()
-            .prop_map(|message| Message::Failed { message })
+        (arb_string(), proptest::option::of(any::<u32>()))
+            .prop_map(|(message, unreachable_server)| Message::Failed {
+                message,
+                unreachable_server,
+            })
             .boxed(),
         (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
             .prop_map(|(request_id, server, keys)| Message::Get {

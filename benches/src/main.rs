@@ -24,6 +24,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bulk;
+mod child;
 mod cnn;
 mod elastic;
 mod lda;

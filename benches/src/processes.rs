@@ -17,13 +17,14 @@
 //! Also home of [`NodeProcesses`]: `harp node` processes joining a master that runs inside
 //! `harp-bench` (the `elastic --across` benchmark).
 
+use crate::child::KilledOnDrop;
 use crate::measure::Run;
 use crate::{emit, paired, round_to, rounded, Args};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The `harp` executable beside this one.
 pub(crate) fn harp_exe() -> Result<PathBuf> {
@@ -117,7 +118,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// `harp node` processes joined to a master at a known address; killed when dropped.
 pub(crate) struct NodeProcesses {
-    children: Vec<Child>,
+    children: Vec<KilledOnDrop>,
     logs: Vec<PathBuf>,
 }
 
@@ -150,7 +151,7 @@ impl NodeProcesses {
                 .stderr(log)
                 .spawn()
                 .with_context(|| format!("cannot start {} node", harp.display()))?;
-            nodes.children.push(child);
+            nodes.children.push(KilledOnDrop::new(child));
             nodes.logs.push(log_path);
         }
         Ok(nodes)
@@ -170,16 +171,6 @@ impl NodeProcesses {
 
     /// Process ids (to profile them).
     pub(crate) fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(Child::id).collect()
-    }
-}
-
-impl Drop for NodeProcesses {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            // Already gone is fine: nothing is left to stop.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.children.iter().map(|c| c.id()).collect()
     }
 }

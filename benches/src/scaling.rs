@@ -15,18 +15,19 @@
 //!   keeps its executors and moves half of them. Ideal = time at the trigger + the epochs left at the
 //!   trigger × the 2-node epoch time; reported is elastic total / ideal (target ≤ 1.05).
 
+use crate::child::KilledOnDrop;
 use crate::{emit, median, round_to, rounded, Args};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A running `harp run` master.
 pub(crate) struct Master {
-    pub child: Child,
+    pub child: KilledOnDrop,
     addr: String,
     lines: mpsc::Receiver<String>,
     started: Instant,
@@ -90,19 +91,21 @@ impl Job {
 
     /// Starts the master for `nodes` nodes and waits until it listens.
     pub(crate) fn master(&self, nodes: u32, metrics: &Path) -> Result<Master> {
-        let mut child = Command::new(&self.harp)
-            .args(&self.run_args)
-            .arg("--nodes")
-            .arg(nodes.to_string())
-            .arg("--credentials")
-            .arg(&self.credentials)
-            .arg("--metrics-out")
-            .arg(metrics)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot start the master")?;
+        let mut child = KilledOnDrop::new(
+            Command::new(&self.harp)
+                .args(&self.run_args)
+                .arg("--nodes")
+                .arg(nodes.to_string())
+                .arg("--credentials")
+                .arg(&self.credentials)
+                .arg("--metrics-out")
+                .arg(metrics)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("cannot start the master")?,
+        );
         let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -134,8 +137,8 @@ impl Job {
         }
     }
 
-    pub(crate) fn node(&self, master: &Master) -> Result<Child> {
-        Command::new(&self.harp)
+    pub(crate) fn node(&self, master: &Master) -> Result<KilledOnDrop> {
+        let child = Command::new(&self.harp)
             .args(["node", "--join", &master.addr, "--credentials"])
             .arg(&self.credentials)
             .arg("--")
@@ -144,7 +147,8 @@ impl Job {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("cannot start a node")
+            .context("cannot start a node")?;
+        Ok(KilledOnDrop::new(child))
     }
 
     pub(crate) fn scale(&self, master: &Master, args: &[&str]) -> Result<String> {
@@ -204,7 +208,7 @@ fn epochs_for(min_s: f64, epoch_s: f64) -> Result<u32> {
     Ok(epochs as u32)
 }
 
-fn finish(mut master: Master, nodes: Vec<Child>) -> Result<f64> {
+fn finish(mut master: Master, nodes: Vec<KilledOnDrop>) -> Result<f64> {
     let status = master.child.wait()?;
     let total = master.started.elapsed().as_secs_f64();
     for mut node in nodes {
@@ -263,12 +267,7 @@ pub fn scale_in(args: &Args) -> Result<()> {
             bail!("the removed node exited with {status}");
         }
     }
-    let mut master = master;
-    let _ = master.child.kill();
-    let _ = master.child.wait();
-    let mut first = first;
-    let _ = first.kill();
-    let _ = first.wait();
+    drop((master, first)); // killed: the job would train on
     let _ = std::fs::remove_dir_all(&dir);
     emit(json!({
         "bench": "scale-in", "dataset": args.mlr_data,

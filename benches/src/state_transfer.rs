@@ -16,6 +16,7 @@
 //! move and of each quinn transfer, and the median of the rounds' harp/quinn ratios (each
 //! move against the quinn transfer of its round).
 
+use crate::child::KilledOnDrop;
 use crate::peer::{runtime, JobDir, PeerMode, PeerProcess};
 use crate::scaling::{temp_dir, Job};
 use crate::via_quinn::QuinnBulkClient;
@@ -23,7 +24,6 @@ use crate::{emit, median, round_to, rounded, Args};
 use anyhow::{anyhow, bail, Result};
 use serde_json::json;
 use std::path::Path;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub fn run(args: &Args) -> Result<()> {
@@ -66,23 +66,16 @@ type Figures = (Vec<f64>, Vec<f64>, Vec<f64>);
 
 fn measure(args: &Args, job: &Job, metrics: &Path, bytes: u64) -> Result<Figures> {
     let master = job.master(2, metrics)?;
-    let mut nodes: Vec<Child> = vec![job.node(&master)?, job.node(&master)?];
-    let outcome = rounds(args, job, &master, &mut nodes, metrics, bytes);
-    let mut master = master;
-    let _ = master.child.kill();
-    let _ = master.child.wait();
-    for node in &mut nodes {
-        let _ = node.kill();
-        let _ = node.wait();
-    }
-    outcome
+    let mut nodes = vec![job.node(&master)?, job.node(&master)?];
+    // The master and the nodes are killed when they go out of scope, error or not.
+    rounds(args, job, &master, &mut nodes, metrics, bytes)
 }
 
 fn rounds(
     args: &Args,
     job: &Job,
     master: &crate::scaling::Master,
-    nodes: &mut Vec<Child>,
+    nodes: &mut Vec<KilledOnDrop>,
     metrics: &Path,
     bytes: u64,
 ) -> Result<Figures> {
@@ -116,7 +109,7 @@ fn rounds(
 }
 
 /// Waits until one of `nodes` exits (the one removed) and drops it from the list.
-fn wait_one_exit(nodes: &mut Vec<Child>) -> Result<()> {
+fn wait_one_exit(nodes: &mut Vec<KilledOnDrop>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
         for i in 0..nodes.len() {
@@ -124,8 +117,7 @@ fn wait_one_exit(nodes: &mut Vec<Child>) -> Result<()> {
                 if !status.success() {
                     bail!("the removed node exited with {status}");
                 }
-                let mut gone = nodes.remove(i);
-                let _ = gone.wait();
+                nodes.remove(i); // reaped as it is dropped
                 return Ok(());
             }
         }

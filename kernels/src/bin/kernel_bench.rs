@@ -73,7 +73,7 @@ fn write_cubins(dir: &std::path::Path, arch: &str) -> Result<(), String> {
         let path = dir.join(format!("{}.cubin", src.name.trim_end_matches(".cu")));
         std::fs::write(&path, cubin)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("{}", path.display());
+        print_line(&path.display().to_string());
     }
     Ok(())
 }
@@ -197,7 +197,18 @@ fn report(kernel: &str, m: &Measured, copy_gbps: f64) {
     if let Value::Object(fields) = &mut line {
         fields.extend(m.extra.clone());
     }
-    println!("{line}");
+    print_line(&line.to_string());
+}
+
+/// Prints one line to stdout. If stdout is gone (its reader exited early, e.g. `| head`),
+/// no one is left to report to: says so on stderr and exits 1 instead of panicking.
+fn print_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        eprintln!("harp-kernel-bench: cannot write to stdout ({e}); stopping");
+        std::process::exit(1);
+    }
 }
 
 fn cuda_err(

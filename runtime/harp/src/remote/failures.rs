@@ -161,17 +161,34 @@ pub(crate) async fn report_after_verdict<A: App>(
     server: u32,
     failure: HarpError,
 ) {
-    let deadline = tokio::time::Instant::now()
-        + Duration::from_millis(ctx.lease_timeout_ms)
-        + Duration::from_secs(1);
+    let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
+    if hold_for_verdict(&ctx.roster, server, verdict_limit).await == Verdict::NoVerdict {
+        tracing::debug!(server, %failure, "the lost server's node is still in the job: reporting the failure it caused");
+    }
+    let _ = ctx.master.send_message(MasterMsg::Failed(failure));
+}
+
+/// What [`hold_for_verdict`] waited for.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The node was declared dead or left; its own report went [`AFTER_VERDICT`] before.
+    NodeGone,
+    /// Still part of the job after the whole wait.
+    NoVerdict,
+}
+
+/// Returns when a failure caused by losing `server` may be reported: [`AFTER_VERDICT`]
+/// after its node is gone from the roster, or after `limit` if it is not gone by then.
+async fn hold_for_verdict(roster: &SharedRoster, server: u32, limit: Duration) -> Verdict {
+    let deadline = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < deadline {
-        if roster::lock(&ctx.roster).is_gone(server) {
+        if roster::lock(roster).is_gone(server) {
             tokio::time::sleep(AFTER_VERDICT).await;
-            break;
+            return Verdict::NodeGone;
         }
         tokio::time::sleep(VERDICT_POLL).await;
     }
-    let _ = ctx.master.send_message(MasterMsg::Failed(failure));
+    Verdict::NoVerdict
 }
 
 /// Asks every live node what server node `server` acknowledged to it since each row's last
@@ -213,4 +230,74 @@ async fn query_lost_updates(roster: &SharedRoster, server: u32) -> Acknowledged 
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::roster::Roster;
+    use std::sync::{Arc, Mutex};
+    use tokio::time::Instant;
+
+    const LIMIT: Duration = Duration::from_millis(2_000);
+
+    fn roster() -> SharedRoster {
+        Arc::new(Mutex::new(Roster::new(3)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_waits_for_the_death_of_the_lost_servers_node_then_goes_after_it() {
+        let roster = roster();
+        let started = Instant::now();
+        let burier = roster.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // The master's death handling: `node_died` buries, then reports.
+            roster::lock(&burier).bury(2);
+        });
+        assert_eq!(hold_for_verdict(&roster, 2, LIMIT).await, Verdict::NodeGone);
+        let held = started.elapsed();
+        assert!(
+            held >= Duration::from_millis(300) + AFTER_VERDICT,
+            "reported {held:?} after the failure: before the death's own report"
+        );
+        assert!(
+            held <= Duration::from_millis(300) + VERDICT_POLL + AFTER_VERDICT,
+            "held {held:?}: longer than the poll and the grace after the death"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_whose_server_stays_alive_goes_when_the_wait_ends() {
+        let roster = roster();
+        let started = Instant::now();
+        assert_eq!(
+            hold_for_verdict(&roster, 2, LIMIT).await,
+            Verdict::NoVerdict
+        );
+        let held = started.elapsed();
+        assert!(
+            held >= LIMIT && held <= LIMIT + VERDICT_POLL,
+            "held {held:?}, the wait is {LIMIT:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_about_a_node_already_dead_goes_after_the_grace_only() {
+        let roster = roster();
+        roster::lock(&roster).bury(1);
+        let started = Instant::now();
+        assert_eq!(hold_for_verdict(&roster, 1, LIMIT).await, Verdict::NodeGone);
+        assert_eq!(started.elapsed(), AFTER_VERDICT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_nodes_death_is_no_verdict_on_the_lost_server() {
+        let roster = roster();
+        roster::lock(&roster).bury(1);
+        assert_eq!(
+            hold_for_verdict(&roster, 2, LIMIT).await,
+            Verdict::NoVerdict
+        );
+    }
 }

@@ -856,9 +856,11 @@ pub fn sample_parallel_with(
         .arg(&beta)
         .arg(&vbeta);
     // SAFETY: every sampling kernel takes (7 const pointers, u32*, u64, u32, u32, float,
-    // float, float). check_ids established doc < doc rows and word_base <= word <
-    // word_base + word rows for every token (topics are only compared), so every row read
-    // is inside doc_topic / word_topic; totals has K entries; the token buffers, uniforms
+    // float, float). check_ids established doc < doc rows, word_base <= word <
+    // word_base + word rows and topic < K for every token, so every row read is inside
+    // doc_topic / word_topic, and LeanTiles' rewrite of a token's own-topic cell (which
+    // indexes the token's rows and its shared-memory row by its topic) stays in that row;
+    // totals has K entries; the token buffers, uniforms
     // and new_topics hold n; the dynamic shared memory is what the kernel lays out for K
     // (plan), at most 48 KiB; block sizes are multiples of 32; sample_variants(K) holds
     // `variant`, so the kernel handles K.

@@ -4,7 +4,10 @@
 # process runs its executors on a runtime of their own) and N times with
 # HARP_EXECUTOR_THREADS=0 (executors on the node's runtime, the earlier layout), alternating
 # which goes first, and prints every run's `during_ratio_pooled` and `move_ratio` and, per
-# layout, the lowest and the mean. Target: during_ratio_pooled >= 0.8 in every run.
+# layout, the lowest and the mean. Target: during_ratio_pooled >= 0.8 in every run. Each
+# run's line also gives what the kernel and the job's processes counted during its events
+# (direct compaction and reclaim stalls, faults, context switches; non-zero ones), and the
+# machine's transparent huge page settings are printed first.
 #
 #   bash scripts/elastic-ab.sh [RUNS [ROUNDS]]     # defaults: 5 runs of 40 rounds
 #
@@ -53,8 +56,11 @@ if found is None:
 found["layout"] = layout
 print(json.dumps(found))
 longest_ms = 1e3 * max(found["event_s"])
+# Summed over the events: the kernel's memory stalls and the job's faults and switches.
+host = ", ".join(f"{k} {v}" for k, v in sorted((found.get("host_during_events") or {}).items()) if v)
 print(f"{layout:>6}: during_ratio_pooled {found['during_ratio_pooled']}, "
-      f"move_ratio {found['move_ratio']}, longest event {longest_ms:.1f} ms", file=sys.stderr)
+      f"move_ratio {found['move_ratio']}, longest event {longest_ms:.1f} ms"
+      + (f"; during events: {host}" if host else ""), file=sys.stderr)
 PY
 
 # One run of one layout: every line goes to $out.runs, the tagged summary to $out.
@@ -65,6 +71,12 @@ run_one() {
         --across | tee -a "$out.runs" | python3 "$summary_py" "$layout" >>"$out"
 }
 
+for setting in enabled defrag; do
+    file=/sys/kernel/mm/transparent_hugepage/$setting
+    if [ -r "$file" ]; then
+        echo "elastic-ab: transparent_hugepage/$setting: $(cat "$file")" >&2
+    fi
+done
 for ((i = 0; i < runs; i++)); do
     if ((i % 2 == 0)); then order=(own shared); else order=(shared own); fi
     for layout in "${order[@]}"; do

@@ -10,7 +10,9 @@ the event and, from each node's log, the lines from --before-ms before its start
 The log directory is the summary's `node_logs` (override with --logs DIR); --log adds a
 file, e.g. the bench's own stderr, where the job's master logs (`2> master.log`). The nodes log
 in UTC with microseconds (plain text when their stderr is a file); the bench gives each
-event's start as UNIX time (`started_unix_s`) and its duration (`event_s`).
+event's start as UNIX time (`started_unix_s`) and its duration (`event_s`), and what the
+kernel and the job's processes counted over it (`host`: compaction and reclaim stalls,
+faults, context switches), printed where not zero.
 """
 import argparse
 import datetime
@@ -79,6 +81,11 @@ def main():
         print(f"\n== round {event['round']} ({event['direction']}): {event['event_s'] * 1e3:.2f} ms, "
               f"{event['tasks_during']} tasks during, during_ratio {event['during_ratio']}, "
               f"slowest move {event.get('slowest_move')}")
+        # The kernel's memory stalls and the job's faults and switches over the event
+        # (harp-bench's `host`), the non-zero ones.
+        host = {k: v for k, v in (event.get("host") or {}).items() if v}
+        if host:
+            print("  host: " + ", ".join(f"{k} {v}" for k, v in sorted(host.items())))
         for name, lines in logs:
             window = [(t, text) for t, text in lines
                       if start - args.before_ms / 1e3 <= t <= end + args.after_ms / 1e3]

@@ -37,8 +37,14 @@
 //! time, against the mean "before" rate) and `profile_ratios`, the rate in 10 ms bins from
 //! 50 ms before each event's start to 100 ms after it, summed over the rounds, against the
 //! summed "before" rates (completion times are recorded for this). `move_ratio`, over the
-//! event and the "after" window together, is the per-round figure.
+//! event and the "after" window together, is the per-round figure. Each event's line also
+//! gives `host`: what the kernel (direct compaction and reclaim stalls, huge page and major
+//! faults) and the job's processes (faults, voluntary and involuntary context switches)
+//! counted from just before the event to its answer (`host_counters`), to tell an event
+//! that waited on the machine from one that waited on harp; the summary sums them
+//! (`host_during_events`) and gives the transparent huge page settings (`thp`).
 
+use crate::host_counters::{self, Snapshot};
 use crate::processes::NodeProcesses;
 use crate::{emit, round_to, rounded, Args};
 use anyhow::{anyhow, bail, Context, Result};
@@ -149,6 +155,9 @@ struct Round {
     /// the nodes' logs).
     started_unix_s: f64,
     report: ScaleReport,
+    /// What the kernel and the job's processes counted from just before the event to just
+    /// after its answer (`host_counters`).
+    host: Snapshot,
 }
 
 impl Round {
@@ -182,6 +191,19 @@ impl Running {
             return Some("the MLR job ended before the benchmark did".into());
         }
         self.nodes.as_mut().and_then(NodeProcesses::exited)
+    }
+
+    /// The job's processes: this one (the master, or the whole job in one process) and
+    /// the node processes.
+    fn pids(&self) -> Vec<u32> {
+        let mut pids = vec![std::process::id()];
+        pids.extend(
+            self.nodes
+                .as_ref()
+                .map(NodeProcesses::pids)
+                .unwrap_or_default(),
+        );
+        pids
     }
 
     fn stop(self) {
@@ -343,11 +365,13 @@ async fn round(
     args: &Args,
     direction: &'static str,
     onto: &Members,
+    pids: &[u32],
 ) -> Result<Round> {
     let window = Duration::from_millis(args.window_ms);
     tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
     count.take_times(); // from earlier rounds
     let before = rate(count, window).await;
+    let host_before = Snapshot::take(pids);
     let start = Instant::now();
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -356,6 +380,7 @@ async fn round(
     let report = control.rebalance_onto(&onto.0, &onto.1).await?;
     let tasks_during = count.get() - first;
     let event_s = start.elapsed().as_secs_f64();
+    let host = Snapshot::take(pids).since(&host_before);
     let after = rate(count, Duration::from_millis(args.after_ms)).await;
     // The profile needs PROFILE_TO_MS after the start: wait for the rest, if any.
     let profile_end = start + Duration::from_millis(PROFILE_TO_MS as u64);
@@ -370,6 +395,7 @@ async fn round(
         event_s,
         started_unix_s,
         report,
+        host,
     })
 }
 
@@ -393,6 +419,7 @@ fn check_moved(moving: Moving, report: &ScaleReport) -> Result<()> {
 async fn measure(count: &TaskCount, running: &mut Running, args: &Args) -> Result<Vec<Round>> {
     warm_up(count, running, Duration::from_millis(args.window_ms)).await?;
     let (away, back) = targets(args.moving, running.control.members().await?)?;
+    let pids = running.pids();
     let mut rounds = Vec::with_capacity(args.rounds);
     for i in 0..args.rounds.max(1) {
         let (direction, onto) = if i % 2 == 0 {
@@ -400,7 +427,7 @@ async fn measure(count: &TaskCount, running: &mut Running, args: &Args) -> Resul
         } else {
             ("back", &back)
         };
-        let r = round(count, &running.control, args, direction, onto).await?;
+        let r = round(count, &running.control, args, direction, onto, &pids).await?;
         check_moved(args.moving, &r.report)?;
         if let Some(why) = running.broken() {
             bail!(why);
@@ -429,6 +456,8 @@ fn emit_round(index: usize, r: &Round, args: &Args) {
         "slowest_move": r.report.moves.iter().max_by(|a, b| a.done_at_s.total_cmp(&b.done_at_s))
             .map(|m| json!({"kind": m.kind, "item": m.item, "from": m.from, "to": m.to,
                             "done_at_s": round_to(m.done_at_s, 5)})),
+        // The kernel's memory stalls and the job's faults and switches over the event.
+        "host": r.host.to_json(),
     }));
 }
 
@@ -445,6 +474,10 @@ fn emit_summary(rounds: &[Round], args: &Args, logs: Option<&Path>) {
     let during_sum: u64 = rounds.iter().map(|r| r.tasks_during).sum();
     let during_pooled =
         during_sum as f64 / event_s.iter().sum::<f64>() / before_sum * rounds.len() as f64;
+    let mut host_total = Snapshot::default();
+    for r in rounds {
+        host_total.add(&r.host);
+    }
     let bin_s = PROFILE_BIN_MS as f64 / 1e3;
     let profile: Vec<f64> = (0..rounds.first().map_or(0, |r| r.profile.len()))
         .map(|b| {
@@ -469,6 +502,7 @@ fn emit_summary(rounds: &[Round], args: &Args, logs: Option<&Path>) {
         "tasks_during": rounds.iter().map(|r| r.tasks_during).collect::<Vec<_>>(),
         "profile_ms": profile_ms, "profile_ratios": rounded(&profile, 3),
         "node_logs": logs.map(|dir| dir.display().to_string()),
+        "host_during_events": host_total.to_json(), "thp": host_counters::thp_settings(),
         "target_min": 0.8,
     }));
 }

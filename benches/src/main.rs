@@ -27,6 +27,7 @@ mod bulk;
 mod child;
 mod cnn;
 mod elastic;
+mod host_counters;
 mod lda;
 mod measure;
 mod peer;

@@ -10,6 +10,10 @@
 # machine's transparent huge page settings are printed first.
 #
 #   bash scripts/elastic-ab.sh [RUNS [ROUNDS]]     # defaults: 5 runs of 40 rounds
+#   ELASTIC_AB_LAYOUTS=own bash scripts/elastic-ab.sh 2   # only the default layout
+#
+# A run of 40 rounds takes about 70 s (each round: a 500 ms gap, a 1 s window, the event,
+# 100 ms after), so 5 runs of both layouts take about 12 minutes.
 #
 # Uses the harp-bench and harp binaries beside this script (the GPU bundle:
 # scripts/gpu-bundle.sh copies all three there), else target/release (build them first:
@@ -20,6 +24,15 @@
 set -euo pipefail
 runs="${1:-5}"
 rounds="${2:-40}"
+for layout in ${ELASTIC_AB_LAYOUTS:-}; do
+    case "$layout" in
+    own | shared) ;;
+    *)
+        echo "elastic-ab: unknown layout '$layout' in ELASTIC_AB_LAYOUTS (own, shared)" >&2
+        exit 2
+        ;;
+    esac
+done
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ -x "$here/harp-bench" ] && [ -x "$here/harp" ]; then
     bin="$here"
@@ -78,7 +91,9 @@ for setting in enabled defrag; do
     fi
 done
 for ((i = 0; i < runs; i++)); do
-    if ((i % 2 == 0)); then order=(own shared); else order=(shared own); fi
+    if [ -n "${ELASTIC_AB_LAYOUTS:-}" ]; then
+        read -r -a order <<<"$ELASTIC_AB_LAYOUTS"
+    elif ((i % 2 == 0)); then order=(own shared); else order=(shared own); fi
     for layout in "${order[@]}"; do
         run_one "$layout"
     done

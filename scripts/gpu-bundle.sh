@@ -12,6 +12,8 @@
 # issue 4's forwarding figure with both executor layouts on that machine's cores:
 # `gpu-bundle/elastic-ab.sh 5 40`; elastic-slow-events.py lines up the node and master logs
 # around each slow event of a `harp-bench elastic --across --keep-logs` run (README).
+# checks.sh (scripts/device-checks.sh) runs all of it in phases that each fit a 10-minute
+# command: `gpu-bundle/checks.sh kernels | elastic | after | slow`.
 #
 # Nothing CUDA is needed to build (the driver and NVRTC are loaded at run time); the GPU
 # machine needs libcuda.so.1 (the driver) and libnvrtc.so.13 or .so.12 on its library path.
@@ -83,7 +85,8 @@ for data in newsgroups-subset mnist10k; do
 done
 cp "$root/scripts/elastic-ab.sh" "$bundle/elastic-ab.sh"
 cp "$root/scripts/elastic-slow-events.py" "$bundle/elastic-slow-events.py"
-names+=(elastic-ab.sh elastic-slow-events.py)
+cp "$root/scripts/device-checks.sh" "$bundle/checks.sh"
+names+=(elastic-ab.sh elastic-slow-events.py checks.sh)
 for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp harp-bench; do
     if [ ! -x "$bundle/$want" ]; then
         echo "gpu-bundle: $want was not built" >&2

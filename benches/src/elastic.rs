@@ -39,10 +39,11 @@
 //! summed "before" rates (completion times are recorded for this). `move_ratio`, over the
 //! event and the "after" window together, is the per-round figure. Each event's line also
 //! gives `host`: what the kernel (direct compaction and reclaim stalls, huge page and major
-//! faults) and the job's processes (faults, voluntary and involuntary context switches)
-//! counted from just before the event to its answer (`host_counters`), to tell an event
-//! that waited on the machine from one that waited on harp; the summary sums them
-//! (`host_during_events`) and gives the transparent huge page settings (`thp`).
+//! faults) and the job's processes, `master_*` (this one) and `nodes_*` (faults, context
+//! switches, CPU time and run-queue waits of all their threads) counted from just before
+//! the event to its answer (`host_counters`), to tell an event that waited on the machine
+//! from one that waited on harp; the summary sums them (`host_during_events`) and gives the
+//! transparent huge page settings (`thp`).
 
 use crate::host_counters::{self, Snapshot};
 use crate::processes::NodeProcesses;
@@ -193,17 +194,14 @@ impl Running {
         self.nodes.as_mut().and_then(NodeProcesses::exited)
     }
 
-    /// The job's processes: this one (the master, or the whole job in one process) and
-    /// the node processes.
-    fn pids(&self) -> Vec<u32> {
-        let mut pids = vec![std::process::id()];
-        pids.extend(
-            self.nodes
-                .as_ref()
-                .map(NodeProcesses::pids)
-                .unwrap_or_default(),
-        );
-        pids
+    /// The job's processes by role: `master` this one (the master, or the whole job in
+    /// one process) and `nodes` the node processes (none in one process).
+    fn process_groups(&self) -> Vec<(&'static str, Vec<u32>)> {
+        let mut groups = vec![("master", vec![std::process::id()])];
+        if let Some(nodes) = &self.nodes {
+            groups.push(("nodes", nodes.pids()));
+        }
+        groups
     }
 
     fn stop(self) {
@@ -365,13 +363,13 @@ async fn round(
     args: &Args,
     direction: &'static str,
     onto: &Members,
-    pids: &[u32],
+    processes: &[(&str, &[u32])],
 ) -> Result<Round> {
     let window = Duration::from_millis(args.window_ms);
     tokio::time::sleep(Duration::from_millis(args.gap_ms)).await;
     count.take_times(); // from earlier rounds
     let before = rate(count, window).await;
-    let host_before = Snapshot::take(pids);
+    let host_before = Snapshot::take(processes);
     let start = Instant::now();
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -380,7 +378,7 @@ async fn round(
     let report = control.rebalance_onto(&onto.0, &onto.1).await?;
     let tasks_during = count.get() - first;
     let event_s = start.elapsed().as_secs_f64();
-    let host = Snapshot::take(pids).since(&host_before);
+    let host = Snapshot::take(processes).since(&host_before);
     let after = rate(count, Duration::from_millis(args.after_ms)).await;
     // The profile needs PROFILE_TO_MS after the start: wait for the rest, if any.
     let profile_end = start + Duration::from_millis(PROFILE_TO_MS as u64);
@@ -419,7 +417,8 @@ fn check_moved(moving: Moving, report: &ScaleReport) -> Result<()> {
 async fn measure(count: &TaskCount, running: &mut Running, args: &Args) -> Result<Vec<Round>> {
     warm_up(count, running, Duration::from_millis(args.window_ms)).await?;
     let (away, back) = targets(args.moving, running.control.members().await?)?;
-    let pids = running.pids();
+    let groups = running.process_groups();
+    let processes: Vec<(&str, &[u32])> = groups.iter().map(|(g, p)| (*g, &p[..])).collect();
     let mut rounds = Vec::with_capacity(args.rounds);
     for i in 0..args.rounds.max(1) {
         let (direction, onto) = if i % 2 == 0 {
@@ -427,7 +426,7 @@ async fn measure(count: &TaskCount, running: &mut Running, args: &Args) -> Resul
         } else {
             ("back", &back)
         };
-        let r = round(count, &running.control, args, direction, onto, &pids).await?;
+        let r = round(count, &running.control, args, direction, onto, &processes).await?;
         check_moved(args.moving, &r.report)?;
         if let Some(why) = running.broken() {
             bail!(why);

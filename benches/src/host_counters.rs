@@ -1,12 +1,16 @@
 //! What the machine did around a measured event, from Linux's `/proc`: the kernel's memory
 //! stalls (`/proc/vmstat`: direct compaction and reclaim, transparent huge page faults,
-//! major faults) and, summed over the processes of the job (`job_*`), page faults and
-//! context switches (`/proc/PID/stat`, `/proc/PID/status`). `harp-bench elastic` takes a snapshot just
-//! before each scale event and just after it and reports the differences on the event's
-//! line, so a slow event can be told apart from one that waited on the kernel (a
-//! compaction stall after a benchmark that filled memory) or on a busy CPU (involuntary
-//! switches of the job's processes). Where `/proc` is missing (not Linux) the counters are
-//! empty and nothing is reported.
+//! major faults) and, for each named group of the job's processes (`master_*`,
+//! `nodes_*`), their page faults (`/proc/PID/stat`) and, summed over their threads, context
+//! switches (`status`), time on a CPU and time spent runnable but waiting for one
+//! (`schedstat`, in microseconds). `harp-bench elastic` takes a snapshot just before each
+//! scale event and just after it and reports the differences on the event's line, so a
+//! slow event can be told apart from one that waited on the kernel (a compaction stall
+//! after a benchmark that filled memory), on a busy CPU (run-queue waits, involuntary
+//! switches) or on a saturated process (CPU time near its threads × the event's length).
+//! Threads are those alive at each snapshot: one that exited in between takes its counts
+//! with it. Where `/proc` is missing (not Linux) the counters are empty and nothing is
+//! reported.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -33,32 +37,42 @@ const VMSTAT: &[(&str, &[&str])] = &[
 /// Counters at one moment; [`Snapshot::since`] gives what happened between two.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Snapshot {
-    counters: BTreeMap<&'static str, u64>,
+    counters: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
-    /// The machine's counters and the sums over `pids` of their faults and switches (a
-    /// process that is gone counts nothing).
-    pub(crate) fn take(pids: &[u32]) -> Self {
+    /// The machine's counters and, for each `(group, pids)`, the sums over those
+    /// processes' threads, named `{group}_{counter}` (a process that is gone counts
+    /// nothing).
+    pub(crate) fn take(groups: &[(&str, &[u32])]) -> Self {
         let mut counters = BTreeMap::new();
         if let Ok(text) = std::fs::read_to_string("/proc/vmstat") {
-            counters.extend(vmstat(&text));
+            counters.extend(vmstat(&text).into_iter().map(|(n, v)| (n.to_string(), v)));
         }
-        for &pid in pids {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            for (name, value) in fault_counters(&stat) {
-                *counters.entry(name).or_insert(0) += value;
-            }
-            // A process's status counts its main thread's switches only: sum its threads'
-            // (those alive now: an exited thread's switches are not counted anywhere).
-            let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
+        for (group, pids) in groups {
+            let mut add = |name: &str, value: u64| {
+                *counters.entry(format!("{group}_{name}")).or_insert(0) += value;
             };
-            for thread in threads.flatten() {
-                let status =
-                    std::fs::read_to_string(thread.path().join("status")).unwrap_or_default();
-                for (name, value) in switch_counters(&status) {
-                    *counters.entry(name).or_insert(0) += value;
+            for &pid in *pids {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                for (name, value) in fault_counters(&stat) {
+                    add(name, value);
+                }
+                // A process's status and schedstat count its main thread only: sum its
+                // threads'.
+                let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                    continue;
+                };
+                for thread in threads.flatten() {
+                    let read = |file| {
+                        std::fs::read_to_string(thread.path().join(file)).unwrap_or_default()
+                    };
+                    let counted = switch_counters(&read("status"))
+                        .into_iter()
+                        .chain(schedstat_counters(&read("schedstat")));
+                    for (name, value) in counted {
+                        add(name, value);
+                    }
                 }
             }
         }
@@ -73,7 +87,7 @@ impl Snapshot {
             .iter()
             .filter_map(|(name, now)| {
                 let then = earlier.counters.get(name)?;
-                Some((*name, now.saturating_sub(*then)))
+                Some((name.clone(), now.saturating_sub(*then)))
             })
             .collect();
         Snapshot { counters }
@@ -84,7 +98,7 @@ impl Snapshot {
         let map: Map<String, Value> = self
             .counters
             .iter()
-            .map(|(name, value)| (name.to_string(), Value::from(*value)))
+            .map(|(name, value)| (name.clone(), Value::from(*value)))
             .collect();
         Value::Object(map)
     }
@@ -92,7 +106,7 @@ impl Snapshot {
     /// Adds `other`'s counters to these (for totals over many events).
     pub(crate) fn add(&mut self, other: &Snapshot) {
         for (name, value) in &other.counters {
-            *self.counters.entry(name).or_insert(0) += value;
+            *self.counters.entry(name.clone()).or_insert(0) += value;
         }
     }
 }
@@ -128,7 +142,7 @@ fn fault_counters(stat: &str) -> Vec<(&'static str, u64)> {
         return Vec::new();
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    [("job_minflt", 10), ("job_majflt", 12)]
+    [("minflt", 10), ("majflt", 12)]
         .into_iter()
         .filter_map(|(name, field)| Some((name, fields.get(field - 3)?.parse().ok()?)))
         .collect()
@@ -138,8 +152,8 @@ fn fault_counters(stat: &str) -> Vec<(&'static str, u64)> {
 /// what cannot be read is left out.
 fn switch_counters(status: &str) -> Vec<(&'static str, u64)> {
     [
-        ("job_voluntary_switches", "voluntary_ctxt_switches:"),
-        ("job_involuntary_switches", "nonvoluntary_ctxt_switches:"),
+        ("voluntary_switches", "voluntary_ctxt_switches:"),
+        ("involuntary_switches", "nonvoluntary_ctxt_switches:"),
     ]
     .into_iter()
     .filter_map(|(name, key)| {
@@ -147,6 +161,20 @@ fn switch_counters(status: &str) -> Vec<(&'static str, u64)> {
         Some((name, value.trim().parse().ok()?))
     })
     .collect()
+}
+
+/// A thread's time on a CPU and time runnable but waiting for one, in microseconds
+/// (`/proc/PID/task/TID/schedstat`: nanoseconds, then the run count); what cannot be read
+/// is left out.
+fn schedstat_counters(schedstat: &str) -> Vec<(&'static str, u64)> {
+    let mut fields = schedstat.split_whitespace();
+    ["cpu_us", "runqueue_wait_us"]
+        .into_iter()
+        .filter_map(|name| {
+            let ns: u64 = fields.next()?.parse().ok()?;
+            Some((name, ns / 1_000))
+        })
+        .collect()
 }
 
 /// The kernel's transparent huge page settings (`enabled`, `defrag`), the chosen value
@@ -190,30 +218,40 @@ mod tests {
         // Field 2 holds a space and a ')': fields are counted from the last ')'.
         let stat = "4242 (harp node) x) S 1 4242 4242 0 -1 4194560 1500 0 3 0 12 5";
         let faults: BTreeMap<_, _> = fault_counters(stat).into_iter().collect();
-        assert_eq!(faults.get("job_minflt"), Some(&1500));
-        assert_eq!(faults.get("job_majflt"), Some(&3));
+        assert_eq!(faults.get("minflt"), Some(&1500));
+        assert_eq!(faults.get("majflt"), Some(&3));
         assert!(fault_counters("").is_empty());
         let status = "Name:\tharp\nvoluntary_ctxt_switches:\t90\nnonvoluntary_ctxt_switches:\t6\n";
         let switches: BTreeMap<_, _> = switch_counters(status).into_iter().collect();
-        assert_eq!(switches.get("job_voluntary_switches"), Some(&90));
-        assert_eq!(switches.get("job_involuntary_switches"), Some(&6));
+        assert_eq!(switches.get("voluntary_switches"), Some(&90));
+        assert_eq!(switches.get("involuntary_switches"), Some(&6));
         assert!(switch_counters("").is_empty());
+        let sched: BTreeMap<_, _> = schedstat_counters("2500000 730999 41\n")
+            .into_iter()
+            .collect();
+        assert_eq!(sched.get("cpu_us"), Some(&2500));
+        assert_eq!(sched.get("runqueue_wait_us"), Some(&730));
+        assert!(schedstat_counters("").is_empty());
     }
 
     #[test]
     fn since_gives_the_rise_of_counters_both_snapshots_have() {
         let at = |pairs: &[(&'static str, u64)]| Snapshot {
-            counters: pairs.iter().copied().collect(),
+            counters: pairs.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
         };
-        let earlier = at(&[("compact_stall", 5), ("job_minflt", 100)]);
-        let later = at(&[("compact_stall", 9), ("job_minflt", 100), ("pgmajfault", 1)]);
+        let earlier = at(&[("compact_stall", 5), ("master_minflt", 100)]);
+        let later = at(&[
+            ("compact_stall", 9),
+            ("master_minflt", 100),
+            ("pgmajfault", 1),
+        ]);
         assert_eq!(
             later.since(&earlier),
-            at(&[("compact_stall", 4), ("job_minflt", 0)])
+            at(&[("compact_stall", 4), ("master_minflt", 0)])
         );
         let mut total = at(&[("compact_stall", 1)]);
         total.add(&later.since(&earlier));
-        assert_eq!(total, at(&[("compact_stall", 5), ("job_minflt", 0)]));
+        assert_eq!(total, at(&[("compact_stall", 5), ("master_minflt", 0)]));
     }
 
     #[test]
@@ -224,7 +262,8 @@ mod tests {
         }
         // Another thread that blocks: its switches count in this process's sum while it
         // lives (a thread that exited takes its counts with it).
-        let before = Snapshot::take(&[std::process::id()]);
+        let me: &[u32] = &[std::process::id()];
+        let before = Snapshot::take(&[("master", me)]);
         let (slept, done) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let sleeper = std::thread::spawn(move || {
             for _ in 0..20 {
@@ -234,12 +273,13 @@ mod tests {
             let _ = done.1.recv();
         });
         slept.1.recv().expect("the sleeper slept");
-        let after = Snapshot::take(&[std::process::id()]).since(&before);
+        let after = Snapshot::take(&[("master", me)]).since(&before);
         drop(done.0);
         sleeper.join().expect("the sleeper ends");
         let json = after.to_json();
-        assert!(json.get("job_minflt").is_some(), "{json}");
-        let switches = json["job_voluntary_switches"].as_u64().unwrap_or(0);
+        assert!(json.get("master_minflt").is_some(), "{json}");
+        assert!(json.get("master_cpu_us").is_some(), "{json}");
+        let switches = json["master_voluntary_switches"].as_u64().unwrap_or(0);
         assert!(
             switches >= 20,
             "20 sleeps of a thread, {switches} switches: {json}"

@@ -6,9 +6,9 @@
 //! benchmark) with three workers and three servers, 8 executors per worker and 8 shards per
 //! server. The weights are 16 rows of 49 features × 10 classes (`--block-features`, default
 //! 49 here): with the app's default of one row per 1,638 features, mnist10k's whole model is
-//! one row in one shard, and most shard moves would move nothing anyone reads. In one process by default (`run_job_controlled` on 2
-//! runtime threads); with `--across`, the master runs here (`run_job_across_controlled` on 2
-//! runtime threads) and three `harp node` processes (the `harp` binary beside `harp-bench`,
+//! one row in one shard, and most shard moves would move nothing anyone reads. In one
+//! process by default (`run_job_controlled` on `--master-threads` runtime threads, default
+//! 2); with `--across`, the master runs here (`run_job_across_controlled` on as many) and three `harp node` processes (the `harp` binary beside `harp-bench`,
 //! each a worker and a server with `--threads` threads) talk to it and to each other over
 //! QUIC on loopback. Completions are counted where the driver sees them, in this process.
 //!
@@ -492,6 +492,8 @@ fn emit_summary(rounds: &[Round], args: &Args, logs: Option<&Path>) {
         "moving": args.moving.name(), "rounds": rounds.len(),
         "window_ms": args.window_ms, "after_ms": args.after_ms, "gap_ms": args.gap_ms,
         "block_features": mlr_config(args).block_features,
+        "master_threads": args.master_threads,
+        "node_threads": args.across.then_some(args.threads),
         "before_tasks_per_s": rounded(&all(&|r| r.before), 0),
         "during_ratios": rounded(&during, 3), "during_ratio": round_to(median(&during), 3),
         "during_ratio_pooled": round_to(during_pooled, 3),
@@ -521,7 +523,7 @@ pub fn run(args: &Args) -> Result<()> {
     let app = mlr_app(args, count.clone())?;
     let dir = scratch_dir()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(usize::from(args.master_threads))
         .enable_all()
         .build()?;
     let result = rt.block_on(async {

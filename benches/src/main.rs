@@ -148,6 +148,10 @@ pub(crate) struct Args {
     /// UNIX time (`started_unix_s`) to find it in them.
     #[arg(long, help_heading = "Elasticity")]
     keep_logs: bool,
+    /// elastic: runtime threads of this process, which runs the master (and the driver),
+    /// or with no --across the whole job.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..), help_heading = "Elasticity")]
+    master_threads: u16,
     /// mlr-processes: epochs per run.
     #[arg(long, default_value_t = 8, help_heading = "MLR across processes")]
     epochs: u32,

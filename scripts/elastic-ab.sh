@@ -11,6 +11,7 @@
 #
 #   bash scripts/elastic-ab.sh [RUNS [ROUNDS]]     # defaults: 5 runs of 40 rounds
 #   ELASTIC_AB_LAYOUTS=own bash scripts/elastic-ab.sh 2   # only the default layout
+#   ELASTIC_AB_ARGS="--master-threads 4" bash scripts/elastic-ab.sh   # more harp-bench arguments
 #
 # A run of 40 rounds takes about 70 s (each round: a 500 ms gap, a 1 s window, the event,
 # 100 ms after), so 5 runs of both layouts take about 12 minutes.
@@ -80,8 +81,10 @@ PY
 run_one() {
     local layout="$1" threads=()
     [ "$layout" = shared ] && threads=(HARP_EXECUTOR_THREADS=0)
+    local extra=()
+    read -r -a extra <<<"${ELASTIC_AB_ARGS:-}"
     env -u HARP_EXECUTOR_THREADS "${threads[@]}" "$bin/harp-bench" elastic --rounds "$rounds" \
-        --across | tee -a "$out.runs" | python3 "$summary_py" "$layout" >>"$out"
+        --across "${extra[@]}" | tee -a "$out.runs" | python3 "$summary_py" "$layout" >>"$out"
 }
 
 for setting in enabled defrag; do

@@ -15,7 +15,9 @@
 //!
 //! A failure prints its seed and config. Replay one seed with
 //! `HARP_SIM_SEED=<n> cargo test -p harp-core --release --test consistency_sim replay_seed -- --nocapture`;
-//! run more schedules with `HARP_SIM_SCHEDULES=<n>`.
+//! run more schedules with `HARP_SIM_SCHEDULES=<n>`, and other ones (seeds from `<s>` on
+//! instead of 0, for soak runs that look where earlier ones did not) with
+//! `HARP_SIM_FIRST_SEED=<s>`.
 //!
 //! The `checker_catches_*` tests plant bugs in the simulated node or server and assert the
 //! checker finds them within the first 2,000 seeds, so a green run means something.
@@ -51,11 +53,15 @@ fn check(seed: u64) -> Stats {
 #[test]
 fn every_task_observes_every_completion_the_driver_saw() {
     let schedules = env_u64("HARP_SIM_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES);
+    let first = env_u64("HARP_SIM_FIRST_SEED").unwrap_or(0);
+    let Some(end) = first.checked_add(schedules) else {
+        panic!("HARP_SIM_FIRST_SEED={first} + HARP_SIM_SCHEDULES={schedules} overflows u64");
+    };
     let mut total = Stats::default();
-    for seed in 0..schedules {
+    for seed in first..end {
         total.add(&check(seed));
     }
-    eprintln!("{schedules} schedules: {total:?}");
+    eprintln!("{schedules} schedules from seed {first}: {total:?}");
     // The schedules must exercise what the rule is about, or passing proves little.
     assert!(
         total.values_checked > 20 * schedules,

@@ -1,6 +1,6 @@
 //! What the machine did around a measured event, from Linux's `/proc`: the kernel's memory
 //! stalls (`/proc/vmstat`: direct compaction and reclaim, transparent huge page faults,
-//! major faults) and, for each named group of the job's processes (`master_*`,
+//! major faults), the CPU time a hypervisor took (`/proc/stat`'s steal) and, for each named group of the job's processes (`master_*`,
 //! `nodes_*`), their page faults (`/proc/PID/stat`) and, summed over their threads, context
 //! switches (`status`), time on a CPU and time spent runnable but waiting for one
 //! (`schedstat`, in microseconds). `harp-bench elastic` takes a snapshot just before each
@@ -48,6 +48,12 @@ impl Snapshot {
         let mut counters = BTreeMap::new();
         if let Ok(text) = std::fs::read_to_string("/proc/vmstat") {
             counters.extend(vmstat(&text).into_iter().map(|(n, v)| (n.to_string(), v)));
+        }
+        if let Some(steal) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|text| steal_ms(&text))
+        {
+            counters.insert("steal_ms".to_string(), steal);
         }
         for (group, pids) in groups {
             let mut add = |name: &str, value: u64| {
@@ -131,6 +137,19 @@ fn vmstat(text: &str) -> Vec<(&'static str, u64)> {
             (!present.is_empty()).then(|| (*name, present.iter().sum()))
         })
         .collect()
+}
+
+/// The time the hypervisor ran something else while this machine's CPUs wanted to run
+/// (all CPUs, milliseconds), from `/proc/stat`'s first line (`cpu user nice system idle
+/// iowait irq softirq steal ...`, in USER_HZ ticks: 100 per second on Linux).
+fn steal_ms(stat: &str) -> Option<u64> {
+    let line = stat.lines().next()?;
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: u64 = fields.nth(7)?.parse().ok()?;
+    Some(ticks * 10)
 }
 
 /// A process's minor and major faults, all its threads' (`/proc/PID/stat` fields 10 and
@@ -232,6 +251,16 @@ mod tests {
         assert_eq!(sched.get("cpu_us"), Some(&2500));
         assert_eq!(sched.get("runqueue_wait_us"), Some(&730));
         assert!(schedstat_counters("").is_empty());
+    }
+
+    #[test]
+    fn steal_is_the_eighth_number_of_the_cpu_line_in_ticks_of_10_ms() {
+        let stat =
+            "cpu  2179113 0 261940 2423663 6440 0 14589 1603 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(steal_ms(stat), Some(16_030));
+        // An older kernel's line without steal, or no cpu line: nothing.
+        assert_eq!(steal_ms("cpu  1 2 3 4 5 6 7\n"), None);
+        assert_eq!(steal_ms("intr 5\n"), None);
     }
 
     #[test]

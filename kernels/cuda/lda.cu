@@ -16,6 +16,9 @@
 //   harp_lda_sample_tiles_lean  the same in fewer instructions (row addresses in shared
 //                             memory, the own topic's cell rewritten once per token,
 //                             unpredicated full batches and chunks, 4-wide search)
+//   harp_lda_sample_tiles_lean16  tiles_lean with 16-token tiles: half the shared memory
+//                             per warp, so twice the warps per SM; lanes 16-31 help with
+//                             the weights and idle in the scan and search
 //   harp_lda_sample_warp_reg  32 < K <= 256: one warp per token, every row chunk loaded at
 //                             once, cumulative values kept in registers, one ballot per chunk
 //   harp_lda_sample_warp_smem 256 < K (while shared memory allows): as above, cumulative
@@ -375,9 +378,9 @@ __device__ __forceinline__ unsigned int harp_lda_sample_row_chunked_lean(float* 
 
 // One batch of 32 * 8 cells of harp_lda_tile_weights_lean (TAIL: the tile's last, partly
 // past its cells), every weight as if the cell were not its token's own topic. `rows`
-// holds the tile's 32 document row addresses, then its 32 word row addresses; (t, k) is
+// holds the tile's T document row addresses, then its T word row addresses; (t, k) is
 // the lane's cell, advanced by 32 per cell (K > 32: one wrap at most).
-template <bool TAIL>
+template <bool TAIL, unsigned int T>
 __device__ __forceinline__ void harp_lda_tile_batch(
     float* wts, const float* inv, const unsigned long long* rows, unsigned int cells,
     unsigned int base, unsigned int K, unsigned int stride, unsigned int lane, unsigned int& t,
@@ -386,9 +389,9 @@ __device__ __forceinline__ void harp_lda_tile_batch(
 #pragma unroll
     for (unsigned int j = 0; j < 8u; ++j) {
         const bool active = !TAIL || base + 32u * j + lane < cells;
-        const unsigned long long* row = rows + (TAIL ? (t & 31u) : t);
+        const unsigned long long* row = rows + (TAIL ? (t & (T - 1u)) : t);
         nd[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(row[0]) + k) : 0u;
-        nw[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(row[32]) + k) : 0u;
+        nw[j] = active ? __ldg(reinterpret_cast<const unsigned int*>(row[T]) + k) : 0u;
         slot[j] = active ? t * stride + k : ~0u;
         topic[j] = k;
         k += 32u;
@@ -405,11 +408,13 @@ __device__ __forceinline__ void harp_lda_tile_batch(
     }
 }
 
-// Phase 1 of harp_lda_sample_tiles_lean: harp_lda_tile_weights for 32 < K, the tile's
-// rows addressed through `rows` (64 64-bit words of this warp). The cells compute every
+// Phase 1 of harp_lda_sample_tiles_lean (T = 32 tokens a tile) and _lean16 (T = 16):
+// harp_lda_tile_weights for 32 < K, the tile's rows addressed through `rows` (2T 64-bit
+// words of this warp, published by lanes 0..T). The cells compute every
 // weight as if it were not its token's own topic (no topic compare, no saturating
 // subtraction); then each lane rewrites its own token's cell (t, z) with the assignment
 // excluded: the same weight harp_lda_tile_weights computes there. Ends with __syncwarp().
+template <unsigned int T>
 __device__ __forceinline__ void harp_lda_tile_weights_lean(
     float* wts, const float* inv, unsigned long long* rows,
     const unsigned int* __restrict__ doc_topic, const unsigned int* __restrict__ word_topic,
@@ -418,18 +423,20 @@ __device__ __forceinline__ void harp_lda_tile_weights_lean(
     const unsigned int stride = K | 1u;
     const unsigned int* drow = doc_topic + (size_t)d * K;
     const unsigned int* wrow = word_topic + (size_t)w * K;
-    rows[lane] = reinterpret_cast<unsigned long long>(drow);
-    rows[32u + lane] = reinterpret_cast<unsigned long long>(wrow);
+    if (lane < T) {
+        rows[lane] = reinterpret_cast<unsigned long long>(drow);
+        rows[T + lane] = reinterpret_cast<unsigned long long>(wrow);
+    }
     __syncwarp();
     const unsigned int cells = count * K;
     unsigned int t = 0u, k = lane, base = 0u;
     for (; base + 256u <= cells; base += 256u) {
-        harp_lda_tile_batch<false>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
-                                   beta);
+        harp_lda_tile_batch<false, T>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
+                                      beta);
     }
     if (base < cells) {
-        harp_lda_tile_batch<true>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
-                                  beta);
+        harp_lda_tile_batch<true, T>(wts, inv, rows, cells, base, K, stride, lane, t, k, alpha,
+                                     beta);
     }
     __syncwarp();
     if (lane < count) {
@@ -443,13 +450,15 @@ __device__ __forceinline__ void harp_lda_tile_weights_lean(
 #define HARP_LDA_TILES_SMALL 0
 #define HARP_LDA_TILES_CHUNKED 1
 #define HARP_LDA_TILES_LEAN 2
+#define HARP_LDA_TILES_LEAN16 3
 
-// The tile kernels: a warp takes a tile of 32 tokens (grid-stride over tiles), writes the
-// tile's weights to shared memory (harp_lda_tile_weights, or harp_lda_tile_weights_lean),
-// then lane t samples token t from its row: in registers for K <= 32 (SMALL), chunk by
-// chunk for larger K (CHUNKED, LEAN). Dynamic shared memory (floats): 2K inverses, then
-// per warp (LEAN: 64 64-bit row addresses, then) 32 rows of (K | 1) weights (an odd row
-// stride, so lane t reading row t is conflict-free). blockDim.x must be a multiple of 32.
+// The tile kernels: a warp takes a tile of T tokens (32; LEAN16: 16; grid-stride over
+// tiles), writes the tile's weights to shared memory (harp_lda_tile_weights, or
+// harp_lda_tile_weights_lean), then lane t < T samples token t from its row: in registers
+// for K <= 32 (SMALL), chunk by chunk for larger K (CHUNKED, LEAN, LEAN16). Dynamic shared
+// memory (floats): 2K inverses, then per warp (LEAN, LEAN16: 2T 64-bit row addresses,
+// then) T rows of (K | 1) weights (an odd row stride, so lane t reading row t is
+// conflict-free). blockDim.x must be a multiple of 32.
 template <int MODE>
 __device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS) {
     const unsigned int K = topic_count;
@@ -457,17 +466,20 @@ __device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS)
     harp_lda_inverses(inv, totals, K, vbeta);
     const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const unsigned int stride = K | 1u;
-    const unsigned int addresses = MODE == HARP_LDA_TILES_LEAN ? 128u : 0u;
-    float* region = harp_lda_smem + 2u * K + warp * (addresses + 32u * stride);
+    constexpr bool lean = MODE == HARP_LDA_TILES_LEAN || MODE == HARP_LDA_TILES_LEAN16;
+    constexpr unsigned int T = MODE == HARP_LDA_TILES_LEAN16 ? 16u : 32u;
+    // 2T 64-bit words: 4T floats (an even count, so every warp's rows stay 8-byte aligned).
+    constexpr unsigned int addresses = lean ? 4u * T : 0u;
+    float* region = harp_lda_smem + 2u * K + warp * (addresses + T * stride);
     unsigned long long* rows = reinterpret_cast<unsigned long long*>(region);
     float* wts = region + addresses;
-    const unsigned long long tiles = (n + 31ull) >> 5;
+    const unsigned long long tiles = (n + (T - 1u)) / T;
     const unsigned long long warps = (unsigned long long)gridDim.x * (blockDim.x >> 5);
     for (unsigned long long tile = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
          tile < tiles; tile += warps) {
-        const unsigned long long first = tile << 5;
+        const unsigned long long first = tile * T;
         const unsigned long long left = n - first;
-        const unsigned int count = left < 32ull ? (unsigned int)left : 32u;
+        const unsigned int count = left < T ? (unsigned int)left : T;
         const unsigned long long i = first + lane;
         unsigned int d = 0u, w = 0u, z = 0u;
         float u = 0.0f;
@@ -477,9 +489,9 @@ __device__ __forceinline__ void harp_lda_sample_tiles_of(HARP_LDA_SAMPLE_PARAMS)
             z = topics[i];
             u = uniforms[i];
         }
-        if (MODE == HARP_LDA_TILES_LEAN) {
-            harp_lda_tile_weights_lean(wts, inv, rows, doc_topic, word_topic, count, K, lane, d,
-                                       w, z, alpha, beta);
+        if (lean) {
+            harp_lda_tile_weights_lean<T>(wts, inv, rows, doc_topic, word_topic, count, K, lane,
+                                          d, w, z, alpha, beta);
         } else {
             harp_lda_tile_weights(wts, inv, doc_topic, word_topic, count, K, lane, d, w, z,
                                   alpha, beta);
@@ -508,6 +520,14 @@ extern "C" __global__ void harp_lda_sample_tiles(HARP_LDA_SAMPLE_PARAMS) {
 // memory (the host allows K <= 256).
 extern "C" __global__ void harp_lda_sample_tiles_lean(HARP_LDA_SAMPLE_PARAMS) {
     harp_lda_sample_tiles_of<HARP_LDA_TILES_LEAN>(HARP_LDA_SAMPLE_ARGS);
+}
+
+// harp_lda_sample_tiles_lean with 16-token tiles (16 rows of K | 1 weights and 256 bytes
+// of row addresses a warp): at K = 100 a warp's tile is 6.6 KiB instead of 13.1, so about
+// twice the warps fit on an SM (about 28 against 15) to hide the row loads' latency, for a scan
+// and search that use half the lanes. For 32 < K <= 256, as tiles_lean.
+extern "C" __global__ void harp_lda_sample_tiles_lean16(HARP_LDA_SAMPLE_PARAMS) {
+    harp_lda_sample_tiles_of<HARP_LDA_TILES_LEAN16>(HARP_LDA_SAMPLE_ARGS);
 }
 
 // 32 < K. One warp per token (grid-stride; the next token's ids are loaded while this one

@@ -234,6 +234,7 @@ fn sample_variant_follows_k() {
             vec![
                 ChunkedTiles { warps_per_block: 3 },
                 LeanTiles { warps_per_block: 3 },
+                LeanTiles16 { warps_per_block: 7 },
                 WarpRegisters,
                 WarpRecompute,
             ],
@@ -244,6 +245,7 @@ fn sample_variant_follows_k() {
                 WarpRegisters,
                 ChunkedTiles { warps_per_block: 1 },
                 LeanTiles { warps_per_block: 1 },
+                LeanTiles16 { warps_per_block: 2 },
                 WarpRecompute,
             ],
         ),
@@ -252,6 +254,7 @@ fn sample_variant_follows_k() {
             vec![
                 ChunkedTiles { warps_per_block: 8 },
                 LeanTiles { warps_per_block: 8 },
+                LeanTiles16 { warps_per_block: 8 },
                 WarpRegisters,
                 WarpRecompute,
             ],
@@ -334,6 +337,7 @@ fn lda_parallel_step_matches_cpu() {
         SampleVariant::ThreadPerToken,
         SampleVariant::ChunkedTiles { warps_per_block: 1 },
         SampleVariant::LeanTiles { warps_per_block: 1 },
+        SampleVariant::LeanTiles16 { warps_per_block: 1 },
         SampleVariant::WarpRegisters,
         SampleVariant::WarpShared { warps_per_block: 1 },
         SampleVariant::WarpRecompute,
@@ -492,6 +496,8 @@ fn an_lda_kernel_that_cannot_sample_k_is_refused_and_writes_nothing() {
         (300, SampleVariant::ChunkedTiles { warps_per_block: 1 }),
         (300, SampleVariant::LeanTiles { warps_per_block: 1 }),
         (20, SampleVariant::LeanTiles { warps_per_block: 8 }),
+        (300, SampleVariant::LeanTiles16 { warps_per_block: 1 }),
+        (20, SampleVariant::LeanTiles16 { warps_per_block: 8 }),
         (300, SampleVariant::WarpRegisters),
         // Sound for K = 100, but not the shape sample_variants(100) plans.
         (100, SampleVariant::ChunkedTiles { warps_per_block: 8 }),

@@ -20,7 +20,9 @@
 //!   shared memory, its own topic's cell rewritten once instead of tested in every cell,
 //!   full batches and chunks without bounds tests, a four-wide search),
 //!   listed by [`sample_variants`] so that the conformance test and the benchmark run it
-//!   until a GPU measurement makes it a default;
+//!   until a GPU measurement makes it a default; [`SampleVariant::LeanTiles16`] is the same
+//!   with 16-token tiles, half the shared memory per warp and so about twice the warps per
+//!   SM, for a scan and search on half the lanes (also listed, also not yet measured);
 //! * `112 < K <= 256` ([`SampleVariant::WarpRegisters`]): one warp per token, every
 //!   chunk's row loads issued at once, the cumulative values kept in registers, one ballot
 //!   per chunk for the search — each row is read once (on an H100: 80% of copy bandwidth
@@ -124,6 +126,14 @@ pub enum SampleVariant {
         /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
         warps_per_block: u32,
     },
+    /// `32 < K <= 256`: [`SampleVariant::LeanTiles`] with 16-token tiles — half the shared
+    /// memory per warp (6.6 KiB at `K = 100`), so about twice the warps per SM to hide the
+    /// row loads' latency; the weights use all 32 lanes, the scan and search 16. Not yet
+    /// measured on a GPU; [`sample_variants`] lists it.
+    LeanTiles16 {
+        /// Warps per block (as many tiles as fit in 48 KiB of shared memory, at most 8).
+        warps_per_block: u32,
+    },
     /// `32 < K <= 256`: a warp per token, cumulative values in registers.
     WarpRegisters,
     /// A warp per token, cumulative values in shared memory.
@@ -163,6 +173,9 @@ pub fn sample_variants(topics: usize) -> Vec<SampleVariant> {
     if let Some(tiles) = lean_tiles(topics) {
         add(tiles);
     }
+    if let Some(tiles) = lean_tiles16(topics) {
+        add(tiles);
+    }
     if topics > THREAD_PER_TOKEN_MAX_TOPICS {
         add(warp_variant(topics));
     }
@@ -180,6 +193,12 @@ fn chunked_tiles(topics: usize) -> Option<SampleVariant> {
 fn lean_tiles(topics: usize) -> Option<SampleVariant> {
     tile_warps(topics, lean_tile_bytes(topics))
         .map(|warps_per_block| SampleVariant::LeanTiles { warps_per_block })
+}
+
+/// Lean 16-token tiles for `32 < topics <= 256`, with as many warps per block as fit.
+fn lean_tiles16(topics: usize) -> Option<SampleVariant> {
+    tile_warps(topics, lean_tile16_bytes(topics))
+        .map(|warps_per_block| SampleVariant::LeanTiles16 { warps_per_block })
 }
 
 /// Warps per block of a tile kernel for `32 < topics <= 256` whose warps take
@@ -202,6 +221,15 @@ fn tile_bytes(topics: usize) -> usize {
 /// words of 8 bytes), then the tile.
 fn lean_tile_bytes(topics: usize) -> usize {
     2 * WARP * 8 + tile_bytes(topics)
+}
+
+/// Tokens in a [`SampleVariant::LeanTiles16`] tile.
+const HALF_TILE: usize = WARP / 2;
+
+/// Bytes of one warp's 16-token lean tile: 2 × 16 row addresses of 8 bytes, then 16 rows
+/// of `K | 1` floats.
+fn lean_tile16_bytes(topics: usize) -> usize {
+    2 * HALF_TILE * 8 + HALF_TILE * (topics | 1) * 4
 }
 
 /// The warp-per-token variant for `topics > 32`: cumulative values in shared memory while
@@ -262,6 +290,15 @@ fn plan(topics: usize, variant: SampleVariant) -> Plan {
                 threads: w * WARP,
                 shared_bytes: inverse_bytes(topics) + w * lean_tile_bytes(topics),
                 tokens_per_block: w * WARP,
+            }
+        }
+        SampleVariant::LeanTiles16 { warps_per_block } => {
+            let w = warps_per_block as usize;
+            Plan {
+                kernel: "harp_lda_sample_tiles_lean16",
+                threads: w * WARP,
+                shared_bytes: inverse_bytes(topics) + w * lean_tile16_bytes(topics),
+                tokens_per_block: w * HALF_TILE,
             }
         }
         SampleVariant::WarpRegisters => Plan {
@@ -974,7 +1011,40 @@ mod tests {
             }
         }
         // Every sampling kernel of the source is reachable.
-        assert_eq!(kernels.len(), 6, "{kernels:?}");
+        assert_eq!(kernels.len(), 7, "{kernels:?}");
+    }
+
+    /// A 16-token tile takes half a 32-token tile's weights and addresses, so at least as
+    /// many warps fit in a block; at `K = 100` more than twice as many (7 against 3).
+    #[test]
+    fn a_16_token_tile_fits_twice_the_warps_where_shared_memory_limits_them() {
+        for topics in 33..=CHUNKED_TILES_MAX_TOPICS {
+            assert_eq!(
+                2 * lean_tile16_bytes(topics),
+                lean_tile_bytes(topics),
+                "K={topics}"
+            );
+            let (
+                Some(SampleVariant::LeanTiles {
+                    warps_per_block: w32,
+                }),
+                Some(SampleVariant::LeanTiles16 {
+                    warps_per_block: w16,
+                }),
+            ) = (lean_tiles(topics), lean_tiles16(topics))
+            else {
+                panic!("K={topics}: both lean tiles sample it");
+            };
+            assert!(w16 >= w32, "K={topics}");
+        }
+        assert_eq!(
+            lean_tiles(100),
+            Some(SampleVariant::LeanTiles { warps_per_block: 3 })
+        );
+        assert_eq!(
+            lean_tiles16(100),
+            Some(SampleVariant::LeanTiles16 { warps_per_block: 7 })
+        );
     }
 
     /// A lean tile's row addresses start 8-byte aligned in every warp's region (the kernel
@@ -985,6 +1055,7 @@ mod tests {
         for topics in 33..=CHUNKED_TILES_MAX_TOPICS {
             assert_eq!(inverse_bytes(topics) % 8, 0, "K={topics}");
             assert_eq!(lean_tile_bytes(topics) % 8, 0, "K={topics}");
+            assert_eq!(lean_tile16_bytes(topics) % 8, 0, "K={topics}");
         }
     }
 }

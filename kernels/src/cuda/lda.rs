@@ -264,6 +264,24 @@ struct Plan {
     tokens_per_block: usize,
 }
 
+/// The launch of a tile kernel: `warps` warps, each with a tile of `tokens_per_warp`
+/// tokens in `bytes_per_warp` of shared memory, after the block's inverses.
+fn tile_plan(
+    kernel: &'static str,
+    warps: u32,
+    bytes_per_warp: usize,
+    tokens_per_warp: usize,
+    topics: usize,
+) -> Plan {
+    let w = warps as usize;
+    Plan {
+        kernel,
+        threads: w * WARP,
+        shared_bytes: inverse_bytes(topics) + w * bytes_per_warp,
+        tokens_per_block: w * tokens_per_warp,
+    }
+}
+
 fn plan(topics: usize, variant: SampleVariant) -> Plan {
     let warps = SAMPLE_THREADS / WARP;
     match variant {
@@ -274,33 +292,27 @@ fn plan(topics: usize, variant: SampleVariant) -> Plan {
             shared_bytes: inverse_bytes(topics) + warps * tile_bytes(topics),
             tokens_per_block: SAMPLE_THREADS,
         },
-        SampleVariant::ChunkedTiles { warps_per_block } => {
-            let w = warps_per_block as usize;
-            Plan {
-                kernel: "harp_lda_sample_tiles",
-                threads: w * WARP,
-                shared_bytes: inverse_bytes(topics) + w * tile_bytes(topics),
-                tokens_per_block: w * WARP,
-            }
-        }
-        SampleVariant::LeanTiles { warps_per_block } => {
-            let w = warps_per_block as usize;
-            Plan {
-                kernel: "harp_lda_sample_tiles_lean",
-                threads: w * WARP,
-                shared_bytes: inverse_bytes(topics) + w * lean_tile_bytes(topics),
-                tokens_per_block: w * WARP,
-            }
-        }
-        SampleVariant::LeanTiles16 { warps_per_block } => {
-            let w = warps_per_block as usize;
-            Plan {
-                kernel: "harp_lda_sample_tiles_lean16",
-                threads: w * WARP,
-                shared_bytes: inverse_bytes(topics) + w * lean_tile16_bytes(topics),
-                tokens_per_block: w * HALF_TILE,
-            }
-        }
+        SampleVariant::ChunkedTiles { warps_per_block } => tile_plan(
+            "harp_lda_sample_tiles",
+            warps_per_block,
+            tile_bytes(topics),
+            WARP,
+            topics,
+        ),
+        SampleVariant::LeanTiles { warps_per_block } => tile_plan(
+            "harp_lda_sample_tiles_lean",
+            warps_per_block,
+            lean_tile_bytes(topics),
+            WARP,
+            topics,
+        ),
+        SampleVariant::LeanTiles16 { warps_per_block } => tile_plan(
+            "harp_lda_sample_tiles_lean16",
+            warps_per_block,
+            lean_tile16_bytes(topics),
+            HALF_TILE,
+            topics,
+        ),
         SampleVariant::WarpRegisters => Plan {
             kernel: "harp_lda_sample_warp_reg",
             threads: SAMPLE_THREADS,

@@ -88,7 +88,11 @@ fn a_fault_with_one_row_per_weight_loses_single_weights() {
                 fraction: 0.5,
                 seed: 3,
             },
-            timing: FaultTiming::BeforeRound,
+            // After the iteration's round: the master holds the job until that round has
+            // ended, so at least one round completes. The 8 epochs are one micro-task each
+            // and can all end before a round started at iteration 1 does (a CI run saw
+            // rounds 0, skipped 7 with BeforeRound).
+            timing: FaultTiming::AfterRound,
         }],
     };
     let outcome = runtime(Threads::Multi(2))

@@ -86,7 +86,8 @@ done
 cp "$root/scripts/elastic-ab.sh" "$bundle/elastic-ab.sh"
 cp "$root/scripts/elastic-slow-events.py" "$bundle/elastic-slow-events.py"
 cp "$root/scripts/device-checks.sh" "$bundle/checks.sh"
-names+=(elastic-ab.sh elastic-slow-events.py checks.sh)
+cp "$root/scripts/kernel-bench-summary.py" "$bundle/kernel-bench-summary.py"
+names+=(elastic-ab.sh elastic-slow-events.py checks.sh kernel-bench-summary.py)
 for want in cuda_conformance cuda_nvrtc_compile harp-kernel-bench device_cuda harp harp-bench; do
     if [ ! -x "$bundle/$want" ]; then
         echo "gpu-bundle: $want was not built" >&2
@@ -121,18 +122,7 @@ HARP_BIN="$PWD/harp" HARP_SHARED_DATA="$PWD/data" ./device_cuda --nocapture \
 echo "== harp-kernel-bench"
 ./harp-kernel-bench "$@" | tee bench.jsonl || failed+=(harp-kernel-bench)
 # The update rules should reach >= 60% of copy bandwidth: report, don't fail.
-python3 - bench.jsonl <<'PY' || true
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r["kernel"] != "copy":
-        flag = "ok" if r["ratio"] >= 0.6 else "BELOW 60% of copy bandwidth"
-        print(f'{r["kernel"]:>12}: {r["gbps"]:8.1f} GB/s = {100 * r["ratio"]:5.1f}% of copy ({r["copy_gbps"]:.1f} GB/s)  {flag}'
-              + (f'  [{r["variant"]}]' if "variant" in r else ""))
-        # The other LDA kernels that can sample this K, timed on the same data.
-        for name, gbps in sorted(r.get("alternatives_gbps", {}).items()):
-            print(f'{"":>14}alternative {name}: {100 * gbps / r["copy_gbps"]:5.1f}% of copy')
-PY
+python3 kernel-bench-summary.py bench.jsonl || true
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "FAILED: ${failed[*]}"
     exit 1

@@ -113,6 +113,38 @@ fn a_fault_with_one_row_per_weight_loses_single_weights() {
     );
 }
 
+/// A round due at the last iteration starts as the driver finishes: the job waits for it,
+/// so it is counted and what it saved is in the checkpoint (before, the job ended at once
+/// and the round, still running, was dropped: rounds 0).
+#[test]
+fn the_jobs_end_waits_for_the_round_of_its_last_iteration() {
+    let weights = (FEATURES * CLASSES) as u64;
+    // r·C = 8 = EPOCHS: the one round is due at the last epoch, and saves every row.
+    let scar = ScarOptions {
+        period: u64::from(EPOCHS),
+        fraction: 1.0,
+        selection: Selection::Full,
+        ..ScarOptions::default()
+    };
+    for run in 0..5 {
+        let outcome = runtime(Threads::Multi(2))
+            .block_on(harp::run_job(app(true), &job(Some(scar.clone()))))
+            .unwrap();
+        let checkpoints = &outcome.stats.checkpoints;
+        assert_eq!(checkpoints.last_iteration, Some(u64::from(EPOCHS)));
+        assert_eq!(
+            (checkpoints.rounds, checkpoints.rounds_unfinished),
+            (1, 0),
+            "run {run}: {checkpoints:?}"
+        );
+        assert_eq!(
+            checkpoints.rows_saved, weights,
+            "run {run}: {checkpoints:?}"
+        );
+        assert_eq!(checkpoints.rows_held, weights as usize, "run {run}");
+    }
+}
+
 #[test]
 fn harp_run_mlr_weight_per_row_injects_faults_on_single_weights() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,14 +11,18 @@ use harp::JobStats;
 pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
     worker_recoveries(stats, metrics)?;
     let c = &stats.checkpoints;
-    if c.rounds + c.rounds_failed + c.rounds_skipped == 0
+    if c.rounds + c.rounds_failed + c.rounds_skipped + c.rounds_unfinished == 0
         && stats.injections.is_empty()
         && stats.recoveries.is_empty()
     {
         return Ok(());
     }
+    let unfinished = match c.rounds_unfinished {
+        0 => String::new(),
+        n => format!(", {n} unfinished at the end"),
+    };
     eprintln!(
-        "scar: {} checkpoint rounds ({} failed, {} skipped), {} rows / {} bytes saved, {} rows held",
+        "scar: {} checkpoint rounds ({} failed, {} skipped{unfinished}), {} rows / {} bytes saved, {} rows held",
         c.rounds, c.rounds_failed, c.rounds_skipped, c.rows_saved, c.bytes_saved, c.rows_held
     );
     for f in &stats.injections {

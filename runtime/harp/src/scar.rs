@@ -186,6 +186,11 @@ pub struct CheckpointStats {
     pub rounds_failed: u64,
     /// Rounds due while the previous one still ran (not run; the next due one is).
     pub rounds_skipped: u64,
+    /// Rounds still running when the job ended that did not end within the wait the job
+    /// gives them (5 s after the driver finished; a round normally takes milliseconds):
+    /// what they saved is not counted here. A job whose driver finishes while a round
+    /// runs waits for that round, so a round due at the last iteration is counted.
+    pub rounds_unfinished: u64,
     /// Rows saved over all rounds (a row saved twice counts twice).
     pub rows_saved: u64,
     /// Bytes of the saved values over all rounds.

@@ -7,6 +7,11 @@
 //! servers measure and save; the round hands its selector back with its outcome. One round
 //! runs at a time: a round due while another runs is skipped and counted.
 //!
+//! A job whose driver finished while a round runs waits for that round, up to
+//! [`ROUND_AT_END_WAIT`], so that what it saves is in the image and counted
+//! ([`RunningCheckpoint::round_running`]); a round still running past that is counted in
+//! [`CheckpointStats::rounds_unfinished`].
+//!
 //! Injected faults wait here for their iteration ([`RunningCheckpoint::take_faults`]); one
 //! that strikes after its iteration's round ([`FaultTiming::AfterRound`]) waits for that
 //! round to end ([`RunningCheckpoint::wait_for_round`], [`RunningCheckpoint::round_done`]).
@@ -32,7 +37,12 @@ use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a job whose driver finished waits for a checkpoint round still running before
+/// it ends without it. A round asks every server once for distances and once to save, so
+/// it takes milliseconds; this bounds the wait where a server never answers.
+pub(crate) const ROUND_AT_END_WAIT: Duration = Duration::from_secs(5);
 
 /// What a finished round hands back to the master.
 pub(crate) struct RoundDone {
@@ -150,6 +160,16 @@ impl RunningCheckpoint {
             return None;
         }
         self.waiting.take().map(|(_, faults)| faults)
+    }
+
+    /// Whether a round runs now (it holds the selector until it ends).
+    pub(crate) fn round_running(&self) -> bool {
+        self.selector.is_none()
+    }
+
+    /// The job ended while a round ran and did not wait for it any longer: count it.
+    pub(crate) fn round_unfinished(&mut self) {
+        self.stats.rounds_unfinished += 1;
     }
 
     /// What a loss of parameters restores.
@@ -338,6 +358,23 @@ mod tests {
         ckpt.round_done(round.await);
         assert_eq!(ckpt.stats().rounds, 2);
         assert_eq!(ckpt.stats().rounds_skipped, 1);
+    }
+
+    /// The master asks whether a round runs when the driver finishes (then the job waits
+    /// for it); one that outlasts the wait is counted as unfinished, not as a round.
+    #[tokio::test]
+    async fn a_round_runs_until_it_is_done_and_one_the_end_left_is_counted() {
+        let mut ckpt = running(8, 0.25);
+        assert!(!ckpt.round_running());
+        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        assert!(ckpt.round_running());
+        ckpt.round_done(round.await);
+        assert!(!ckpt.round_running());
+        let _left = ckpt.iteration_completed(4, Vec::new()).expect("due at 4");
+        assert!(ckpt.round_running());
+        ckpt.round_unfinished();
+        let stats = ckpt.stats();
+        assert_eq!((stats.rounds, stats.rounds_unfinished), (1, 1), "{stats:?}");
     }
 
     /// A round due while another runs, that an after-round fault waits for, is run once

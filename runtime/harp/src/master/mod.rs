@@ -129,6 +129,9 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// A checkpoint round ended (internal).
     CheckpointRoundDone(RoundDone),
+    /// The driver finished while a checkpoint round ran, and the job has waited
+    /// [`checkpoints::ROUND_AT_END_WAIT`] for it (internal).
+    RoundAtEndWaitOver,
     /// Fault injection: make `server` (in this process) fail now, then recover from it as
     /// from any failure; the reply gets the recovery's report.
     CrashServer {
@@ -275,6 +278,9 @@ pub(crate) struct MasterState<A: App> {
     injections: Vec<crate::scar::InjectionReport>,
     /// Staged flushes, dispatched tasks and dead workers, if the job recovers workers.
     worker_recovery: Option<worker_recovery::WorkerRecoveryState<A::Output>>,
+    /// The driver finished while a checkpoint round ran: the job ends when the round does
+    /// (or the wait for it is over), and nothing else is handled meanwhile.
+    ending_after_round: bool,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -486,6 +492,52 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
+    /// The driver finished: end the job, or, if a checkpoint round runs, once it has ended
+    /// (what it saves is then in the image and counted), waiting for it at most
+    /// [`checkpoints::ROUND_AT_END_WAIT`].
+    fn finish(&mut self, myself: &ActorRef<MasterMsg<A>>) {
+        if !self
+            .checkpoint
+            .as_ref()
+            .is_some_and(RunningCheckpoint::round_running)
+        {
+            self.end(Ok(()));
+            return;
+        }
+        tracing::debug!("the driver finished; the job ends when the running checkpoint round does");
+        self.ending_after_round = true;
+        let myself = myself.clone();
+        crate::spawn::spawn(async move {
+            tokio::time::sleep(checkpoints::ROUND_AT_END_WAIT).await;
+            // The job may have ended with its round meanwhile.
+            let _ = myself.send_message(MasterMsg::RoundAtEndWaitOver);
+        });
+    }
+
+    /// While the job waits for its last checkpoint round: the round's end, or the wait's,
+    /// ends the job. The driver has finished, so late completions, commands and failures
+    /// change nothing (a command's reply is dropped, as after the end).
+    fn while_ending_after_round(&mut self, msg: MasterMsg<A>) {
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            self.end(Ok(()));
+            return;
+        };
+        match msg {
+            MasterMsg::CheckpointRoundDone(done) => {
+                checkpoint.round_done(done);
+            }
+            MasterMsg::RoundAtEndWaitOver => {
+                tracing::warn!(
+                    waited_s = checkpoints::ROUND_AT_END_WAIT.as_secs_f64(),
+                    "the job ended before its last checkpoint round did; that round is not counted"
+                );
+                checkpoint.round_unfinished();
+            }
+            _ => return,
+        }
+        self.end(Ok(()));
+    }
+
     fn end(&mut self, result: Result<(), HarpError>) {
         let Some(done) = self.done.take() else { return };
         let outcome = match (result, self.driver.take()) {
@@ -555,6 +607,7 @@ impl<A: App> Actor for MasterActor<A> {
             worker_recovery: args
                 .worker_recovery
                 .then(worker_recovery::WorkerRecoveryState::new),
+            ending_after_round: false,
             done: Some(args.done),
         })
     }
@@ -567,6 +620,10 @@ impl<A: App> Actor for MasterActor<A> {
     ) -> Result<(), ActorProcessingErr> {
         if state.done.is_none() {
             return Ok(()); // the job already ended; late messages are dropped
+        }
+        if state.ending_after_round {
+            state.while_ending_after_round(msg);
+            return Ok(());
         }
         let step = match msg {
             MasterMsg::Start {
@@ -697,6 +754,8 @@ impl<A: App> Actor for MasterActor<A> {
                 state.configure_consistent(*setup);
                 Ok(false)
             }
+            // Sent only while the job waits for its last round (handled above).
+            MasterMsg::RoundAtEndWaitOver => Ok(false),
             MasterMsg::Failed(e) => Err(e),
         };
         // A consistent checkpoint captures once nothing is in flight (awaited here: nothing
@@ -707,7 +766,7 @@ impl<A: App> Actor for MasterActor<A> {
         };
         match step {
             Ok(false) => {}
-            Ok(true) => state.end(Ok(())),
+            Ok(true) => state.finish(&myself),
             Err(e) => state.end(Err(e)),
         }
         Ok(())

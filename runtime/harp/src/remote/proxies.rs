@@ -1103,6 +1103,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::ExecutorAdopted { .. }
             | MasterMsg::ShardHandedOff { .. }
             | MasterMsg::CheckpointRoundDone(..)
+            | MasterMsg::RoundAtEndWaitOver
             | MasterMsg::CrashServer { .. }
             | MasterMsg::ServerLost { .. }
             | MasterMsg::Recovered(..)

@@ -86,7 +86,9 @@ fn lda_config(args: &LdaCliArgs) -> LdaConfig {
         report_counts: false,
         // With SCAR's running checkpoint a lost server comes back with older counts:
         // resync the tables from the topic assignments instead of failing.
-        recover: args.cluster.scar_fraction.is_some(),
+        // A lost server's shards come back from the checkpoint, a dead worker's executors
+        // afresh: either way the tables stop matching the assignments until a resync.
+        recover: args.cluster.scar_fraction.is_some() || args.cluster.recover_workers,
         sampler: match (args.sampler, args.device) {
             (Some(SamplerArg::Sequential), _) => LdaSampler::Sequential,
             (Some(SamplerArg::Parallel), _) | (None, Device::Cuda { .. }) => LdaSampler::Parallel,

@@ -46,6 +46,12 @@ pub struct LdaExecutor {
     /// [`super::LdaConfig::recover`]: sample counts that differ from what was expected
     /// (clamped) and report them stale instead of failing.
     recover: bool,
+    /// The tables count this executor's topic assignments: it pushed them (step 0 or a
+    /// resync's second phase) or it was restored from its saved state. `false` in an
+    /// executor created afresh in the middle of a run (a dead worker node's, re-created by
+    /// worker recovery with its initial topics): it then reports every sub-round stale, so
+    /// that the driver resyncs the tables from the assignments.
+    counted: bool,
     // Buffers kept between sub-rounds.
     keys: Vec<u64>,
     counts: Vec<u32>,
@@ -169,6 +175,7 @@ impl LdaExecutor {
             doc_topic,
             previous_delta: vec![0; k],
             recover: config.recover,
+            counted: false,
             keys: Vec::new(),
             counts: Vec::new(),
             counts_before: Vec::new(),
@@ -214,6 +221,7 @@ impl LdaExecutor {
         let totals = self.own_totals();
         ps.update(&self.topic_totals, 0, &totals)?;
         ps.update(&self.topic_totals, 1, &totals)?;
+        self.counted = true;
         Ok(LdaOutput::Initialized {
             tokens: self.num_tokens(),
             totals,
@@ -232,12 +240,22 @@ impl LdaExecutor {
         totals
     }
 
+    /// Whether counts that differ from what was expected are sampled (clamped, raised to
+    /// this executor's own) and reported stale rather than refused: with `recover`; in an
+    /// executor whose topics the tables do not count (`counted`), whose sub-rounds are
+    /// stale by construction; and for a block the driver says is stale (it says so only
+    /// when it recovers, whatever this process was told).
+    fn tolerant(&self, expected: BlockExpectation) -> bool {
+        self.recover || !self.counted || expected == BlockExpectation::Stale
+    }
+
     /// Reads the rows of `rows` into `self.counts` as `u32`, refusing counts that are
-    /// negative or too large (with `recover`: clamping them); returns the checksum of what
+    /// negative or too large (when `tolerant`: clamping them); returns the checksum of what
     /// was read and whether a count was clamped.
     async fn read_block(
         &mut self,
         rows: &Range<usize>,
+        tolerant: bool,
         ps: &mut ParamClient,
     ) -> Result<(u64, bool), AppError> {
         self.keys.clear();
@@ -250,7 +268,7 @@ impl LdaExecutor {
             for &v in values.iter() {
                 let count = match as_count(v) {
                     Some(count) => count,
-                    None if self.recover => {
+                    None if tolerant => {
                         clamped = true;
                         clamped_count(v)
                     }
@@ -384,13 +402,18 @@ impl LdaExecutor {
         let num_blocks = self.blocks.len() as u32;
         let b = ((self.me + sub_round) % num_blocks) as usize;
         let rows = self.blocks[b].clone();
-        let (found, clamped) = self.read_block(&rows, ps).await?;
-        let differs = match expected {
-            BlockExpectation::Unknown => false,
-            BlockExpectation::Checksum(expected) => found != expected,
-            BlockExpectation::Stale => true,
-        };
-        if differs && !self.recover {
+        let tolerant = self.tolerant(expected);
+        let (found, clamped) = self.read_block(&rows, tolerant, ps).await?;
+        // Counts of topics this executor does not hold (it was created afresh mid-run)
+        // differ from its own however the block reads.
+        let uncounted = !self.counted;
+        let differs = uncounted
+            || match expected {
+                BlockExpectation::Unknown => false,
+                BlockExpectation::Checksum(expected) => found != expected,
+                BlockExpectation::Stale => true,
+            };
+        if differs && !tolerant {
             return Err(lda_error(format!(
                 "lda: executor {} read block {b} (word-topic rows {}..{}) in iteration \
                  {iteration}, sub-round {sub_round}, and it differs from what its previous \
@@ -406,7 +429,7 @@ impl LdaExecutor {
         if !self.tokens[b].topics.is_empty() {
             let totals = ps.get(&self.topic_totals, step % 2).await?;
             let totals_stale = expected_totals.is_some_and(|e| e != totals_checksum(&totals));
-            if totals_stale && !self.recover {
+            if totals_stale && !tolerant {
                 return Err(lda_error(format!(
                     "lda: executor {} read the topic totals (row {}) in iteration {iteration}, \
                      sub-round {sub_round}, and they differ from what the driver expects: \
@@ -420,7 +443,7 @@ impl LdaExecutor {
             for &t in totals.iter() {
                 self.totals.push(match as_count(t) {
                     Some(t) => t,
-                    None if self.recover => {
+                    None if tolerant => {
                         totals_clamped = true;
                         clamped_count(t)
                     }
@@ -432,7 +455,7 @@ impl LdaExecutor {
                     }
                 });
             }
-            if totals_stale || totals_clamped {
+            if totals_stale || totals_clamped || uncounted {
                 stale = true;
                 let own = self.own_totals();
                 for (total, mine) in self.totals.iter_mut().zip(own) {
@@ -558,11 +581,14 @@ impl LdaExecutor {
         ps: &mut ParamClient,
     ) -> Result<LdaOutput, AppError> {
         let rows = self.resync_block()?;
-        let (checksum, clamped) = self.read_block(&rows, ps).await?;
+        let tolerant = self.recover || !self.counted;
+        let (checksum, clamped) = self.read_block(&rows, tolerant, ps).await?;
         Ok(LdaOutput::Checked {
             block: self.me,
             checksum,
-            stale: clamped,
+            // Re-created after this resync's second phase: the block counts the topics the
+            // dead executor pushed, not this one's.
+            stale: clamped || !self.counted,
             likelihood: self.likelihood_part()?,
             top: if top_words {
                 self.block_top_words(&rows)
@@ -761,6 +787,8 @@ impl Executor<super::LdaApp> for LdaExecutor {
         }
         self.previous_delta = previous;
         self.rebuild_doc_topic();
+        // A moved or resumed executor: the tables count the topics it saved.
+        self.counted = true;
         Ok(())
     }
 }

@@ -73,6 +73,17 @@
 //! iteration's samples drawn from stale counts stay (a small perturbation of the chain, as
 //! SCAR intends); three resyncs in a row that do not make the tables consistent fail the
 //! job.
+//!
+//! **Recovery from a dead worker node** (`--recover-workers`, which turns
+//! [`LdaConfig::recover`] on too). The runtime creates the node's executors afresh on the
+//! live workers and runs their uncommitted sub-rounds again; their state died with the
+//! node, so they hold their documents' *initial* topics, which the tables do not count. An
+//! executor knows whether the tables count its topics (it pushed them at step 0 or in a
+//! resync, or was restored from its saved state after a move or a resume): one that does not
+//! reports every sub-round stale, samples as above, and tolerates counts it cannot check,
+//! until the resync's second phase pushes its topics. So the same resync brings the tables
+//! back to the assignments; the dead executor's documents start their chain again from
+//! their initial topics.
 
 mod blocks;
 mod driver;
@@ -116,7 +127,9 @@ pub struct LdaConfig {
     /// counts that no longer match the executors' topic assignments are sampled as read
     /// (clamped) and the tables are resynchronised from the assignments before the next
     /// iteration (see the module doc). Off, such a mismatch fails the job (the exclusivity
-    /// check). `harp run lda` turns it on with `--scar-fraction`.
+    /// check). Needed too where worker nodes are recovered: a dead node's executors are
+    /// created afresh with their initial topics, which the tables do not count. `harp run
+    /// lda` turns it on with `--scar-fraction` or `--recover-workers`.
     pub recover: bool,
     /// How a sub-round samples its block ([`LdaSampler`]); the GPU needs `Parallel`.
     pub sampler: LdaSampler,

@@ -19,7 +19,8 @@
 //! - **A killed worker node** (LDA, whose executors keep state): `--recover-workers` on
 //!   two worker-only and one server-only node; a worker SIGKILLed after the second
 //!   iteration. Its executor is created afresh, the tables are resynced, and the run ends
-//!   close to an undisturbed one.
+//!   close to an undisturbed one, its tables equal to the assignments (`--check-counts`,
+//!   on in every LDA run here).
 
 use harp_tests::{harp_binary, read_json_lines, shared_data, MasterProcess, PATIENCE};
 use std::collections::BTreeSet;
@@ -69,7 +70,15 @@ fn lda() -> Option<AppRun> {
 
 fn lda_for(topics: usize, iterations: usize) -> Option<AppRun> {
     let data = shared_data("newsgroups-subset")?;
-    let mut args = strings(&["run", "lda", "--topics", &topics.to_string()]);
+    // Every run ends by checking that the tables hold exactly the executors' topics: the
+    // master fails otherwise (moves, a lost server's resync, a dead worker's).
+    let mut args = strings(&[
+        "run",
+        "lda",
+        "--check-counts",
+        "--topics",
+        &topics.to_string(),
+    ]);
     args.extend(["--iterations".into(), iterations.to_string()]);
     args.extend(["--data".into(), data.to_str()?.to_string()]);
     Some(AppRun {
@@ -405,6 +414,12 @@ fn lda_survives_a_killed_worker_node() {
         resyncs >= 1,
         "the recreated executor's topics were never counted into the tables: {records:?}"
     );
+    let checks: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "counts_check")
+        .collect();
+    assert_eq!(checks.len(), 1, "{records:?}");
+    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
     let killed = figures(&app, &metrics);
     let undisturbed = undisturbed_lda();
     println!("log likelihood per token: {killed:?}, undisturbed {undisturbed:?}");

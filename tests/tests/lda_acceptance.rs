@@ -495,3 +495,77 @@ fn bad_docword_files_are_refused_with_the_file_and_line() {
     // The parser is the same one the command uses.
     assert!(parse_docword_reader("1\n1\n1\n1 1 1\n".as_bytes(), Path::new("x")).is_ok());
 }
+
+/// A small corpus made here: 30 documents of 6 distinct words each (ascending, counts 1–3)
+/// over a vocabulary of 40.
+fn small_corpus() -> Corpus {
+    let mut doc_offsets = vec![0];
+    let (mut words, mut counts) = (Vec::new(), Vec::new());
+    for d in 0..30u32 {
+        let mut doc: Vec<u32> = (0..6).map(|i| (d * 7 + i * 5) % 40).collect();
+        doc.sort_unstable();
+        doc.dedup();
+        for (i, w) in doc.into_iter().enumerate() {
+            words.push(w);
+            counts.push(1 + (d + i as u32) % 3);
+        }
+        doc_offsets.push(words.len());
+    }
+    Corpus {
+        doc_offsets,
+        words,
+        counts,
+        vocab: (0..40).map(|w| format!("w{w}")).collect(),
+        source: "small corpus".into(),
+    }
+}
+
+/// `harp run lda --check-counts`' check ([`LdaApp::check_tables`]): after a run it finds
+/// the tables equal to the assignments and counts every token; one count off in the
+/// word–topic table or in either totals row, and it names what differs.
+#[test]
+fn the_tables_check_passes_after_a_run_and_names_a_count_that_is_off() {
+    let corpus = Arc::new(small_corpus());
+    let config = LdaConfig {
+        topics: 5,
+        iterations: 3,
+        report_counts: true,
+        ..LdaConfig::default()
+    };
+    let app = Arc::new(LdaApp::new(config, corpus.clone(), Arc::new(Quiet)).unwrap());
+    let outcome = runtime(Threads::Multi(2))
+        .block_on(harp::run_job(app.clone(), &job(2, 2)))
+        .unwrap();
+    let params = outcome.params.expect("collect_params");
+    let driver = &outcome.driver;
+    assert_eq!(
+        app.check_tables(&params, driver),
+        Ok(corpus.num_tokens()),
+        "after a run"
+    );
+    let off_by_one = |table: harp::TableId, row: u64, at: usize| {
+        let mut changed = params.clone();
+        let key = harp::ParamKey::new(table, row);
+        let Some(harp::RowData::I64(values)) = changed.rows.get_mut(&key) else {
+            panic!("no i64 row {key:?}");
+        };
+        values[at] += 1;
+        app.check_tables(&changed, driver)
+    };
+    let (first_row, _) = params.table(app.word_topic()).next().unwrap();
+    let error = off_by_one(app.word_topic().id(), first_row, 0).unwrap_err();
+    let word = first_row as usize * app.word_rows().words_per_row();
+    assert!(
+        error.contains(&format!("word {word} topic 0: the table holds")),
+        "{error}"
+    );
+    // 3 iterations of 4 sub-rounds: the last, sub-round 12, wrote row 1.
+    assert_eq!(driver.current_totals_row(), 1);
+    let error = off_by_one(app.topic_totals().id(), 1, 2).unwrap_err();
+    assert!(error.contains("topic totals row 1"), "{error}");
+    // The other row holds the totals a sub-round earlier: it is not checked.
+    assert_eq!(
+        off_by_one(app.topic_totals().id(), 0, 2),
+        Ok(corpus.num_tokens())
+    );
+}

@@ -55,6 +55,12 @@ pub struct LdaCliArgs {
     /// Where the executors sample: `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// After the last iteration, check that the word–topic and topic-total tables hold
+    /// exactly the executors' topic assignments (the executors report their counts, the
+    /// parameters are collected); the run fails if they do not. A check of a run that lost
+    /// a server or a worker node (what the resyncs restore).
+    #[arg(long)]
+    pub check_counts: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -83,7 +89,7 @@ fn lda_config(args: &LdaCliArgs) -> LdaConfig {
         iterations: args.iterations,
         seed: args.seed,
         top_words: args.top_words,
-        report_counts: false,
+        report_counts: args.check_counts,
         // With SCAR's running checkpoint a lost server comes back with older counts:
         // resync the tables from the topic assignments instead of failing.
         // A lost server's shards come back from the checkpoint, a dead worker's executors
@@ -142,7 +148,8 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
             .and_then(|app| app.with_compute(compute))
             .map_err(|e| anyhow!("{e}"))?,
     );
-    let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, &output)?;
+    let (outcome, checkpoints) =
+        super::execute_app(app.clone(), &args.cluster, args.check_counts, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
             "done: {} iterations in {:.2}s, log likelihood per token {:.4}",
@@ -153,5 +160,41 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         let words: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
         println!("topic {topic:>3}: {}", words.join(" "));
     }
-    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
+    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())?;
+    if args.check_counts {
+        check_counts(&app, &outcome, output.metrics())?;
+    }
+    Ok(())
+}
+
+/// `--check-counts`: the tables against the executors' assignments, printed, written to
+/// the metrics file (`{"event":"counts_check","exact":..,"tokens":..,"error":..}`), and an
+/// error if they differ.
+fn check_counts(
+    app: &LdaApp,
+    outcome: &harp::JobOutcome<LdaApp>,
+    metrics: Option<&crate::metrics::MetricsWriter>,
+) -> Result<()> {
+    let params = outcome
+        .params
+        .as_ref()
+        .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
+    let checked = app.check_tables(params, &outcome.driver);
+    if let Some(writer) = metrics {
+        writer.write(&serde_json::json!({
+            "event": "counts_check",
+            "exact": checked.is_ok(),
+            "tokens": checked.as_ref().ok(),
+            "error": checked.as_ref().err(),
+        }))?;
+    }
+    match checked {
+        Ok(tokens) => {
+            eprintln!(
+                "lda: the tables hold exactly the executors' topic assignments ({tokens} tokens)"
+            );
+            Ok(())
+        }
+        Err(diff) => bail!("lda: the tables differ from the executors' topic assignments\n{diff}"),
+    }
 }

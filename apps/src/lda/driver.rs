@@ -211,6 +211,12 @@ impl LdaDriver {
         &self.token_counts
     }
 
+    /// The topic-totals row that holds the totals now: the one the last sub-round wrote
+    /// (sub-round `t` writes row `(t + 1) mod 2`; a resync writes both).
+    pub fn current_totals_row(&self) -> u64 {
+        (self.step + 1) % 2
+    }
+
     fn dispatch_all(
         &mut self,
         ctx: &mut DriverContext<'_, LdaArgs>,

@@ -86,6 +86,7 @@
 //! their initial topics.
 
 mod blocks;
+mod check;
 mod driver;
 mod executor;
 #[cfg(feature = "cuda")]

@@ -563,6 +563,21 @@ fn the_tables_check_passes_after_a_run_and_names_a_count_that_is_off() {
     assert_eq!(driver.current_totals_row(), 1);
     let error = off_by_one(app.topic_totals().id(), 1, 2).unwrap_err();
     assert!(error.contains("topic totals row 1"), "{error}");
+    // A table wrong everywhere: five listed, the rest counted.
+    let mut shifted = params.clone();
+    let mut values_off = 0;
+    for (key, row) in shifted.rows.iter_mut() {
+        if let (true, harp::RowData::I64(values)) = (key.table == app.word_topic().id(), row) {
+            values.iter_mut().for_each(|v| *v += 1);
+            values_off += values.len();
+        }
+    }
+    let error = app.check_tables(&shifted, driver).unwrap_err();
+    assert_eq!(error.lines().count(), 6, "{error}");
+    assert!(
+        error.ends_with(&format!("and {} more", values_off - 5)),
+        "{values_off} values off: {error}"
+    );
     // The other row holds the totals a sub-round earlier: it is not checked.
     assert_eq!(
         off_by_one(app.topic_totals().id(), 0, 2),

@@ -12,6 +12,35 @@ use std::collections::BTreeMap;
 /// Mismatches listed in a failed check before the rest are only counted.
 const MISMATCHES_LISTED: usize = 5;
 
+/// The first [`MISMATCHES_LISTED`] mismatches, described, and how many there were (a table
+/// that is wrong everywhere costs a count, not a string per value).
+#[derive(Default)]
+struct Mismatches {
+    listed: Vec<String>,
+    count: usize,
+}
+
+impl Mismatches {
+    fn add(&mut self, describe: impl FnOnce() -> String) {
+        if self.listed.len() < MISMATCHES_LISTED {
+            self.listed.push(describe());
+        }
+        self.count += 1;
+    }
+
+    /// `None` when there were none.
+    fn into_report(mut self) -> Option<String> {
+        if self.count == 0 {
+            return None;
+        }
+        if self.count > self.listed.len() {
+            self.listed
+                .push(format!("and {} more", self.count - self.listed.len()));
+        }
+        Some(self.listed.join("\n"))
+    }
+}
+
 impl LdaApp {
     /// Compares the tables in `params` with the executors' own counts that `driver`
     /// gathered after the last iteration ([`LdaDriver::token_counts`], with
@@ -26,7 +55,7 @@ impl LdaApp {
         }
         let k = self.config.topics;
         let words_per_row = self.rows.words_per_row();
-        let mut mismatches = Vec::new();
+        let mut mismatches = Mismatches::default();
         let mut seen = 0usize;
         for (row, values) in params.table(&self.word_topic) {
             for (i, &held) in values.iter().enumerate() {
@@ -37,39 +66,38 @@ impl LdaApp {
                     seen += 1;
                 }
                 if i128::from(held) != i128::from(own) {
-                    mismatches.push(format!(
-                        "word {word} topic {topic}: the table holds {held}, the executors' tokens {own}"
-                    ));
+                    mismatches.add(|| {
+                        format!("word {word} topic {topic}: the table holds {held}, the executors' tokens {own}")
+                    });
                 }
             }
         }
         if seen < token_counts.len() {
-            mismatches.push(format!(
-                "{} (word, topic) counts of the executors are in no row of the table",
-                token_counts.len() - seen
-            ));
+            mismatches.add(|| {
+                format!(
+                    "{} (word, topic) counts of the executors are in no row of the table",
+                    token_counts.len() - seen
+                )
+            });
         }
         let mut totals = vec![0i64; k];
-        for (&(_, topic), &n) in token_counts.iter() {
-            if let Some(total) = totals.get_mut(topic as usize) {
-                *total += n as i64;
+        for (&(word, topic), &n) in token_counts.iter() {
+            match totals.get_mut(topic as usize) {
+                Some(total) => *total += n as i64,
+                None => mismatches
+                    .add(|| format!("word {word}: an executor holds topic {topic} (K = {k})")),
             }
         }
         let row = driver.current_totals_row();
         let held = params.row(&self.topic_totals, row).unwrap_or(&[]);
         if held != totals.as_slice() {
-            mismatches.push(format!(
-                "topic totals row {row}: {held:?}, the executors' tokens {totals:?}"
-            ));
+            mismatches.add(|| {
+                format!("topic totals row {row}: {held:?}, the executors' tokens {totals:?}")
+            });
         }
-        if mismatches.is_empty() {
-            return Ok(totals.iter().sum::<i64>() as u64);
+        match mismatches.into_report() {
+            None => Ok(totals.iter().sum::<i64>() as u64),
+            Some(report) => Err(report),
         }
-        let more = mismatches.len().saturating_sub(MISMATCHES_LISTED);
-        mismatches.truncate(MISMATCHES_LISTED);
-        if more > 0 {
-            mismatches.push(format!("and {more} more"));
-        }
-        Err(mismatches.join("\n"))
     }
 }

@@ -241,12 +241,12 @@ impl LdaExecutor {
     }
 
     /// Whether counts that differ from what was expected are sampled (clamped, raised to
-    /// this executor's own) and reported stale rather than refused: with `recover`; in an
-    /// executor whose topics the tables do not count (`counted`), whose sub-rounds are
-    /// stale by construction; and for a block the driver says is stale (it says so only
-    /// when it recovers, whatever this process was told).
-    fn tolerant(&self, expected: BlockExpectation) -> bool {
-        self.recover || !self.counted || expected == BlockExpectation::Stale
+    /// this executor's own) and reported stale rather than refused: with `recover`, and in
+    /// an executor whose topics the tables do not count (`counted`), whose sub-rounds are
+    /// stale by construction. (A sub-round also tolerates a block the driver calls
+    /// [`BlockExpectation::Stale`]: the driver says so only when it recovers.)
+    fn tolerates_mismatch(&self) -> bool {
+        self.recover || !self.counted
     }
 
     /// Reads the rows of `rows` into `self.counts` as `u32`, refusing counts that are
@@ -402,7 +402,7 @@ impl LdaExecutor {
         let num_blocks = self.blocks.len() as u32;
         let b = ((self.me + sub_round) % num_blocks) as usize;
         let rows = self.blocks[b].clone();
-        let tolerant = self.tolerant(expected);
+        let tolerant = self.tolerates_mismatch() || expected == BlockExpectation::Stale;
         let (found, clamped) = self.read_block(&rows, tolerant, ps).await?;
         // Counts of topics this executor does not hold (it was created afresh mid-run)
         // differ from its own however the block reads.
@@ -581,8 +581,9 @@ impl LdaExecutor {
         ps: &mut ParamClient,
     ) -> Result<LdaOutput, AppError> {
         let rows = self.resync_block()?;
-        let tolerant = self.recover || !self.counted;
-        let (checksum, clamped) = self.read_block(&rows, tolerant, ps).await?;
+        let (checksum, clamped) = self
+            .read_block(&rows, self.tolerates_mismatch(), ps)
+            .await?;
         Ok(LdaOutput::Checked {
             block: self.me,
             checksum,

@@ -66,6 +66,55 @@ pub(crate) fn spawn_round<A: App>(
     });
 }
 
+impl<A: App> super::MasterState<A> {
+    /// The driver finished: end the job, or, if a checkpoint round runs, once it has ended
+    /// (what it saves is then in the image and counted), waiting for it at most
+    /// [`ROUND_AT_END_WAIT`].
+    pub(super) fn finish(&mut self, myself: &ActorRef<MasterMsg<A>>) {
+        if !self
+            .checkpoint
+            .as_ref()
+            .is_some_and(RunningCheckpoint::round_running)
+        {
+            self.end(Ok(()));
+            return;
+        }
+        tracing::debug!("the driver finished; the job ends when the running checkpoint round does");
+        self.ending_after_round = true;
+        let myself = myself.clone();
+        crate::spawn::spawn(async move {
+            tokio::time::sleep(ROUND_AT_END_WAIT).await;
+            // The job may have ended with its round meanwhile.
+            let _ = myself.send_message(MasterMsg::RoundAtEndWaitOver);
+        });
+    }
+
+    /// While the job waits for its last checkpoint round: the round's end, or the wait's,
+    /// ends the job. The driver has finished, so late completions, commands and failures
+    /// change nothing (a command's reply is dropped, as after the end).
+    pub(super) fn while_ending_after_round(&mut self, msg: MasterMsg<A>) {
+        let Some(checkpoint) = self.checkpoint.as_mut() else {
+            // Not reached: `finish` waits only for a running checkpoint's round.
+            self.end(Ok(()));
+            return;
+        };
+        match msg {
+            MasterMsg::CheckpointRoundDone(done) => {
+                checkpoint.round_done(done);
+            }
+            MasterMsg::RoundAtEndWaitOver => {
+                tracing::warn!(
+                    waited_s = ROUND_AT_END_WAIT.as_secs_f64(),
+                    "the job ended before its last checkpoint round did; that round is not counted"
+                );
+                checkpoint.round_unfinished();
+            }
+            _ => return,
+        }
+        self.end(Ok(()));
+    }
+}
+
 /// The running checkpoint's schedule, selector and image.
 pub(crate) struct RunningCheckpoint {
     options: ScarOptions,

@@ -8,6 +8,7 @@
 //! | `runtime_errors.rs` | typed runtime errors from tiny apps: failing or panicking tasks, bad dispatches, bad updates, server-side Adam / AdaGrad |
 //! | `consistency_runtime.rs` | the Litz consistency rule and exact accounting under many shapes and seeds |
 //! | `elastic_processes.rs` | node processes joining and leaving a running job (`harp scale`, SIGTERM), large executor states moving node to node, Litz's priority scenario |
+//! | `elastic_mid_move.rs` | a node killed in the middle of an executor's move: a clean failure, or with `--recover-workers` a recovery after which every counter is exact |
 //! | `elastic_etcd.rs` | the job's desired size in etcd grows and shrinks it |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
@@ -291,4 +292,17 @@ pub fn spawn_nodes<A: harp::App>(
             })
         })
         .collect()
+}
+
+/// Waits (at most 30 s) for `child` to exit; a process that does not fails the test
+/// (`what` names it).
+pub fn wait_exit(child: &mut std::process::Child, what: &str) -> ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

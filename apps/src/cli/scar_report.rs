@@ -67,12 +67,18 @@ fn worker_recoveries(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Resul
             .iter()
             .map(|(executor, worker)| format!("executor {executor} -> worker {worker}"))
             .collect();
+        // A node that held no executor when it died (its last one was moving away).
+        let moved = if moved.is_empty() {
+            "no executor (it held none)".to_string()
+        } else {
+            moved.join(", ")
+        };
         eprintln!(
             "worker recovery: node {} died at {:.3}s ({}); re-created {}; {} micro-tasks run again; executors running again after {:.3}s",
             r.node,
             r.detected_at_s,
             r.cause,
-            moved.join(", "),
+            moved,
             r.tasks_rerun,
             r.duration_s
         );

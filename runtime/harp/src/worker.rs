@@ -66,6 +66,12 @@ pub(crate) enum WorkerMsg<A: App> {
     Expect {
         executor: ExecutorId,
     },
+    /// `executor` will not arrive after all (its move failed): drop the micro-tasks kept for
+    /// it, which the master dispatches again. Sent before [`WorkerMsg::Create`] makes it here
+    /// afresh, so none of them runs twice.
+    Forget {
+        executor: ExecutorId,
+    },
     /// Create `executor` afresh here: its worker died with it (worker recovery across
     /// processes). The node creates it (`App::create_executor`) and answers on `created`
     /// once it runs there; micro-tasks sent after this run on it. Only a worker node's
@@ -466,6 +472,11 @@ impl<A: App> Actor for WorkerActor<A> {
             WorkerMsg::Expect { executor } => {
                 if !state.loops.contains_key(&executor) {
                     state.arriving.entry(executor).or_default();
+                }
+            }
+            WorkerMsg::Forget { executor } => {
+                if let Some(dropped) = state.arriving.remove(&executor) {
+                    tracing::info!(%executor, tasks = dropped.len(), "an executor expected here will not arrive; the micro-tasks kept for it are dropped (the master dispatches them again)");
                 }
             }
             WorkerMsg::Adopt {

@@ -21,6 +21,7 @@ mod checkpoints;
 mod consistent;
 mod inject;
 mod moves;
+mod moves_under_recovery;
 mod recovery;
 mod task_book;
 mod worker_recovery;
@@ -253,7 +254,9 @@ pub(crate) struct MasterState<A: App> {
     placement_epoch: u64,
     /// Where each server node of the job listens (jobs across processes).
     server_places: BTreeMap<u32, harp_wire::ServerPlace>,
-    moving: BTreeMap<ExecutorId, ExecutorInMotion<A::Args>>,
+    moving: BTreeMap<ExecutorId, ExecutorInMotion<A>>,
+    /// Executors a new worker was asked to adopt, until it answers.
+    adopting: BTreeMap<ExecutorId, moves::Adopting>,
     scale: Option<moves::ScaleInProgress>,
     /// Scale commands that came before `Start` (the master did not know its workers and
     /// servers yet): carried out right after it, in order. `None` once started.
@@ -544,6 +547,7 @@ impl<A: App> Actor for MasterActor<A> {
             placement_epoch: 1,
             server_places: BTreeMap::new(),
             moving: BTreeMap::new(),
+            adopting: BTreeMap::new(),
             scale: None,
             before_start: Some(Vec::new()),
             next_task: 0,
@@ -648,7 +652,7 @@ impl<A: App> Actor for MasterActor<A> {
                 moved,
                 result,
             } => state
-                .on_executor_adopted(executor, (from, to), moved, result)
+                .on_executor_adopted(&myself, executor, (from, to), moved, result)
                 .map(|_| false),
             MasterMsg::ShardHandedOff { shard, to, result } => {
                 state.on_shard_handed_off(shard, to, result).map(|_| false)

@@ -9,12 +9,15 @@
 //! one and forwards its traffic from then on; once the hand-off is done every node is told
 //! the new owner. One scale event runs at a time. A job that ends while one runs (a node
 //! died in the middle of a move, say) still answers it: with the moves that never ended.
+//! In a job that recovers worker nodes such a death ends only the moves it took part in,
+//! and training goes on ([`super::moves_under_recovery`]).
 
+use super::moves_under_recovery::AwaitingReports;
 use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
 use crate::server::{ServerMsg, ShardMoved};
-use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
+use crate::worker::{ExecutorBody, ReleasedExecutor, TaskEnvelope, WorkerMsg};
 use harp_core::{plan_rebalance, ExecutorId, Placed, RebalanceInput, ServerId, ShardId, WorkerId};
 use ractor::ActorRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,10 +93,25 @@ impl Drop for ScaleInProgress {
     }
 }
 
-/// An executor on its way: where to, and the tasks dispatched to it meanwhile.
-pub(crate) struct ExecutorInMotion<Args> {
+/// An executor on its way, until its new worker is asked to adopt it: where from and to,
+/// and the tasks dispatched to it meanwhile.
+pub(crate) struct ExecutorInMotion<A: App> {
+    pub from: WorkerId,
     pub to: WorkerId,
-    pub buffered: Vec<TaskEnvelope<Args>>,
+    pub buffered: Vec<TaskEnvelope<A::Args>>,
+    /// Released, and waiting for the reports of the tasks it finished on `from` (a job that
+    /// recovers worker nodes: `moves_under_recovery.rs`).
+    pub released: Option<AwaitingReports<A>>,
+    /// Why it no longer goes where the plan said: its target died, so it goes back to
+    /// `from` (`to` is `from` then) and the move is reported failed.
+    pub diverted: Option<String>,
+}
+
+/// An executor its new worker was asked to adopt, until it answers.
+pub(crate) struct Adopting {
+    pub from: WorkerId,
+    pub to: WorkerId,
+    pub diverted: Option<String>,
 }
 
 impl<A: App> MasterState<A> {
@@ -247,8 +265,11 @@ impl<A: App> MasterState<A> {
         self.moving.insert(
             executor,
             ExecutorInMotion {
+                from,
                 to,
                 buffered: Vec::new(),
+                released: None,
+                diverted: None,
             },
         );
         reply_to_master(
@@ -264,7 +285,8 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
-    /// The old worker gave `executor` up (or could not): hand it and its tasks to the new one.
+    /// The old worker gave `executor` up (or could not): hand it and its tasks to the new one
+    /// (in a job that recovers worker nodes, once the tasks it finished there are reported).
     pub(crate) fn on_executor_released(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
@@ -272,12 +294,12 @@ impl<A: App> MasterState<A> {
         from: WorkerId,
         result: Result<ReleasedExecutor<A>, HarpError>,
     ) -> Result<(), HarpError> {
-        let Some(motion) = self.moving.remove(&executor) else {
-            return Ok(());
-        };
-        let mut released = match result {
+        let released = match result {
             Ok(released) => released,
             Err(e) => {
+                let Some(motion) = self.moving.remove(&executor) else {
+                    return Ok(());
+                };
                 // It never left: the tasks held here go to where it still is.
                 let source = self
                     .workers
@@ -288,14 +310,36 @@ impl<A: App> MasterState<A> {
                         .send_message(WorkerMsg::Run(motion.buffered))
                         .map_err(|_| HarpError::WorkerUnreachable(from))?;
                 }
-                self.move_done(executor, Err::<fn(&mut ScaleReport, f64), _>(e));
+                self.move_failed(executor, e);
                 return Ok(());
             }
         };
+        self.adopt_once_reported(myself, executor, released)
+    }
+
+    /// Asks the new worker to adopt `executor`, released by its old one, with the tasks it
+    /// had not started and those dispatched to it since.
+    pub(super) fn send_to_adopter(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        executor: ExecutorId,
+        mut released: ReleasedExecutor<A>,
+    ) -> Result<(), HarpError> {
+        let Some(motion) = self.moving.remove(&executor) else {
+            return Ok(());
+        };
+        let (from, to) = (motion.from, motion.to);
+        if to == from && matches!(released.executor, ExecutorBody::Parked(_)) {
+            // Diverted back to a node that parked its state for the dead target: created
+            // afresh there instead (a node does not fetch from itself).
+            let why = motion.diverted.map(|why| {
+                format!("{why}, created afresh (its state was parked for the dead worker)")
+            });
+            return self.recreate_after_failed_move(myself, executor, to, why);
+        }
         let tasks = released.pending.len();
         let bytes = released.executor.state_bytes();
         released.pending.extend(motion.buffered);
-        let to = motion.to;
         let target = self
             .workers
             .get(&to)
@@ -310,6 +354,14 @@ impl<A: App> MasterState<A> {
             .map_err(|_| HarpError::WorkerUnreachable(to))?;
         // Tasks dispatched from now on go to the new worker, after the adopted ones.
         self.executors.assign(executor, to)?;
+        self.adopting.insert(
+            executor,
+            Adopting {
+                from,
+                to,
+                diverted: motion.diverted,
+            },
+        );
         reply_to_master(
             myself,
             rx,
@@ -326,21 +378,35 @@ impl<A: App> MasterState<A> {
     }
 
     /// The new worker runs `executor` (the move is done), or could not take it: then the
-    /// executor has no host and the job cannot go on.
+    /// executor has no host, and the job cannot go on unless it recovers worker nodes (it
+    /// is then created afresh there).
     pub(crate) fn on_executor_adopted(
         &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
         (from, to): (WorkerId, WorkerId),
         (tasks, bytes): (usize, u64),
         result: Result<(), HarpError>,
     ) -> Result<(), HarpError> {
+        let Some(adopting) = self.adopting.remove(&executor) else {
+            return Ok(()); // its new worker died meanwhile: created afresh elsewhere
+        };
         if let Err(e) = result {
+            if self.worker_recovery.is_some() && self.workers.contains_key(&to) {
+                let why = format!(
+                    "{executor} lost its state moving from {from} to {to} ({e}); it was created \
+                     afresh on {to} and its uncommitted micro-tasks run again"
+                );
+                return self.recreate_after_failed_move(myself, executor, to, Some(why));
+            }
             let lost = format!("{executor} was lost moving from {from} to {to}: {e}");
-            self.move_done(
-                executor,
-                Err::<fn(&mut ScaleReport, f64), _>(HarpError::Remote(lost.clone())),
-            );
+            self.move_failed(executor, HarpError::Remote(lost.clone()));
             return Err(HarpError::Remote(lost));
+        }
+        if let Some(why) = adopting.diverted {
+            tracing::warn!(%executor, %from, "{why}");
+            self.move_failed(executor, HarpError::Remote(why));
+            return Ok(());
         }
         tracing::info!(%executor, %from, %to, tasks, bytes, "executor moved");
         self.move_done(
@@ -451,6 +517,11 @@ impl<A: App> MasterState<A> {
             }
         }
         self.maybe_finish_scale();
+    }
+
+    /// The move of `item` failed with `error` (the scale event reports the first one).
+    pub(super) fn move_failed(&mut self, item: impl std::fmt::Display, error: HarpError) {
+        self.move_done(item, Err::<fn(&mut ScaleReport, f64), _>(error));
     }
 
     fn maybe_finish_scale(&mut self) {

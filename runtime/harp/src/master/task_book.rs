@@ -11,7 +11,7 @@
 //! worker's executors go is [`harp_core::ExecutorMap::place_orphans`].
 
 use harp_core::{ExecutorId, TaskId, Version};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One dispatched task as the master keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +75,21 @@ impl TaskBook {
             .collect()
     }
 
+    /// The tasks of `executor` still dispatched (not committing) other than `except`: for
+    /// an executor its worker released, those it finished there whose flush the master has
+    /// not handled yet (its unstarted ones are `except`).
+    pub(crate) fn unreported(
+        &self,
+        executor: ExecutorId,
+        except: &BTreeSet<TaskId>,
+    ) -> BTreeSet<TaskId> {
+        self.to_rerun(executor)
+            .into_iter()
+            .map(|(task, _)| task)
+            .filter(|task| !except.contains(task))
+            .collect()
+    }
+
     /// Tasks held (dispatched or committing).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -124,6 +139,24 @@ mod tests {
         assert!(book.delivered(TaskId(3)));
         assert_eq!(rerun_ids(&book, 1), vec![2, 5, 8]);
         assert_eq!(book.len(), 4);
+    }
+
+    #[test]
+    fn the_unreported_tasks_of_a_released_executor_are_dispatched_minus_committing_minus_its_unstarted_ones(
+    ) {
+        let mut book = book_of(&[(0, 1), (1, 1), (2, 2), (3, 1), (4, 1)]);
+        assert!(book.committing(TaskId(0)), "its flush was reported");
+        assert!(book.delivered(TaskId(1)), "handed to the driver");
+        // Task 4 had not started: it moves with the executor.
+        let unstarted = BTreeSet::from([TaskId(4)]);
+        let ids = |set: BTreeSet<TaskId>| set.into_iter().map(|t| t.0).collect::<Vec<_>>();
+        assert_eq!(ids(book.unreported(ExecutorId(1), &unstarted)), vec![3]);
+        assert!(book.committing(TaskId(3)));
+        assert!(book.unreported(ExecutorId(1), &unstarted).is_empty());
+        assert_eq!(
+            ids(book.unreported(ExecutorId(2), &BTreeSet::new())),
+            vec![2]
+        );
     }
 
     #[test]

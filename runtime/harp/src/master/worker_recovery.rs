@@ -20,6 +20,9 @@
 //!   in task order, keeping its id and version and counted once in flight (it was counted
 //!   when first dispatched). The [`WorkerRecovery`] report is complete once every executor
 //!   runs on its new worker.
+//! - **Moves.** A death in the middle of an executor's move ends that move, and a released
+//!   executor waits for the reports of its finished tasks before it moves on: see
+//!   [`super::moves_under_recovery`].
 
 use super::task_book::TaskBook;
 use super::{MasterMsg, MasterState};
@@ -81,6 +84,11 @@ impl<O> WorkerRecoveryState<O> {
             late_reports_dropped: 0,
             started: Instant::now(),
         }
+    }
+
+    /// The book of dispatched tasks.
+    pub(super) fn book(&self) -> &TaskBook {
+        &self.book
     }
 
     /// Every recovery, those still creating executors included (as far as they got).
@@ -162,7 +170,10 @@ impl<A: App> MasterState<A> {
                 )));
             }
         }
+        // Released executors waiting for these reports may move on (`moves_under_recovery.rs`).
+        let reported: Vec<TaskId> = completions.iter().map(|c| c.task).collect();
         if servers.is_empty() {
+            self.reports_handled(myself, &reported)?;
             return self.hand_to_driver(myself, completions); // nothing to apply
         }
         let seq = recovery.next_commit;
@@ -188,12 +199,13 @@ impl<A: App> MasterState<A> {
                 completions,
             },
         );
-        let myself = myself.clone();
+        let master = myself.clone();
         crate::spawn::spawn(async move {
             let result = all_committed(answers).await;
             // The job may have ended meanwhile.
-            let _ = myself.send_message(MasterMsg::FlushCommitted(CommitDone { seq, result }));
+            let _ = master.send_message(MasterMsg::FlushCommitted(CommitDone { seq, result }));
         });
+        self.reports_handled(myself, &reported)?;
         Ok(false)
     }
 
@@ -240,16 +252,9 @@ impl<A: App> MasterState<A> {
             return Ok(());
         }
         let detected_at_s = recovery.started.elapsed().as_secs_f64();
-        // A move that involves it cannot finish: its executor would have no host.
-        let moving = self.moving.iter().find(|(executor, motion)| {
-            motion.to == worker || self.executors.worker_of(**executor).ok() == Some(worker)
-        });
-        if let Some((executor, _)) = moving {
-            return Err(died(format!(
-                "{cause}; it died while {executor} was moving to or from it, and a worker's \
-                 death is not recovered during a move"
-            )));
-        }
+        // The moves it took part in end (`moves_under_recovery.rs`); an executor it was
+        // releasing or adopting is among its executors below.
+        self.end_moves_of(worker);
         for server in self.servers.values() {
             // A server that is gone has nothing of it any more.
             let _ = server.send_message(ServerMsg::DropStaged { node });
@@ -295,7 +300,7 @@ impl<A: App> MasterState<A> {
 
     /// Creates `executor` afresh on worker `to` and sends it the tasks to run again (how
     /// many).
-    fn recreate(
+    pub(super) fn recreate(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
@@ -358,9 +363,15 @@ impl<A: App> MasterState<A> {
         on: WorkerId,
         result: Result<(), HarpError>,
     ) -> Result<(), HarpError> {
+        let buried = |recovery: &WorkerRecoveryState<A::Output>| recovery.buried.contains(&on.0);
         if let Err(e) = result {
+            if self.worker_recovery.as_ref().is_some_and(buried) {
+                // `on` died too: its death's recovery created the executor elsewhere.
+                tracing::warn!(%executor, %on, error = %e, "an executor's new worker died before running it; it is created elsewhere");
+                return Ok(());
+            }
             return Err(HarpError::Remote(format!(
-                "{executor} of a dead worker node could not be created on {on}: {e}"
+                "{executor} could not be created on {on}: {e}"
             )));
         }
         if let Some(recovery) = self.worker_recovery.as_mut() {

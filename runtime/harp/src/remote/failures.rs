@@ -94,20 +94,23 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     let Some(entry) = roster::lock(&ctx.roster).bury(node) else {
         return; // it left the job, or this death was already handled
     };
-    entry.pending.fail_all();
-    entry.link.close("declared dead");
     let detail = format!("{cause}; it held {}", entry.holdings);
     let server_only = entry.roles.server && !entry.roles.worker;
     let worker_recovered = ctx.worker_recovery && (!entry.roles.server || ctx.server_recovery);
     if entry.roles.worker && worker_recovered {
         tracing::warn!(node, %detail, "a worker node died: re-creating its executors and running its uncommitted tasks again");
+        // Before its awaited replies fail: the master then learns of the death before a
+        // move's failed answer from that node, which it would otherwise read as a failure of
+        // a live node (`master/moves_under_recovery.rs`).
         let _ = ctx.master.send_message(MasterMsg::WorkerLost {
             node,
             cause: cause.to_string(),
         });
-        if !entry.roles.server {
-            return;
-        }
+    }
+    entry.pending.fail_all();
+    entry.link.close("declared dead");
+    if entry.roles.worker && worker_recovered && !entry.roles.server {
+        return;
     }
     if ctx.server_recovery && (server_only || worker_recovered) {
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");

@@ -735,8 +735,10 @@ pub(crate) async fn read_node<A: App>(
             other => tracing::debug!(node, kind = ?other.kind(), "ignored from a node"),
         }
     };
-    pending.fail_all();
+    // The death first (with worker recovery, the master hears of it before the replies
+    // this fails), then the replies of a node that left, which `node_died` passes over.
     node_died(&ctx, node, &cause);
+    pending.fail_all();
 }
 
 /// Ticks the membership view at its next lease deadline and reports every death (a node

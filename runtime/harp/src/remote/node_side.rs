@@ -882,8 +882,15 @@ async fn serve_master<A: App>(
                 request_id,
                 executor,
             } => {
-                // A dead worker's executor, created afresh here before the micro-tasks the
-                // master sends it next (they follow on the same ordered stream).
+                // A dead worker's executor (or one whose move failed), created afresh here
+                // before the micro-tasks the master sends it next (they follow on the same
+                // ordered stream). Those kept for it while it was expected are dropped first:
+                // the master sends every one of them again.
+                worker
+                    .send_message(WorkerMsg::Forget {
+                        executor: ExecutorId(executor),
+                    })
+                    .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
                 let adoption = Adoption::<A> {
                     request_id,
                     executor: ExecutorId(executor),

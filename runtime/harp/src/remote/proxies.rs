@@ -1015,8 +1015,8 @@ impl<A: App> Actor for WorkerProxy<A> {
                     }));
                 });
             }
-            WorkerMsg::Expect { .. } => {
-                tracing::debug!("the master's worker proxy does not carry an expect");
+            WorkerMsg::Expect { .. } | WorkerMsg::Forget { .. } => {
+                tracing::debug!("the master's worker proxy carries neither expect nor forget (its node sends them itself)");
             }
         }
         Ok(())

@@ -1,0 +1,637 @@
+//! A node process killed in the middle of an executor's move (Litz §4.4 moves between real
+//! `harp` processes over QUIC; issue 4's "a node that dies in the middle of a move").
+//!
+//! - Without worker recovery the job ends with a clear error: every process exits, the move
+//!   is never reported done, and the job claims no result.
+//! - With `--recover-workers` the job goes on: the move is reported failed, the executor is
+//!   created afresh on a live worker, its uncommitted micro-tasks run again, and at the end
+//!   every counter is exact (no update lost or applied twice).
+
+use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, PATIENCE};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A node process the test started with its log at info level (`HARP_LOG`), whose stderr the
+/// test reads line by line: the phases of an executor's move are logged there, so the test
+/// sees where a move is. Killed if the test ends while it still runs.
+struct LoggedNode {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Every line read so far, in order.
+    log: Vec<String>,
+    /// How many lines of `log` the waits have gone past.
+    consumed: usize,
+}
+
+impl LoggedNode {
+    fn start(master: &MasterProcess, run_args: &[&str]) -> LoggedNode {
+        Self::start_as(master, "both", run_args)
+    }
+
+    /// A node with `harp node --role ROLE`.
+    fn start_as(master: &MasterProcess, role: &str, run_args: &[&str]) -> LoggedNode {
+        Self::start_with_env(master, role, run_args, &[])
+    }
+
+    /// The same, with these variables in its environment too.
+    fn start_with_env(
+        master: &MasterProcess,
+        role: &str,
+        run_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> LoggedNode {
+        let mut child = Command::new(harp_binary!())
+            .envs(env.iter().copied())
+            .args(["node", "--join", &master.addr, "--credentials"])
+            .arg(&master.credentials)
+            .args(["--role", role])
+            .arg("--")
+            .args(run_args)
+            .env("HARP_LOG", "warn,harp=info")
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        LoggedNode {
+            child,
+            lines,
+            log: Vec::new(),
+            consumed: 0,
+        }
+    }
+
+    /// Keeps a line of the log, which goes to a pipe here: plain text, no colour codes (the
+    /// node colours its log only on a terminal).
+    fn push(&mut self, line: String) {
+        assert!(
+            !line.contains('\x1b'),
+            "a log written to a pipe has colour codes: {line:?}"
+        );
+        self.log.push(line);
+    }
+
+    /// The next line (after the last one a wait returned) that has every one of `parts`.
+    fn wait_for_line(&mut self, parts: &[&str]) -> String {
+        let matches = |line: &String| parts.iter().all(|p| line.contains(p));
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(i) = self.log[self.consumed..].iter().position(matches) {
+                self.consumed += i + 1;
+                return self.log[self.consumed - 1].clone();
+            }
+            self.consumed = self.log.len();
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.push(line),
+                Err(_) => panic!(
+                    "the node never logged a line with {parts:?}; it logged:\n{}",
+                    self.log.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Waits (a bounded time) for the process to exit; its status and its whole log.
+    fn exit(mut self, what: &str) -> (std::process::ExitStatus, String) {
+        let status = wait_exit(&mut self.child, what);
+        // The process is gone, so its stderr reaches its end: every line it wrote is read.
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}'s stderr never closed"),
+            }
+        }
+        (status, std::mem::take(&mut self.log).join("\n"))
+    }
+}
+
+impl Drop for LoggedNode {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits (a bounded time) for the master to exit: a master that hangs fails the test instead
+/// of stalling it.
+fn master_exit(master: MasterProcess) -> (std::process::ExitStatus, String) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(master.finish());
+    });
+    rx.recv_timeout(PATIENCE)
+        .unwrap_or_else(|_| panic!("the master did not exit within {PATIENCE:?}"))
+}
+
+/// Waits until `harp scale` succeeds, i.e. the job runs and takes new nodes (while it sets
+/// up, the master answers that it is still starting).
+fn wait_until_running(master: &MasterProcess) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let out = master.scale(&[]);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job never started: {}",
+            out.describe()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The metrics file's scale events so far (a torn last line is skipped).
+fn scale_events_so_far(metrics: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(metrics)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "scale")
+        .collect()
+}
+
+/// The executor a "state parked" log line names.
+fn executor_in(parked_line: &str) -> String {
+    let name = parked_line
+        .split("executor=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next());
+    name.unwrap_or_else(|| panic!("no executor named in: {parked_line}"))
+        .to_string()
+}
+
+/// The counter app with two executors whose states (300 MB each, more than QUIC's 256 MiB
+/// send window) take seconds to fetch, on a master that waits for one node; the job is long
+/// enough never to end on its own during the test.
+const MID_MOVE_RUN: [&str; 12] = [
+    "run",
+    "counter",
+    "--tasks",
+    "1000000",
+    "--task-sleep-us",
+    "1000",
+    "--executors-per-worker",
+    "2",
+    "--state-bytes",
+    "300000000",
+    "--threads",
+    "2",
+];
+
+/// Starts the master of [`MID_MOVE_RUN`]; also returns its metrics file.
+fn mid_move_job(dir: &Path) -> (MasterProcess, PathBuf) {
+    let metrics = dir.join("metrics.jsonl");
+    let mut master_args = MID_MOVE_RUN.to_vec();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    (MasterProcess::start(harp_binary!(), &master_args), metrics)
+}
+
+/// What every kill mid-move must end with, whichever node died: the master exits non-zero
+/// (within a bounded wait) with an error naming the dead node or the executor lost on its
+/// way; nothing panicked; the surviving node exits on its own; the move's scale event is
+/// reported failed, with an error that names the executor rather than claiming the master is
+/// unreachable; and the job reported no result.
+///
+/// "No duplicated update" when the job ends with an error: the executor never runs in two
+/// places (its old worker released it before the kill and never takes it back; the adopter,
+/// if it lives, never restores it), the scale event is never reported done (`ok: true`),
+/// and the job claims no result: the counter's final check, which compares every parameter
+/// with the updates the driver counted, never runs, so no metrics line says `exact`. (The
+/// updates applied before the failure stay in the dead job; none is applied twice, and the
+/// job does not pretend the others were applied.)
+fn assert_clean_failure(
+    master: MasterProcess,
+    survivor: LoggedNode,
+    (metrics, cause, executor): (&Path, &str, &str),
+) -> String {
+    // The master's own error line, as soon as it is printed.
+    let error = loop {
+        let line = master.wait_for_line(&["error: "]);
+        if line.starts_with("error: ") {
+            break line;
+        }
+    };
+    let (status, stderr) = master_exit(master);
+    assert!(!status.success(), "the master succeeded: {stderr}");
+    assert!(
+        error.contains("node 1 died") || error.contains(&format!("{executor} was lost moving")),
+        "the error names neither the dead node nor the executor: {error}"
+    );
+    println!("the master: {error}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let (node_status, node_log) = survivor.exit("the surviving node 0");
+    assert!(
+        !node_status.success(),
+        "node 0 reported success for a failed job: {node_log}"
+    );
+    assert!(!node_log.contains("panicked"), "{node_log}");
+    let records = read_json_lines(metrics);
+    assert!(
+        records.iter().all(|r| r.get("exact").is_none()),
+        "a failed job reported a result: {records:?}"
+    );
+    let events: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "scale" && r["cause"] == cause)
+        .collect();
+    for event in &events {
+        assert_eq!(event["ok"], false, "{event}");
+        let why = event["error"].as_str().unwrap_or_default();
+        println!("its {cause} event: {why}");
+        assert!(
+            why.contains(executor) && !why.contains("unreachable"),
+            "the failed scale event does not say what happened to {executor}: {event}"
+        );
+    }
+    node_log
+}
+
+/// Issue 4, bad input: the *adopting* node dies (SIGKILL) while it fetches an executor's
+/// state. Node 1 joins, the planner gives it one of node 0's two executors, node 0 parks the
+/// state and node 1 fetches it; the test kills node 1 once node 0 has handed the whole state
+/// to QUIC (logged by node 0), which is while the state is still on its way: QUIC's send
+/// window holds 256 MiB of the 300 MB, and the node never logged the state fetched. The job
+/// ends with a clear error and no executor ends with two owners (see
+/// [`assert_clean_failure`]).
+#[test]
+fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, metrics) = mid_move_job(dir.path());
+    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
+    wait_until_running(&master);
+    let mut adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    adopting.child.kill().unwrap();
+    let (_, adopter_log) = adopting.exit("the adopting node 1");
+    assert!(
+        !adopter_log.contains("executor state fetched"),
+        "the kill came after the fetch; the test did not kill mid-fetch: {adopter_log}"
+    );
+    let releaser_log = assert_clean_failure(master, releasing, (&metrics, "join", &executor));
+    // The released executor never came back to the node that let it go.
+    assert!(!releaser_log.contains("restored"), "{releaser_log}");
+}
+
+/// Issue 4, bad input: the *releasing* node dies (SIGKILL) while its executor's state is
+/// being fetched. Node 1 joins and takes one of node 0's executors; `harp scale --remove 1`
+/// moves it back: node 1 parks the state and node 0 fetches it; the test kills node 1 once it
+/// has handed the whole state to QUIC (so it no longer holds it, while up to 256 MiB are
+/// still on their way). The job ends with a clear error, the `harp scale` command fails with
+/// one, and no executor ends with two owners: node 0 never restores it (see
+/// [`assert_clean_failure`]).
+#[test]
+fn a_releasing_node_killed_mid_fetch_fails_the_job_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, metrics) = mid_move_job(dir.path());
+    let adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
+    wait_until_running(&master);
+    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
+    wait_for_join(&metrics);
+    let remove = remove_node_1(&master);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    releasing.child.kill().unwrap();
+    let (_, releaser_log) = releasing.exit("the releasing node 1");
+    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    let adopter_log = assert_clean_failure(master, adopting, (&metrics, "leave", &executor));
+    // Node 0 never had the whole state, so it never ran the executor.
+    assert!(
+        !adopter_log.contains("executor state fetched"),
+        "the kill came after the fetch; the test did not kill mid-fetch: {adopter_log}"
+    );
+    assert!(!adopter_log.contains("restored"), "{adopter_log}");
+    // `harp scale --remove` hears that its command failed, and why: the master answers every
+    // command it took before it exits, even one the job's end decided.
+    let said = failed_answer(remove);
+    assert!(
+        said.contains(&executor) && !said.contains("unreachable"),
+        "harp scale --remove did not say what happened to {executor}: {said}"
+    );
+}
+
+/// Waits until node 1's join moved an executor to it (the join's scale event ends once the
+/// move is done) and checks that it did.
+fn wait_for_join(metrics: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    let joined = loop {
+        let events = scale_events_so_far(metrics);
+        if let Some(join) = events.into_iter().find(|e| e["cause"] == "join") {
+            break join;
+        }
+        assert!(Instant::now() < deadline, "node 1 never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(joined["ok"], true, "{joined}");
+}
+
+/// Starts `harp scale --remove 1` (it answers once the scale-in ends).
+fn remove_node_1(master: &MasterProcess) -> Child {
+    let cred = master.credentials.to_str().unwrap();
+    Command::new(harp_binary!())
+        .args(["scale", "--job", &master.addr, "--credentials", cred])
+        .args(["--remove", "1"])
+        .env_remove("HARP_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What a `harp scale` command that must fail said; it must exit non-zero.
+fn failed_answer(mut command: Child) -> String {
+    let status = wait_exit(&mut command, "harp scale --remove 1");
+    let mut said = String::new();
+    command
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    println!("harp scale --remove 1: {said}");
+    assert!(!status.success(), "{said}");
+    said
+}
+
+/// [`MID_MOVE_RUN`] with `--recover-workers` and few enough micro-tasks that the job ends
+/// some seconds after a kill mid-move (at the rate 2 executors run 1 ms tasks).
+fn recovering_run() -> Vec<&'static str> {
+    let mut run = MID_MOVE_RUN.to_vec();
+    let tasks = run.iter().position(|a| *a == "--tasks").unwrap() + 1;
+    run[tasks] = RECOVERED_TASKS;
+    run.push("--recover-workers");
+    run
+}
+
+/// Micro-tasks of [`recovering_run`].
+const RECOVERED_TASKS: &str = "30000";
+
+/// Starts the master of [`recovering_run`]; also returns its metrics file and the run's
+/// arguments, for the nodes.
+fn recovering_job(dir: &Path) -> (MasterProcess, PathBuf, Vec<&'static str>) {
+    let run = recovering_run();
+    let metrics = dir.join("metrics.jsonl");
+    let mut master_args = run.clone();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    (
+        MasterProcess::start(harp_binary!(), &master_args),
+        metrics,
+        run,
+    )
+}
+
+/// What every kill mid-move must end with under `--recover-workers`: the master succeeds and
+/// every counter is exact (each micro-task's updates applied once, although the executor's
+/// move failed and its uncommitted tasks ran again); the move's scale event is reported
+/// failed, naming the executor and saying it was created afresh; node 1's death was one
+/// worker recovery; nothing panicked; node 0 ends the job with it and exits 0. Returns node
+/// 0's log.
+fn assert_recovered(
+    master: MasterProcess,
+    survivor: LoggedNode,
+    (metrics, cause, executor): (&Path, &str, &str),
+) -> String {
+    let (status, stderr) = master_exit(master);
+    assert!(status.success(), "the master failed: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let records = read_json_lines(metrics);
+    let checks: Vec<_> = records
+        .iter()
+        .filter(|r| r.get("exact").is_some())
+        .collect();
+    assert_eq!(checks.len(), 1, "{records:?}");
+    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
+    let events: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "scale" && r["cause"] == cause)
+        .collect();
+    assert_eq!(events.len(), 1, "{records:?}");
+    assert_eq!(events[0]["ok"], false, "{}", events[0]);
+    let why = events[0]["error"].as_str().unwrap_or_default();
+    println!("its {cause} event: {why}");
+    assert!(
+        why.contains(executor) && why.contains("afresh"),
+        "the failed scale event does not say what became of {executor}: {}",
+        events[0]
+    );
+    let recoveries: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "worker_recovery")
+        .collect();
+    assert_eq!(recoveries.len(), 1, "{records:?}");
+    assert_eq!(recoveries[0]["report"]["node"], 1, "{}", recoveries[0]);
+    let (node_status, node_log) = survivor.exit("the surviving node 0");
+    assert!(node_status.success(), "node 0 failed: {node_log}");
+    assert!(!node_log.contains("panicked"), "{node_log}");
+    node_log
+}
+
+/// `--recover-workers`: the *adopting* node (worker-only) is SIGKILLed mid-fetch, as in
+/// [`an_adopting_node_killed_mid_fetch_fails_the_job_cleanly`]. The master ends the move and
+/// creates the executor afresh on node 0 (the only live worker), where its uncommitted
+/// micro-tasks run again; the job runs to its end with every counter exact.
+#[test]
+fn an_adopting_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, metrics, run) = recovering_job(dir.path());
+    let mut releasing = LoggedNode::start(&master, &run);
+    wait_until_running(&master);
+    let mut adopting = LoggedNode::start_as(&master, "worker", &run);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    adopting.child.kill().unwrap();
+    let (_, adopter_log) = adopting.exit("the adopting node 1");
+    assert!(
+        !adopter_log.contains("executor state fetched"),
+        "the kill came after the fetch; the test did not kill mid-fetch: {adopter_log}"
+    );
+    let node_log = assert_recovered(master, releasing, (&metrics, "join", &executor));
+    assert!(
+        node_log.contains("created the executor of a dead worker node"),
+        "{node_log}"
+    );
+}
+
+/// `--recover-workers`: the *releasing* node (worker-only) is SIGKILLed while node 0
+/// fetches the executor it gave up on `harp scale --remove 1`, as in
+/// [`a_releasing_node_killed_mid_fetch_fails_the_job_cleanly`]. Node 0's fetch fails; the
+/// master creates the executor afresh on node 0, and the job runs to its end with every
+/// counter exact. `harp scale --remove 1` hears that the move failed and why.
+#[test]
+fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, metrics, run) = recovering_job(dir.path());
+    let adopting = LoggedNode::start(&master, &run);
+    wait_until_running(&master);
+    let mut releasing = LoggedNode::start_as(&master, "worker", &run);
+    wait_for_join(&metrics);
+    let remove = remove_node_1(&master);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    releasing.child.kill().unwrap();
+    let (_, releaser_log) = releasing.exit("the releasing node 1");
+    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    let node_log = assert_recovered(master, adopting, (&metrics, "leave", &executor));
+    assert!(
+        !node_log.contains("executor state fetched"),
+        "the kill came after the fetch; the test did not kill mid-fetch: {node_log}"
+    );
+    let said = failed_answer(remove);
+    assert!(
+        said.contains(&executor) && said.contains("afresh"),
+        "harp scale --remove did not say what became of {executor}: {said}"
+    );
+}
+
+/// `--recover-workers`: an executor's old node reports the tasks it finished there late, and
+/// its new node dies right after adopting it. Node 0 holds each staged flush 2 s before
+/// reporting it (`HARP_FAULT_STAGED_REPORT_DELAY_MS`), so when node 1's join takes one of
+/// its executors, that executor's last micro-tasks are finished on node 0 but not yet
+/// reported. The test kills node 1 as soon as the join is reported done, well within those
+/// 2 s with a lease of 1 s. The master hands a released executor to its new worker only
+/// once those reports are in (`moves_under_recovery.rs`); if it did not, node 1's death
+/// would run them again on the executor created afresh while node 0's late report still
+/// committed them: their updates applied twice and the job failed. Here every counter ends
+/// exact, node 1's death is one worker recovery and the join's move is done.
+#[test]
+fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_costs_no_update_twice(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let run = [
+        "run",
+        "counter",
+        "--tasks",
+        "600",
+        "--window",
+        "50",
+        "--executors-per-worker",
+        "2",
+        "--threads",
+        "2",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "1000",
+    ];
+    let mut master_args = run.to_vec();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let late = LoggedNode::start_with_env(
+        &master,
+        "both",
+        &run,
+        &[(harp::remote::STAGED_REPORT_DELAY_VAR, "2000")],
+    );
+    wait_until_running(&master);
+    let mut adopting = LoggedNode::start_as(&master, "worker", &run);
+    wait_for_join(&metrics);
+    adopting.child.kill().unwrap();
+    let _ = adopting.exit("node 1");
+    let (status, stderr) = master_exit(master);
+    assert!(status.success(), "the master failed: {stderr}");
+    let records = read_json_lines(&metrics);
+    let checks: Vec<_> = records
+        .iter()
+        .filter(|r| r.get("exact").is_some())
+        .collect();
+    assert_eq!(checks.len(), 1, "{records:?}");
+    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
+    let recoveries = records.iter().filter(|r| r["event"] == "worker_recovery");
+    assert_eq!(recoveries.count(), 1, "{records:?}");
+    let (node_status, node_log) = late.exit("node 0");
+    assert!(node_status.success(), "node 0 failed: {node_log}");
+}
+
+/// `--recover-workers`: the node a join's move goes to dies before the executor is sent
+/// there. Node 0 holds each staged flush 4 s before reporting it, so the executor node 1's
+/// join takes from it waits, released, for the reports of its last tasks; the test kills
+/// node 1 300 ms after it joined, and the master (lease 1 s) usually learns of the death
+/// while the executor still waits: the move then goes back, node 0 adopts its own executor
+/// again, and the join's event says it stayed there. (When the reports win the race, the
+/// executor reaches node 1 first and is created afresh on node 0 after its death.) Either
+/// way the job goes on with every counter exact and the join reported failed, naming the
+/// executor.
+#[test]
+fn a_new_node_killed_while_its_join_moves_an_executor_to_it_costs_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let run = [
+        "run",
+        "counter",
+        "--tasks",
+        "600",
+        "--window",
+        "50",
+        "--executors-per-worker",
+        "2",
+        "--threads",
+        "2",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "1000",
+    ];
+    let mut master_args = run.to_vec();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let late = LoggedNode::start_with_env(
+        &master,
+        "both",
+        &run,
+        &[(harp::remote::STAGED_REPORT_DELAY_VAR, "4000")],
+    );
+    wait_until_running(&master);
+    let mut joining = LoggedNode::start_as(&master, "worker", &run);
+    joining.wait_for_line(&["joined the job"]);
+    std::thread::sleep(Duration::from_millis(300));
+    joining.child.kill().unwrap();
+    let _ = joining.exit("node 1");
+    let (status, stderr) = master_exit(master);
+    assert!(status.success(), "the master failed: {stderr}");
+    let records = read_json_lines(&metrics);
+    let checks: Vec<_> = records
+        .iter()
+        .filter(|r| r.get("exact").is_some())
+        .collect();
+    assert_eq!(checks.len(), 1, "{records:?}");
+    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
+    let joins: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "scale" && r["cause"] == "join")
+        .collect();
+    assert_eq!(joins.len(), 1, "{records:?}");
+    assert_eq!(joins[0]["ok"], false, "{}", joins[0]);
+    let why = joins[0]["error"].as_str().unwrap_or_default();
+    println!("the join event: {why}");
+    assert!(
+        why.contains("executor-") && (why.contains("stays on worker-0") || why.contains("afresh")),
+        "the failed join does not say what became of its executor: {}",
+        joins[0]
+    );
+    let (node_status, node_log) = late.exit("node 0");
+    assert!(node_status.success(), "node 0 failed: {node_log}");
+}

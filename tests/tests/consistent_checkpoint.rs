@@ -214,7 +214,14 @@ fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums()
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("ckpt");
     let d = path_arg(&dir);
-    let short = |extra: &[&str]| across(counter_sized("4000", "200", extra));
+    // Executor states of 3 MB: more than a move relays through the master (1 MiB), so this
+    // also checks that a worker node sends a large state for a checkpoint, and that the
+    // resumed nodes restore it (a ballast that arrives truncated or mixed up is refused).
+    let short = |extra: &[&str]| {
+        let mut extra = extra.to_vec();
+        extra.extend(["--state-bytes", "3000000"]);
+        across(counter_sized("4000", "200", &extra))
+    };
     let child = spawn(&short(&[
         "--task-sleep-us",
         "200",
@@ -226,6 +233,9 @@ fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums()
     kill_after_first_checkpoint(child, &dir);
     let first = committed(&dir)[0];
     assert!(first < 2_000, "checkpoint {first} is at or past the end");
+    let state = checkpoint_dir(&dir, first).join("executor-0");
+    let bytes = std::fs::metadata(&state).map(|m| m.len());
+    assert_eq!(bytes.ok(), Some(3_000_016), "{}", state.display());
 
     // With SCAR's running checkpoint on after the resume: the image is seeded with the
     // resumed rows by a full round over the server nodes before the driver starts.

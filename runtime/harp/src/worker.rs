@@ -66,6 +66,12 @@ pub(crate) enum WorkerMsg<A: App> {
     Expect {
         executor: ExecutorId,
     },
+    /// Send `executor`'s saved state (`Executor::save_state`) between two of its
+    /// micro-tasks, keeping it here (a consistent checkpoint's capture).
+    Save {
+        executor: ExecutorId,
+        reply: oneshot::Sender<Result<Vec<u8>, HarpError>>,
+    },
     /// `executor` will not arrive after all (its move failed): drop the micro-tasks kept for
     /// it, which the master dispatches again. Sent before [`WorkerMsg::Create`] makes it here
     /// afresh, so none of them runs twice.
@@ -117,6 +123,8 @@ struct Inbox<A: App> {
 struct InboxState<A: App> {
     tasks: VecDeque<TaskEnvelope<A::Args>>,
     release: Option<oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>>,
+    /// Requests for its saved state, answered before its next micro-task.
+    saves: Vec<oneshot::Sender<Result<Vec<u8>, HarpError>>>,
     closed: bool,
 }
 
@@ -126,6 +134,7 @@ impl<A: App> Inbox<A> {
             queue: Mutex::new(InboxState {
                 tasks: VecDeque::new(),
                 release: None,
+                saves: Vec::new(),
                 closed: false,
             }),
             wake: Notify::new(),
@@ -146,6 +155,11 @@ impl<A: App> Inbox<A> {
         self.wake.notify_one();
     }
 
+    fn ask_save(&self, reply: oneshot::Sender<Result<Vec<u8>, HarpError>>) {
+        self.lock().saves.push(reply);
+        self.wake.notify_one();
+    }
+
     fn close(&self) {
         self.lock().closed = true;
         self.wake.notify_one();
@@ -159,6 +173,7 @@ enum Next<A: App> {
         oneshot::Sender<Result<ReleasedExecutor<A>, HarpError>>,
         Vec<TaskEnvelope<A::Args>>,
     ),
+    Save(Vec<oneshot::Sender<Result<Vec<u8>, HarpError>>>),
     Wait,
     Stop,
 }
@@ -474,6 +489,15 @@ impl<A: App> Actor for WorkerActor<A> {
                     state.arriving.entry(executor).or_default();
                 }
             }
+            WorkerMsg::Save { executor, reply } => match state.loops.get(&executor) {
+                Some(inbox) => inbox.ask_save(reply),
+                None => {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{} does not host {executor}",
+                        state.id
+                    ))));
+                }
+            },
             WorkerMsg::Forget { executor } => {
                 if let Some(dropped) = state.arriving.remove(&executor) {
                     tracing::info!(%executor, tasks = dropped.len(), "an executor expected here will not arrive; the micro-tasks kept for it are dropped (the master dispatches them again)");
@@ -500,6 +524,9 @@ impl<A: App> Actor for WorkerActor<A> {
 /// Takes the executor's next step from its inbox.
 fn next_step<A: App>(inbox: &Inbox<A>) -> Next<A> {
     let mut queue = inbox.lock();
+    if !queue.saves.is_empty() {
+        return Next::Save(std::mem::take(&mut queue.saves));
+    }
     if let Some(reply) = queue.release.take() {
         return Next::Release(reply, queue.tasks.drain(..).collect());
     }
@@ -529,6 +556,15 @@ async fn executor_loop<A: App>(
                 continue;
             }
             Next::Stop => return,
+            Next::Save(replies) => {
+                for reply in replies {
+                    let saved = executor.save_state().map_err(|source| {
+                        HarpError::InvalidConfig(format!("cannot save the state of {id}: {source}"))
+                    });
+                    let _ = reply.send(saved);
+                }
+                continue;
+            }
             Next::Release(reply, pending) => {
                 // The tasks handed back are no longer this worker's to finish.
                 let handed = pending.len();

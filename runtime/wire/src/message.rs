@@ -628,6 +628,19 @@ pub enum Message {
         request_id: u64,
         result: LostUpdatesResult,
     },
+
+    // ---- consistent checkpoints ----
+    /// master → worker node: send `executor`'s saved state, keeping it (between two of its
+    /// micro-tasks; a consistent checkpoint's capture). Answered with
+    /// [`Message::ExecutorSaved`].
+    SaveExecutor { request_id: u64, executor: u32 },
+    /// worker node → master: the answer to [`Message::SaveExecutor`]: the state, or why
+    /// there is none (`error`).
+    ExecutorSaved {
+        request_id: u64,
+        state: Vec<u8>,
+        error: Option<String>,
+    },
 }
 
 impl RowWire {
@@ -667,6 +680,7 @@ impl Message {
                 ..
             } => pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
             Message::StateChunk { data, .. } => data.len(),
+            Message::ExecutorSaved { state, .. } => state.len(),
             Message::Saved {
                 result: SaveResult::Ok {
                     saved, not_owned, ..
@@ -766,6 +780,8 @@ impl Message {
             Message::RowsSaved { .. } => MessageKind::RowsSaved,
             Message::LostUpdatesQuery { .. } => MessageKind::LostUpdatesQuery,
             Message::LostUpdates { .. } => MessageKind::LostUpdates,
+            Message::SaveExecutor { .. } => MessageKind::SaveExecutor,
+            Message::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
         }
     }
 
@@ -840,6 +856,8 @@ impl ArchivedMessage {
             ArchivedMessage::RowsSaved { .. } => MessageKind::RowsSaved,
             ArchivedMessage::LostUpdatesQuery { .. } => MessageKind::LostUpdatesQuery,
             ArchivedMessage::LostUpdates { .. } => MessageKind::LostUpdates,
+            ArchivedMessage::SaveExecutor { .. } => MessageKind::SaveExecutor,
+            ArchivedMessage::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
         }
     }
 }
@@ -910,11 +928,13 @@ pub enum MessageKind {
     RowsSaved = 48,
     LostUpdatesQuery = 49,
     LostUpdates = 50,
+    SaveExecutor = 51,
+    ExecutorSaved = 52,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 50;
+    pub const COUNT: usize = 52;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -968,6 +988,8 @@ impl MessageKind {
         MessageKind::RowsSaved,
         MessageKind::LostUpdatesQuery,
         MessageKind::LostUpdates,
+        MessageKind::SaveExecutor,
+        MessageKind::ExecutorSaved,
     ];
 
     /// The kind a header byte names, if any.
@@ -1038,6 +1060,8 @@ impl MessageKind {
             MessageKind::RowsSaved => "rows_saved",
             MessageKind::LostUpdatesQuery => "lost_updates_query",
             MessageKind::LostUpdates => "lost_updates",
+            MessageKind::SaveExecutor => "save_executor",
+            MessageKind::ExecutorSaved => "executor_saved",
         }
     }
 }

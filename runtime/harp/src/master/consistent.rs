@@ -7,16 +7,17 @@
 //! [`MasterState::hold`]). Once no routed micro-task is in flight (every completion applied
 //! and handed to the driver), no injection runs and no scale event moves anything, the
 //! master captures: the driver's state, the held micro-tasks, the version clock and task
-//! counter (at once), then every executor's state (each is released by its worker, saved
-//! and adopted back, as a move to the same worker) and every server's rows. It then routes
-//! the held micro-tasks — training goes on — and writes the files on a blocking thread.
-//! One write runs at a time; a checkpoint due meanwhile is skipped and counted. A failed
-//! capture or write is counted with its error and training goes on; only an executor that
-//! cannot be given back to its worker ends the job.
+//! counter (at once), then every executor's state (its worker saves it between two
+//! micro-tasks and keeps running it, `WorkerMsg::Save`; a worker node process sends it in
+//! one message, so up to the largest frame, 64 MiB) and every server's rows. It then
+//! routes the held micro-tasks — training goes on — and writes the files on a blocking
+//! thread. One write runs at a time; a checkpoint due meanwhile is skipped and counted. A
+//! failed capture or write is counted with its error and training goes on; only a worker
+//! the master cannot reach ends the job.
 
 use super::inject::Held;
 use super::{MasterMsg, MasterState};
-use crate::app::{App, Driver, Executor};
+use crate::app::{App, Driver};
 use crate::consistent::{
     executor_file, CheckpointLayout, CheckpointMeta, CheckpointOutcome, CheckpointRecord,
     ConsistentReport, DRIVER_FILE, HELD_FILE, META_FORMAT, ROWS_FILE,
@@ -24,7 +25,7 @@ use crate::consistent::{
 use crate::error::HarpError;
 use crate::server::checkpoint_round::RoundOutcome;
 use crate::server::dump_servers;
-use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
+use crate::worker::WorkerMsg;
 use harp_checkpoint::CheckpointStore;
 use harp_core::{ExecutorId, ParamKey, RowData, Version, VersionClock, WorkerId};
 use ractor::ActorRef;
@@ -244,7 +245,7 @@ impl<A: App> MasterState<A> {
     }
 
     /// Captures the job, releases the hold and starts the background write. An error is
-    /// returned only when the job cannot go on (an executor could not be given back).
+    /// returned only when the job cannot go on (a worker the master cannot reach).
     pub(super) async fn capture(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
@@ -354,68 +355,35 @@ impl<A: App> MasterState<A> {
         })
     }
 
-    /// Every executor's saved state: each is released by its worker, saved here (a worker
-    /// node process sends it saved) and adopted back by the same worker (it has no
-    /// micro-task queued).
+    /// Every executor's saved state, asked of its worker (`WorkerMsg::Save`; a worker node
+    /// process sends it, on a stream of its own when it is large), which keeps running it:
+    /// nothing is in flight during a capture, so each is saved between two micro-tasks.
     async fn save_executors(&mut self) -> Result<Vec<(ExecutorId, Vec<u8>)>, CaptureError> {
         let placed: Vec<(ExecutorId, WorkerId)> = self.executors.iter().collect();
-        let mut releases = Vec::with_capacity(placed.len());
+        let mut asked = Vec::with_capacity(placed.len());
         for (executor, worker) in placed {
             let actor = self
                 .workers
                 .get(&worker)
                 .ok_or(CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
-            let (reply, released) = oneshot::channel();
+            let (reply, saved) = oneshot::channel();
             actor
-                .send_message(WorkerMsg::Release { executor, reply })
+                .send_message(WorkerMsg::Save { executor, reply })
                 .map_err(|_| CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
-            releases.push((executor, worker, actor.clone(), released));
+            asked.push((executor, worker, saved));
         }
-        let mut states = Vec::with_capacity(releases.len());
+        let mut states = Vec::with_capacity(asked.len());
         let mut failure = None;
-        for (executor, worker, actor, released) in releases {
-            let released = released
+        for (executor, worker, saved) in asked {
+            let saved = saved
                 .await
-                .map_err(|_| HarpError::WorkerUnreachable(worker))
-                .and_then(|r| r)
-                .map_err(CaptureError::Fatal)?;
-            let ReleasedExecutor {
-                executor: body,
-                pending,
-            } = released;
-            // In one process the worker hands the executor itself over; a worker node
-            // process hands its saved state (or, for a large one, where to fetch it).
-            let state = match &body {
-                ExecutorBody::Live(live) => live.save_state().map_err(|e| e.to_string()),
-                ExecutorBody::Saved(state) => Ok(state.clone()),
-                ExecutorBody::Parked(fetch) => Err(format!(
-                    "its saved state ({} bytes) stays on its node process: checkpoints across processes carry executor states up to {} bytes",
-                    fetch.bytes,
-                    crate::remote::PARK_BYTES_MIN - 1
-                )),
-            };
-            match state {
+                .unwrap_or(Err(HarpError::WorkerUnreachable(worker)));
+            match saved {
                 Ok(state) => states.push((executor, state)),
                 Err(e) => {
                     failure.get_or_insert(format!("the state of {executor}: {e}"));
                 }
             }
-            let (adopted, answer) = oneshot::channel();
-            actor
-                .send_message(WorkerMsg::Adopt {
-                    executor,
-                    released: ReleasedExecutor {
-                        executor: body,
-                        pending,
-                    },
-                    adopted,
-                })
-                .map_err(|_| CaptureError::Fatal(HarpError::WorkerUnreachable(worker)))?;
-            answer
-                .await
-                .map_err(|_| HarpError::WorkerUnreachable(worker))
-                .and_then(|r| r)
-                .map_err(CaptureError::Fatal)?;
         }
         match failure {
             Some(why) => Err(CaptureError::Failed(why)),

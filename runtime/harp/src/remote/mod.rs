@@ -24,8 +24,8 @@
 //! shards of a failed server as `TakeOverShard`/`TookOver`).
 //!
 //! Consistent checkpoints ([`run_job_across_consistent`]) are captured by the master as in
-//! one process: each executor is released by its worker node (its saved state comes back in
-//! `ExecutorReleased`) and adopted back, and the rows come from every server node (`Dump`).
+//! one process: each worker node sends its executors' saved states and keeps running them
+//! (`SaveExecutor`/`ExecutorSaved`), and the rows come from every server node (`Dump`).
 //! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
 //! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
 //! states (`AdoptExecutor`) before the driver starts.
@@ -53,7 +53,6 @@ pub use master_side::{
 pub use node_side::{run_node, run_node_leaving, run_node_with, STAGED_REPORT_DELAY_VAR};
 pub use roster::NodeLauncher;
 pub use scale_client::{send_scale_command, ScaleError};
-pub(crate) use state_transfer::PARK_BYTES_MIN;
 
 use harp_net::JobCredentials;
 use harp_wire::JobId;

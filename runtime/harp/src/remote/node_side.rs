@@ -559,6 +559,50 @@ async fn serve_peer(
     }
 }
 
+/// Sends `executor`'s saved state to the master, keeping the executor (a consistent
+/// checkpoint). The state goes in one message, on a stream of its own when it is large; a
+/// state that does not fit the largest frame is refused with its size.
+fn save_executor<A: App>(
+    worker: &ActorRef<WorkerMsg<A>>,
+    master_link: &Link,
+    request_id: u64,
+    executor: ExecutorId,
+) -> Result<(), HarpError> {
+    let (reply, saved) = tokio::sync::oneshot::channel();
+    worker
+        .send_message(WorkerMsg::Save { executor, reply })
+        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+    let link = master_link.clone();
+    crate::spawn::spawn(async move {
+        let saved = saved
+            .await
+            .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into())));
+        // The frame also carries the message's header fields: keep a margin.
+        let fits = link.limits().frame_bytes_max.saturating_sub(1024);
+        let (state, error) = match saved {
+            Ok(state) if state.len() > fits => (
+                Vec::new(),
+                Some(format!(
+                    "its saved state ({} bytes) is larger than a message between processes \
+                     can carry ({fits} bytes)",
+                    state.len()
+                )),
+            ),
+            Ok(state) => (state, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        let message = Message::ExecutorSaved {
+            request_id,
+            state,
+            error,
+        };
+        if let Err(e) = send_sized(&link, message).await {
+            tracing::warn!(%executor, error = %e, "could not send an executor's saved state to the master");
+        }
+    });
+    Ok(())
+}
+
 /// Gives `executor` up for a move: once the worker released it, its saved state and the
 /// micro-tasks it had not started go back to the master (a large state is parked in
 /// `outbox` instead, and only its size and transfer number go).
@@ -828,6 +872,10 @@ async fn serve_master<A: App>(
                     .send_message(WorkerMsg::Run(tasks))
                     .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
             }
+            Message::SaveExecutor {
+                request_id,
+                executor,
+            } => save_executor(worker, master_link, request_id, ExecutorId(executor))?,
             Message::ReleaseExecutor {
                 request_id,
                 executor,

@@ -50,6 +50,8 @@ pub(crate) enum Pending {
     Released(oneshot::Sender<ReleaseResult>),
     /// A worker node's answer to `AdoptExecutor`.
     Adopted(oneshot::Sender<Result<(), HarpError>>),
+    /// A worker node's answer to `SaveExecutor`.
+    ExecutorSaved(oneshot::Sender<Result<Vec<u8>, HarpError>>),
     /// A server node's answer to `HandOffShard`.
     HandedOff(oneshot::Sender<HandOffResult>),
     /// A server node took over the rows of a shard.
@@ -141,6 +143,16 @@ impl PendingReplies {
             Message::ExecutorAdopted { request_id, error } => {
                 if let Some((_, Pending::Adopted(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::ExecutorSaved {
+                request_id,
+                state,
+                error,
+            } => {
+                if let Some((_, Pending::ExecutorSaved(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(state), |e| Err(HarpError::Remote(e))));
                 }
                 None
             }
@@ -1011,6 +1023,26 @@ impl<A: App> Actor for WorkerProxy<A> {
                     let _ = adopted.send(rx.await.unwrap_or_else(|_| {
                         Err(HarpError::Remote(format!(
                             "the node adopting {executor} went away"
+                        )))
+                    }));
+                });
+            }
+            WorkerMsg::Save { executor, reply } => {
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::ExecutorSaved(tx));
+                let message = Message::SaveExecutor {
+                    request_id,
+                    executor: executor.0,
+                };
+                if let Err(e) = link.send(&message) {
+                    pending.forget(request_id);
+                    let _ = reply.send(Err(e.into()));
+                    return Ok(());
+                }
+                crate::spawn::spawn(async move {
+                    let _ = reply.send(rx.await.unwrap_or_else(|_| {
+                        Err(HarpError::Remote(format!(
+                            "the node hosting {executor} went away before it sent its state"
                         )))
                     }));
                 });

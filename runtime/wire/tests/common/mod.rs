@@ -493,6 +493,23 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         )
             .prop_map(|(request_id, result)| Message::LostUpdates { request_id, result })
             .boxed(),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(request_id, executor)| Message::SaveExecutor {
+                request_id,
+                executor,
+            })
+            .boxed(),
+        (
+            any::<u64>(),
+            vec(any::<u8>(), 0..64),
+            proptest::option::of(arb_string()),
+        )
+            .prop_map(|(request_id, state, error)| Message::ExecutorSaved {
+                request_id,
+                state,
+                error,
+            })
+            .boxed(),
     ])
 }
 

@@ -277,9 +277,24 @@ fn assert_clean_failure(
 fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let (master, metrics) = mid_move_job(dir.path());
-    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
-    wait_until_running(&master);
-    let mut adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
+    let (releasing, executor) = kill_the_adopting_node_mid_fetch(&master, &MID_MOVE_RUN, "both");
+    let releaser_log = assert_clean_failure(master, releasing, (&metrics, "join", &executor));
+    // The released executor never came back to the node that let it go.
+    assert!(!releaser_log.contains("restored"), "{releaser_log}");
+}
+
+/// Node 0 runs; node 1 (`role`) joins and the planner gives it one of node 0's executors:
+/// node 0 parks its state and node 1 fetches it. Node 1 is SIGKILLed once node 0 has handed
+/// the whole state to QUIC (logged by node 0), which is while the state is still on its
+/// way; the test checks that node 1 never had it. Returns node 0 and the executor.
+fn kill_the_adopting_node_mid_fetch(
+    master: &MasterProcess,
+    run: &[&str],
+    role: &str,
+) -> (LoggedNode, String) {
+    let mut releasing = LoggedNode::start(master, run);
+    wait_until_running(master);
+    let mut adopting = LoggedNode::start_as(master, role, run);
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
     releasing.wait_for_line(&["parked executor state handed to QUIC"]);
@@ -289,9 +304,7 @@ fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
         !adopter_log.contains("executor state fetched"),
         "the kill came after the fetch; the test did not kill mid-fetch: {adopter_log}"
     );
-    let releaser_log = assert_clean_failure(master, releasing, (&metrics, "join", &executor));
-    // The released executor never came back to the node that let it go.
-    assert!(!releaser_log.contains("restored"), "{releaser_log}");
+    (releasing, executor)
 }
 
 /// Issue 4, bad input: the *releasing* node dies (SIGKILL) while its executor's state is
@@ -305,17 +318,8 @@ fn an_adopting_node_killed_mid_fetch_fails_the_job_cleanly() {
 fn a_releasing_node_killed_mid_fetch_fails_the_job_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let (master, metrics) = mid_move_job(dir.path());
-    let adopting = LoggedNode::start(&master, &MID_MOVE_RUN);
-    wait_until_running(&master);
-    let mut releasing = LoggedNode::start(&master, &MID_MOVE_RUN);
-    wait_for_join(&metrics);
-    let remove = remove_node_1(&master);
-    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
-    let executor = executor_in(&parked);
-    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
-    releasing.child.kill().unwrap();
-    let (_, releaser_log) = releasing.exit("the releasing node 1");
-    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    let (adopting, remove, executor) =
+        kill_the_releasing_node_mid_fetch(&master, &metrics, &MID_MOVE_RUN, "both");
     let adopter_log = assert_clean_failure(master, adopting, (&metrics, "leave", &executor));
     // Node 0 never had the whole state, so it never ran the executor.
     assert!(
@@ -345,6 +349,30 @@ fn wait_for_join(metrics: &Path) {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(joined["ok"], true, "{joined}");
+}
+
+/// Node 0 runs; node 1 (`role`) joins and takes one of its executors; `harp scale --remove
+/// 1` moves it back: node 1 parks the state and node 0 fetches it. Node 1 is SIGKILLed once
+/// it has handed the whole state to QUIC (so it no longer holds it, while up to 256 MiB are
+/// still on their way). Returns node 0, the running `harp scale` and the executor.
+fn kill_the_releasing_node_mid_fetch(
+    master: &MasterProcess,
+    metrics: &Path,
+    run: &[&str],
+    role: &str,
+) -> (LoggedNode, Child, String) {
+    let adopting = LoggedNode::start(master, run);
+    wait_until_running(master);
+    let mut releasing = LoggedNode::start_as(master, role, run);
+    wait_for_join(metrics);
+    let remove = remove_node_1(master);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    releasing.child.kill().unwrap();
+    let (_, releaser_log) = releasing.exit("the releasing node 1");
+    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    (adopting, remove, executor)
 }
 
 /// Starts `harp scale --remove 1` (it answers once the scale-in ends).
@@ -414,38 +442,15 @@ fn assert_recovered(
     survivor: LoggedNode,
     (metrics, cause, executor): (&Path, &str, &str),
 ) -> String {
-    let (status, stderr) = master_exit(master);
-    assert!(status.success(), "the master failed: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    let records = read_json_lines(metrics);
-    let checks: Vec<_> = records
-        .iter()
-        .filter(|r| r.get("exact").is_some())
-        .collect();
-    assert_eq!(checks.len(), 1, "{records:?}");
-    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
-    let events: Vec<_> = records
-        .iter()
-        .filter(|r| r["event"] == "scale" && r["cause"] == cause)
-        .collect();
-    assert_eq!(events.len(), 1, "{records:?}");
-    assert_eq!(events[0]["ok"], false, "{}", events[0]);
-    let why = events[0]["error"].as_str().unwrap_or_default();
+    let (records, node_log) = assert_exact_end(master, metrics, survivor);
+    let event = the_event(&records, cause);
+    assert_eq!(event["ok"], false, "{event}");
+    let why = event["error"].as_str().unwrap_or_default();
     println!("its {cause} event: {why}");
     assert!(
         why.contains(executor) && why.contains("afresh"),
-        "the failed scale event does not say what became of {executor}: {}",
-        events[0]
+        "the failed scale event does not say what became of {executor}: {event}"
     );
-    let recoveries: Vec<_> = records
-        .iter()
-        .filter(|r| r["event"] == "worker_recovery")
-        .collect();
-    assert_eq!(recoveries.len(), 1, "{records:?}");
-    assert_eq!(recoveries[0]["report"]["node"], 1, "{}", recoveries[0]);
-    let (node_status, node_log) = survivor.exit("the surviving node 0");
-    assert!(node_status.success(), "node 0 failed: {node_log}");
-    assert!(!node_log.contains("panicked"), "{node_log}");
     node_log
 }
 
@@ -457,18 +462,7 @@ fn assert_recovered(
 fn an_adopting_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
     let (master, metrics, run) = recovering_job(dir.path());
-    let mut releasing = LoggedNode::start(&master, &run);
-    wait_until_running(&master);
-    let mut adopting = LoggedNode::start_as(&master, "worker", &run);
-    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
-    let executor = executor_in(&parked);
-    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
-    adopting.child.kill().unwrap();
-    let (_, adopter_log) = adopting.exit("the adopting node 1");
-    assert!(
-        !adopter_log.contains("executor state fetched"),
-        "the kill came after the fetch; the test did not kill mid-fetch: {adopter_log}"
-    );
+    let (releasing, executor) = kill_the_adopting_node_mid_fetch(&master, &run, "worker");
     let node_log = assert_recovered(master, releasing, (&metrics, "join", &executor));
     assert!(
         node_log.contains("created the executor of a dead worker node"),
@@ -485,17 +479,8 @@ fn an_adopting_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
 fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
     let (master, metrics, run) = recovering_job(dir.path());
-    let adopting = LoggedNode::start(&master, &run);
-    wait_until_running(&master);
-    let mut releasing = LoggedNode::start_as(&master, "worker", &run);
-    wait_for_join(&metrics);
-    let remove = remove_node_1(&master);
-    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
-    let executor = executor_in(&parked);
-    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
-    releasing.child.kill().unwrap();
-    let (_, releaser_log) = releasing.exit("the releasing node 1");
-    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    let (adopting, remove, executor) =
+        kill_the_releasing_node_mid_fetch(&master, &metrics, &run, "worker");
     let node_log = assert_recovered(master, adopting, (&metrics, "leave", &executor));
     assert!(
         !node_log.contains("executor state fetched"),
@@ -508,63 +493,104 @@ fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
     );
 }
 
-/// `--recover-workers`: an executor's old node reports the tasks it finished there late, and
-/// its new node dies right after adopting it. Node 0 holds each staged flush 2 s before
-/// reporting it (`HARP_FAULT_STAGED_REPORT_DELAY_MS`), so when node 1's join takes one of
-/// its executors, that executor's last micro-tasks are finished on node 0 but not yet
-/// reported. The test kills node 1 as soon as the join is reported done, well within those
-/// 2 s with a lease of 1 s. The master hands a released executor to its new worker only
-/// once those reports are in (`moves_under_recovery.rs`); if it did not, node 1's death
-/// would run them again on the executor created afresh while node 0's late report still
-/// committed them: their updates applied twice and the job failed. Here every counter ends
-/// exact, node 1's death is one worker recovery and the join's move is done.
-#[test]
-fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_costs_no_update_twice(
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let run = [
-        "run",
-        "counter",
-        "--tasks",
-        "600",
-        "--window",
-        "50",
-        "--executors-per-worker",
-        "2",
-        "--threads",
-        "2",
-        "--recover-workers",
-        "--lease-timeout-ms",
-        "1000",
-    ];
-    let mut master_args = run.to_vec();
+/// The counter run of the late-report tests: 600 micro-tasks, 50 in flight per executor,
+/// worker recovery, a lease of 1 s.
+const LATE_REPORTS_RUN: [&str; 13] = [
+    "run",
+    "counter",
+    "--tasks",
+    "600",
+    "--window",
+    "50",
+    "--executors-per-worker",
+    "2",
+    "--threads",
+    "2",
+    "--recover-workers",
+    "--lease-timeout-ms",
+    "1000",
+];
+
+/// Starts the master of [`LATE_REPORTS_RUN`] and its node 0 (worker and server), which
+/// holds each staged flush `delay_ms` before reporting it
+/// (`HARP_FAULT_STAGED_REPORT_DELAY_MS`); waits until the job runs. Also returns the
+/// metrics file.
+fn late_reports_job(dir: &Path, delay_ms: &str) -> (MasterProcess, PathBuf, LoggedNode) {
+    let metrics = dir.join("metrics.jsonl");
+    let mut master_args = LATE_REPORTS_RUN.to_vec();
     master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
     let master = MasterProcess::start(harp_binary!(), &master_args);
     let late = LoggedNode::start_with_env(
         &master,
         "both",
-        &run,
-        &[(harp::remote::STAGED_REPORT_DELAY_VAR, "2000")],
+        &LATE_REPORTS_RUN,
+        &[(harp::remote::STAGED_REPORT_DELAY_VAR, delay_ms)],
     );
     wait_until_running(&master);
-    let mut adopting = LoggedNode::start_as(&master, "worker", &run);
-    wait_for_join(&metrics);
-    adopting.child.kill().unwrap();
-    let _ = adopting.exit("node 1");
+    (master, metrics, late)
+}
+
+/// The job ended well after its node 1 died: the master succeeded, the counter's one check
+/// found every row exact, node 1's death was one worker recovery, and node 0 exited 0.
+/// Returns the metrics records and node 0's log.
+fn assert_exact_end(
+    master: MasterProcess,
+    metrics: &Path,
+    survivor: LoggedNode,
+) -> (Vec<serde_json::Value>, String) {
     let (status, stderr) = master_exit(master);
     assert!(status.success(), "the master failed: {stderr}");
-    let records = read_json_lines(&metrics);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let records = read_json_lines(metrics);
     let checks: Vec<_> = records
         .iter()
         .filter(|r| r.get("exact").is_some())
         .collect();
     assert_eq!(checks.len(), 1, "{records:?}");
     assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
-    let recoveries = records.iter().filter(|r| r["event"] == "worker_recovery");
-    assert_eq!(recoveries.count(), 1, "{records:?}");
-    let (node_status, node_log) = late.exit("node 0");
+    let recoveries: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "worker_recovery")
+        .collect();
+    assert_eq!(recoveries.len(), 1, "{records:?}");
+    assert_eq!(recoveries[0]["report"]["node"], 1, "{}", recoveries[0]);
+    let (node_status, node_log) = survivor.exit("the surviving node 0");
     assert!(node_status.success(), "node 0 failed: {node_log}");
+    assert!(!node_log.contains("panicked"), "{node_log}");
+    (records, node_log)
+}
+
+/// The metrics file's one scale event of `cause`.
+fn the_event(records: &[serde_json::Value], cause: &str) -> serde_json::Value {
+    let events: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "scale" && r["cause"] == cause)
+        .collect();
+    assert_eq!(events.len(), 1, "{records:?}");
+    events[0].clone()
+}
+
+/// `--recover-workers`: an executor's old node reports the tasks it finished there late, and
+/// its new node dies right after adopting it. Node 0 holds each staged flush 2 s before
+/// reporting it, so when node 1's join takes one of its executors, that executor's last
+/// micro-tasks are finished on node 0 but not yet reported. The test kills node 1 as soon
+/// as the join is reported done, well within those 2 s with a lease of 1 s. The master
+/// hands a released executor to its new worker only once those reports are in
+/// (`moves_under_recovery.rs`); if it did not, node 1's death would run them again on the
+/// executor created afresh while node 0's late report still committed them: their updates
+/// applied twice and the job failed. Here the join's move is done, every counter ends
+/// exact and node 1's death is one worker recovery.
+#[test]
+fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_costs_no_update_twice(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, metrics, late) = late_reports_job(dir.path(), "2000");
+    let mut adopting = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
+    wait_for_join(&metrics);
+    adopting.child.kill().unwrap();
+    let _ = adopting.exit("node 1");
+    let (records, _) = assert_exact_end(master, &metrics, late);
+    assert_eq!(the_event(&records, "join")["ok"], true);
 }
 
 /// `--recover-workers`: the node a join's move goes to dies before the executor is sent
@@ -579,59 +605,19 @@ fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_c
 #[test]
 fn a_new_node_killed_while_its_join_moves_an_executor_to_it_costs_no_update() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let run = [
-        "run",
-        "counter",
-        "--tasks",
-        "600",
-        "--window",
-        "50",
-        "--executors-per-worker",
-        "2",
-        "--threads",
-        "2",
-        "--recover-workers",
-        "--lease-timeout-ms",
-        "1000",
-    ];
-    let mut master_args = run.to_vec();
-    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
-    let master = MasterProcess::start(harp_binary!(), &master_args);
-    let late = LoggedNode::start_with_env(
-        &master,
-        "both",
-        &run,
-        &[(harp::remote::STAGED_REPORT_DELAY_VAR, "4000")],
-    );
-    wait_until_running(&master);
-    let mut joining = LoggedNode::start_as(&master, "worker", &run);
+    let (master, metrics, late) = late_reports_job(dir.path(), "4000");
+    let mut joining = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
     joining.wait_for_line(&["joined the job"]);
     std::thread::sleep(Duration::from_millis(300));
     joining.child.kill().unwrap();
     let _ = joining.exit("node 1");
-    let (status, stderr) = master_exit(master);
-    assert!(status.success(), "the master failed: {stderr}");
-    let records = read_json_lines(&metrics);
-    let checks: Vec<_> = records
-        .iter()
-        .filter(|r| r.get("exact").is_some())
-        .collect();
-    assert_eq!(checks.len(), 1, "{records:?}");
-    assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
-    let joins: Vec<_> = records
-        .iter()
-        .filter(|r| r["event"] == "scale" && r["cause"] == "join")
-        .collect();
-    assert_eq!(joins.len(), 1, "{records:?}");
-    assert_eq!(joins[0]["ok"], false, "{}", joins[0]);
-    let why = joins[0]["error"].as_str().unwrap_or_default();
+    let (records, _) = assert_exact_end(master, &metrics, late);
+    let join = the_event(&records, "join");
+    assert_eq!(join["ok"], false, "{join}");
+    let why = join["error"].as_str().unwrap_or_default();
     println!("the join event: {why}");
     assert!(
         why.contains("executor-") && (why.contains("stays on worker-0") || why.contains("afresh")),
-        "the failed join does not say what became of its executor: {}",
-        joins[0]
+        "the failed join does not say what became of its executor: {join}"
     );
-    let (node_status, node_log) = late.exit("node 0");
-    assert!(node_status.success(), "node 0 failed: {node_log}");
 }

@@ -494,7 +494,7 @@ fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
 }
 
 /// The counter run of the late-report tests: 600 micro-tasks, 50 in flight per executor,
-/// worker recovery, a lease of 1 s.
+/// worker recovery, a lease of 1.5 s.
 const LATE_REPORTS_RUN: [&str; 13] = [
     "run",
     "counter",
@@ -508,7 +508,7 @@ const LATE_REPORTS_RUN: [&str; 13] = [
     "2",
     "--recover-workers",
     "--lease-timeout-ms",
-    "1000",
+    "1500",
 ];
 
 /// Starts the master of [`LATE_REPORTS_RUN`] and its node 0 (worker and server), which
@@ -571,10 +571,10 @@ fn the_event(records: &[serde_json::Value], cause: &str) -> serde_json::Value {
 }
 
 /// `--recover-workers`: an executor's old node reports the tasks it finished there late, and
-/// its new node dies right after adopting it. Node 0 holds each staged flush 2 s before
+/// its new node dies right after adopting it. Node 0 holds each staged flush 3.5 s before
 /// reporting it, so when node 1's join takes one of its executors, that executor's last
 /// micro-tasks are finished on node 0 but not yet reported. The test kills node 1 as soon
-/// as the join is reported done, well within those 2 s with a lease of 1 s. The master
+/// as the join is reported done, well within those 3.5 s with a lease of 1.5 s. The master
 /// hands a released executor to its new worker only once those reports are in
 /// (`moves_under_recovery.rs`); if it did not, node 1's death would run them again on the
 /// executor created afresh while node 0's late report still committed them: their updates
@@ -584,7 +584,7 @@ fn the_event(records: &[serde_json::Value], cause: &str) -> serde_json::Value {
 fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_costs_no_update_twice(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, late) = late_reports_job(dir.path(), "2000");
+    let (master, metrics, late) = late_reports_job(dir.path(), "3500");
     let mut adopting = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
     wait_for_join(&metrics);
     adopting.child.kill().unwrap();
@@ -594,9 +594,9 @@ fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_c
 }
 
 /// `--recover-workers`: the node a join's move goes to dies before the executor is sent
-/// there. Node 0 holds each staged flush 4 s before reporting it, so the executor node 1's
+/// there. Node 0 holds each staged flush 5 s before reporting it, so the executor node 1's
 /// join takes from it waits, released, for the reports of its last tasks; the test kills
-/// node 1 300 ms after it joined, and the master (lease 1 s) usually learns of the death
+/// node 1 300 ms after it joined, and the master (lease 1.5 s) usually learns of the death
 /// while the executor still waits: the move then goes back, node 0 adopts its own executor
 /// again, and the join's event says it stayed there. (When the reports win the race, the
 /// executor reaches node 1 first and is created afresh on node 0 after its death.) Either
@@ -605,7 +605,7 @@ fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_c
 #[test]
 fn a_new_node_killed_while_its_join_moves_an_executor_to_it_costs_no_update() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, late) = late_reports_job(dir.path(), "4000");
+    let (master, metrics, late) = late_reports_job(dir.path(), "5000");
     let mut joining = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
     joining.wait_for_line(&["joined the job"]);
     std::thread::sleep(Duration::from_millis(300));

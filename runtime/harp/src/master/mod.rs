@@ -19,6 +19,8 @@
 
 mod checkpoints;
 mod consistent;
+#[cfg(test)]
+mod end_wait_tests;
 mod inject;
 mod moves;
 mod moves_under_recovery;

@@ -21,7 +21,9 @@
 //! executor and those tasks to the master, which gives them to the new worker with
 //! [`WorkerMsg::Adopt`]. Other executors' tasks keep running meanwhile. An executor whose
 //! state is still on its way from another node ([`WorkerMsg::Expect`]) has the micro-tasks
-//! dispatched to it meanwhile kept here until it arrives.
+//! dispatched to it meanwhile kept here until it arrives ([`WorkerMsg::Forget`] drops them
+//! when it will not). A consistent checkpoint asks an executor for its saved state without
+//! taking it away ([`WorkerMsg::Save`], answered between two of its micro-tasks).
 
 use crate::app::{App, Completion, Executor};
 use crate::error::HarpError;

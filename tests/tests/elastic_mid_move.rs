@@ -494,36 +494,43 @@ fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
 }
 
 /// The counter run of the late-report tests: 600 micro-tasks, 50 in flight per executor,
-/// worker recovery, a lease of 1.5 s.
-const LATE_REPORTS_RUN: [&str; 13] = [
-    "run",
-    "counter",
-    "--tasks",
-    "600",
-    "--window",
-    "50",
-    "--executors-per-worker",
-    "2",
-    "--threads",
-    "2",
-    "--recover-workers",
-    "--lease-timeout-ms",
-    "1500",
-];
+/// executor states of `state_bytes`, worker recovery, a lease of 1.5 s.
+fn late_reports_run(state_bytes: &'static str) -> Vec<&'static str> {
+    vec![
+        "run",
+        "counter",
+        "--tasks",
+        "600",
+        "--window",
+        "50",
+        "--executors-per-worker",
+        "2",
+        "--state-bytes",
+        state_bytes,
+        "--threads",
+        "2",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "1500",
+    ]
+}
 
-/// Starts the master of [`LATE_REPORTS_RUN`] and its node 0 (worker and server), which
-/// holds each staged flush `delay_ms` before reporting it
-/// (`HARP_FAULT_STAGED_REPORT_DELAY_MS`); waits until the job runs. Also returns the
-/// metrics file.
-fn late_reports_job(dir: &Path, delay_ms: &str) -> (MasterProcess, PathBuf, LoggedNode) {
+/// Starts the master of `run` and its node 0 (worker and server), which holds each staged
+/// flush `delay_ms` before reporting it (`HARP_FAULT_STAGED_REPORT_DELAY_MS`); waits until
+/// the job runs. Also returns the metrics file.
+fn late_reports_job(
+    dir: &Path,
+    run: &[&str],
+    delay_ms: &str,
+) -> (MasterProcess, PathBuf, LoggedNode) {
     let metrics = dir.join("metrics.jsonl");
-    let mut master_args = LATE_REPORTS_RUN.to_vec();
+    let mut master_args = run.to_vec();
     master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
     let master = MasterProcess::start(harp_binary!(), &master_args);
     let late = LoggedNode::start_with_env(
         &master,
         "both",
-        &LATE_REPORTS_RUN,
+        run,
         &[(harp::remote::STAGED_REPORT_DELAY_VAR, delay_ms)],
     );
     wait_until_running(&master);
@@ -584,8 +591,9 @@ fn the_event(records: &[serde_json::Value], cause: &str) -> serde_json::Value {
 fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_costs_no_update_twice(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, late) = late_reports_job(dir.path(), "3500");
-    let mut adopting = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
+    let run = late_reports_run("0");
+    let (master, metrics, late) = late_reports_job(dir.path(), &run, "3500");
+    let mut adopting = LoggedNode::start_as(&master, "worker", &run);
     wait_for_join(&metrics);
     adopting.child.kill().unwrap();
     let _ = adopting.exit("node 1");
@@ -605,19 +613,46 @@ fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_c
 #[test]
 fn a_new_node_killed_while_its_join_moves_an_executor_to_it_costs_no_update() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, metrics, late) = late_reports_job(dir.path(), "5000");
-    let mut joining = LoggedNode::start_as(&master, "worker", &LATE_REPORTS_RUN);
+    kill_the_joining_node_during_its_move(dir.path(), "0");
+}
+
+/// The same with executor states of 300 MB, which node 0 parks for node 1 when it releases
+/// one. When the move goes back, node 0 fetches the
+/// state it parked from itself and runs the executor with it again (node 0 logs the fetch);
+/// when the reports win the race the executor is created afresh on node 0. Either way every
+/// counter ends exact.
+#[test]
+fn a_new_node_killed_while_its_join_moves_a_parked_state_to_it_costs_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    kill_the_joining_node_during_its_move(dir.path(), "300000000");
+}
+
+/// Node 0 (worker and server) holds each staged flush 5 s before reporting it; node 1
+/// (worker) joins and is SIGKILLed 300 ms after it joined, while the executor its join
+/// takes from node 0 usually still waits, released, for the reports of its last tasks. The
+/// job must end with every counter exact and the join reported failed, saying what became
+/// of the executor.
+fn kill_the_joining_node_during_its_move(dir: &Path, state_bytes: &'static str) {
+    let run = late_reports_run(state_bytes);
+    let (master, metrics, late) = late_reports_job(dir, &run, "5000");
+    let mut joining = LoggedNode::start_as(&master, "worker", &run);
     joining.wait_for_line(&["joined the job"]);
     std::thread::sleep(Duration::from_millis(300));
     joining.child.kill().unwrap();
     let _ = joining.exit("node 1");
-    let (records, _) = assert_exact_end(master, &metrics, late);
+    let (records, node_log) = assert_exact_end(master, &metrics, late);
     let join = the_event(&records, "join");
     assert_eq!(join["ok"], false, "{join}");
-    let why = join["error"].as_str().unwrap_or_default();
+    let why = join["error"].as_str().unwrap_or_default().to_string();
     println!("the join event: {why}");
     assert!(
         why.contains("executor-") && (why.contains("stays on worker-0") || why.contains("afresh")),
         "the failed join does not say what became of its executor: {join}"
     );
+    if why.contains("stays on worker-0") && state_bytes != "0" {
+        assert!(
+            node_log.contains("executor state fetched"),
+            "node 0 did not fetch back the state it parked: {node_log}"
+        );
+    }
 }

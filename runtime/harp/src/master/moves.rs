@@ -17,7 +17,7 @@ use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
 use crate::server::{ServerMsg, ShardMoved};
-use crate::worker::{ExecutorBody, ReleasedExecutor, TaskEnvelope, WorkerMsg};
+use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
 use harp_core::{plan_rebalance, ExecutorId, Placed, RebalanceInput, ServerId, ShardId, WorkerId};
 use ractor::ActorRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -328,15 +328,9 @@ impl<A: App> MasterState<A> {
         let Some(motion) = self.moving.remove(&executor) else {
             return Ok(());
         };
+        // Diverted back to its old worker (`to == from`), a state parked there is fetched
+        // by that node from itself.
         let (from, to) = (motion.from, motion.to);
-        if to == from && matches!(released.executor, ExecutorBody::Parked(_)) {
-            // Diverted back to a node that parked its state for the dead target: created
-            // afresh there instead (a node does not fetch from itself).
-            let why = motion.diverted.map(|why| {
-                format!("{why}, created afresh (its state was parked for the dead worker)")
-            });
-            return self.recreate_after_failed_move(myself, executor, to, why);
-        }
         let tasks = released.pending.len();
         let bytes = released.executor.state_bytes();
         released.pending.extend(motion.buffered);
@@ -397,7 +391,7 @@ impl<A: App> MasterState<A> {
                     "{executor} lost its state moving from {from} to {to} ({e}); it was created \
                      afresh on {to} and its uncommitted micro-tasks run again"
                 );
-                return self.recreate_after_failed_move(myself, executor, to, Some(why));
+                return self.recreate_after_failed_move(myself, executor, to, why);
             }
             let lost = format!("{executor} was lost moving from {from} to {to}: {e}");
             self.move_failed(executor, HarpError::Remote(lost.clone()));

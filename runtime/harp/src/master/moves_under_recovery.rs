@@ -18,8 +18,8 @@
 //!     names the node: its state and its unreported tasks died there, and every
 //!     uncommitted task runs again;
 //!   - an executor moving *to* it and not yet sent there goes back: the move's target
-//!     becomes its old worker, which adopts it again (a state parked on that node for the
-//!     dead one is not fetched back: the executor is created afresh there);
+//!     becomes its old worker, which adopts it again (a state it parked for the dead node
+//!     it fetches from itself);
 //!   - an executor it was adopting is created afresh with its own executors (the map names
 //!     it by then);
 //!   - an executor it released and a live node was fetching: the fetch fails, and on that
@@ -161,10 +161,8 @@ impl<A: App> MasterState<A> {
         myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
         to: WorkerId,
-        why: Option<String>,
+        why: String,
     ) -> Result<(), HarpError> {
-        let why = why
-            .unwrap_or_else(|| format!("{executor} could not move: it was created afresh on {to}"));
         tracing::warn!(%executor, %to, "{why}");
         self.recreate(myself, executor, to)?;
         self.move_failed(executor, HarpError::Remote(why));

@@ -17,11 +17,14 @@
 //! at the end; the receiving link keeps each chunk's pieces as quinn hands them over
 //! (`Link::open_for_state`), and [`Assembly`] copies them into place.
 //!
-//! The releasing node keeps a parked state until a fetch has handed every chunk to QUIC, and
+//! The releasing node keeps a parked state until a fetch has handed every chunk to QUIC (or
+//! failed to: a failed fetch is not retried), and
 //! a node that was asked to leave waits (a bounded time) for its parked states to be fetched
 //! before it exits. A fetch that fails (the releasing node died, a chunk does not fit the
 //! announced size) is an error the adopting node reports; the master then ends the job with
-//! it, because the executor has no host.
+//! it, because the executor has no host, or, in a job that recovers worker nodes, creates
+//! the executor afresh there (`master/moves_under_recovery.rs`). A node fetches a state it
+//! parked itself the same way, over a link to its own endpoint (a move that went back).
 
 use crate::error::HarpError;
 use bytes::Bytes;
@@ -106,8 +109,11 @@ impl StateOutbox {
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = sent {
-                tracing::warn!(transfer, error = %e, "a parked executor state could not be sent");
+                // The fetch failed for good (the adopting node reports it and the executor
+                // is created afresh, or the job ends): nothing will fetch this state again.
+                tracing::warn!(transfer, error = %e, "a parked executor state could not be sent; it is dropped");
                 link.close("the executor state could not be sent");
+                self.forget(transfer);
                 return;
             }
             offset = end;
@@ -123,6 +129,11 @@ impl StateOutbox {
             mb_s = total as f64 / 1e6 / send_s.max(1e-9),
             "parked executor state handed to QUIC"
         );
+        self.forget(transfer);
+    }
+
+    /// Drops the state parked as `transfer`.
+    fn forget(&self, transfer: u64) {
         self.parked.remove(&transfer);
         if self.parked.is_empty() {
             self.emptied.notify_waiters();
@@ -372,6 +383,52 @@ mod tests {
     #[test]
     fn an_empty_state_is_complete_at_once() {
         assert!(Assembly::new(0, 4).unwrap().complete());
+    }
+
+    /// A link from one endpoint to another (both in this process), as the releasing node
+    /// sees it when the adopting node dialled it.
+    async fn accepted_link() -> Link {
+        use harp_net::{JobCredentials, NetEndpoint, TransportConfig};
+        use harp_wire::FrameLimits;
+        let creds = JobCredentials::generate("outbox-test").unwrap();
+        let bind = || {
+            let identity = creds.issue_node().unwrap();
+            let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+            NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
+        };
+        let (releasing, adopting) = (bind(), bind());
+        let addr = releasing.local_addr().unwrap();
+        let dial = async {
+            let conn = adopting.connect(addr).await.unwrap();
+            let hello = Message::Heartbeat {
+                node_id: 1,
+                lease_seq: 0,
+            };
+            Link::open(conn, &hello, FrameLimits::default(), Default::default())
+                .await
+                .unwrap()
+        };
+        let accept = async {
+            let conn = releasing.accept().await.unwrap().unwrap();
+            Link::accept(conn, FrameLimits::default(), Default::default())
+                .await
+                .unwrap()
+        };
+        let (_, (link, _incoming)) = tokio::join!(dial, accept);
+        link
+    }
+
+    /// A fetch whose link fails mid-way is not retried, so the state it was sending is
+    /// dropped rather than kept until the job ends.
+    #[tokio::test]
+    async fn a_state_whose_fetch_failed_is_dropped() {
+        let outbox = StateOutbox::default();
+        let transfer = outbox.park(vec![7; 3 * CHUNK_BYTES]);
+        let link = accepted_link().await;
+        link.close("the adopting node died");
+        outbox.serve_fetch(&link, 0, transfer).await;
+        assert_eq!(outbox.waiting(), 0, "the state stayed parked");
+        assert!(outbox.wait_empty(Duration::from_millis(1)).await);
     }
 
     #[tokio::test]

@@ -106,44 +106,7 @@ fn a_failed_server_costs_exactly_what_its_recovery_report_says() {
         );
         assert!(stats.rows_saved > 0 && stats.bytes_saved > 0, "{stats:?}");
 
-        // The oracle: rows of surviving shards exact; the failed shards short by the loss.
-        let driver = &outcome.driver;
-        let params = outcome.params.as_ref().unwrap();
-        let table = app.counters();
-        let mut missing_total = 0i64;
-        for (row, want) in driver.expected() {
-            let got = params.row(table, *row).unwrap_or(&[]);
-            let key = ParamKey::new(table.id(), *row);
-            let shard = harp_core_shard(key, num_shards);
-            if lost_shards.contains(&shard) {
-                let got_sum: i64 = got.iter().sum();
-                let want_sum: i64 = want.iter().sum();
-                assert!(got_sum <= want_sum, "seed {seed} row {row}: gained updates");
-                missing_total += want_sum - got_sum;
-            } else {
-                assert_eq!(
-                    got,
-                    want.as_slice(),
-                    "seed {seed}: row {row} of a live shard"
-                );
-            }
-        }
-        let lost = report
-            .lost
-            .as_ref()
-            .expect("an injected failure knows its values");
-        assert_eq!(
-            lost.lost_sum, missing_total as f64,
-            "seed {seed}: the report's lost updates must equal what the counters miss"
-        );
-        // The counters' norm is L1, so the perturbation is the same count.
-        let (name, table_report) = &lost.tables[0];
-        assert_eq!(name, "counters");
-        assert_eq!(table_report.norm, Norm::L1);
-        assert_eq!(
-            table_report.perturbation, missing_total as f64,
-            "seed {seed}"
-        );
+        let missing_total = assert_short_by_the_reported_loss(&app, &outcome, &report, seed);
         eprintln!(
             "seed {seed} {selection:?} r={fraction}: {} rounds, {} rows restored, {missing_total} increments lost, recovered in {:.3} s, {} requests resent",
             stats.rounds, report.rows_restored, report.duration_s, outcome.stats.node.requests_resent
@@ -218,6 +181,113 @@ fn invalid_checkpoint_options_are_refused_before_the_job_starts() {
             Ok(_) => panic!("r={fraction} C={period}: accepted"),
         }
     }
+}
+
+/// The oracle after a recovered failure: every row of a surviving shard exact, the rows of
+/// the failed server's shards never above their expected sums and short by exactly the
+/// loss the report gives (also its perturbation, under the counters' L1 norm). Returns the
+/// increments lost.
+fn assert_short_by_the_reported_loss(
+    app: &CounterApp,
+    outcome: &harp::JobOutcome<CounterApp>,
+    report: &ServerRecovery,
+    seed: u64,
+) -> i64 {
+    let num_shards = SERVERS * SHARDS_PER_SERVER;
+    let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
+    let driver = &outcome.driver;
+    let params = outcome.params.as_ref().unwrap();
+    let table = app.counters();
+    let mut missing_total = 0i64;
+    for (row, want) in driver.expected() {
+        let got = params.row(table, *row).unwrap_or(&[]);
+        let key = ParamKey::new(table.id(), *row);
+        let shard = harp_core_shard(key, num_shards);
+        if lost_shards.contains(&shard) {
+            let got_sum: i64 = got.iter().sum();
+            let want_sum: i64 = want.iter().sum();
+            assert!(got_sum <= want_sum, "seed {seed} row {row}: gained updates");
+            missing_total += want_sum - got_sum;
+        } else {
+            assert_eq!(
+                got,
+                want.as_slice(),
+                "seed {seed}: row {row} of a live shard"
+            );
+        }
+    }
+    let lost = report
+        .lost
+        .as_ref()
+        .expect("an injected failure knows its values");
+    assert_eq!(
+        lost.lost_sum, missing_total as f64,
+        "seed {seed}: the report's lost updates must equal what the counters miss"
+    );
+    // The counters' norm is L1, so the perturbation is the same count.
+    let (name, table_report) = &lost.tables[0];
+    assert_eq!(name, "counters");
+    assert_eq!(table_report.norm, Norm::L1);
+    assert_eq!(
+        table_report.perturbation, missing_total as f64,
+        "seed {seed}"
+    );
+    missing_total
+}
+
+/// A server fails while a scale event moves executors (a worker added; no shard moves):
+/// executor moves do not touch the shards, so the failure is recovered as at any other
+/// time, and the scale event ends too. The failure is queued right behind the scale
+/// command, and each task sleeps 50 ms, so a release waits for its executor's running task:
+/// the master handles the failure while the event runs (before, it refused it: "a scale
+/// event was moving shards or executors"). The oracle of
+/// [`assert_short_by_the_reported_loss`] holds.
+#[test]
+fn a_server_failure_while_a_scale_event_moves_executors_is_recovered() {
+    let seed = 11;
+    let app = Arc::new(
+        CounterApp::new(CounterConfig {
+            tasks: 400,
+            rows: 400,
+            seed,
+            task_sleep_us: 50_000,
+            losses_expected: true,
+            ..CounterConfig::default()
+        })
+        .unwrap(),
+    );
+    let scar = ScarOptions {
+        period: 8,
+        fraction: 0.25,
+        selection: Selection::Priority,
+        ..ScarOptions::default()
+    };
+    let job = job(Some(scar));
+    let runner = app.clone();
+    let (outcome, crash, scaled) = runtime(Threads::Multi(2)).block_on(async move {
+        let (control, inbox) = job_control();
+        let running =
+            tokio::spawn(async move { harp::run_job_controlled(runner, &job, inbox).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Polled in order: the scale command is queued first, the failure right behind it,
+        // so the master starts the scale event and then handles the failure while the
+        // executors it moves are still being released.
+        let (scaled, crash) =
+            tokio::join!(control.scale_out(1, 0), control.crash_server(ServerId(1)));
+        (running.await.unwrap(), crash, scaled)
+    });
+    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
+    let report = crash.unwrap_or_else(|e| panic!("the failure was not recovered: {e}"));
+    let scaled = scaled.unwrap_or_else(|e| panic!("the scale event failed: {e}"));
+    assert!(scaled.executors_moved > 0, "{scaled:?}");
+    assert_eq!(scaled.shards_moved, 0, "{scaled:?}");
+    assert_eq!(outcome.stats.recoveries, vec![report.clone()]);
+    let missing = assert_short_by_the_reported_loss(&app, &outcome, &report, seed);
+    eprintln!(
+        "a failure during a scale event of {:.3} s ({} executors moved): recovered, {missing} \
+         increments lost as reported",
+        scaled.duration_s, scaled.executors_moved
+    );
 }
 
 fn harp_core_shard(key: ParamKey, num_shards: u32) -> u32 {

@@ -72,6 +72,15 @@ pub(crate) struct ScaleInProgress {
     reply: Option<oneshot::Sender<Result<ScaleReport, HarpError>>>,
 }
 
+impl ScaleInProgress {
+    /// Whether a shard's move is under way (the items are named by their ids, `shard-N`).
+    pub(crate) fn moves_shards(&self) -> bool {
+        self.unfinished
+            .keys()
+            .any(|item| item.starts_with("shard-"))
+    }
+}
+
 impl Drop for ScaleInProgress {
     /// The master stopped (the job ended) before the event did: answer with what never
     /// ended, rather than let the answer vanish (which its caller could only read as an
@@ -557,4 +566,34 @@ fn reply_to_master<A: App, T: Send + 'static>(
         // A master that stopped no longer needs it.
         let _ = master.send_message(wrap(result));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Server recovery waits out shard moves only (`recovery.rs`): the unfinished items are
+    /// named by their ids, and only a shard's name counts.
+    #[test]
+    fn only_an_unfinished_shard_move_is_moving_shards() {
+        let mut scale = ScaleInProgress {
+            started: Instant::now(),
+            unfinished: BTreeMap::new(),
+            report: ScaleReport::default(),
+            first_error: None,
+            reply: None,
+        };
+        assert!(!scale.moves_shards());
+        let executor = ExecutorId(3);
+        scale.unfinished.insert(
+            executor.to_string(),
+            "executor-3 from worker-0 to worker-1".into(),
+        );
+        assert!(!scale.moves_shards());
+        scale.unfinished.insert(
+            ShardId(1).to_string(),
+            "shard-1 from server-0 to server-1".into(),
+        );
+        assert!(scale.moves_shards());
+    }
 }

@@ -30,6 +30,8 @@ pub mod scar;
 mod server;
 mod spawn;
 pub mod table;
+#[cfg(test)]
+mod test_support;
 mod worker;
 
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};

@@ -5,89 +5,16 @@
 
 use super::checkpoints::ROUND_AT_END_WAIT;
 use super::{MasterActor, MasterArgs, MasterMsg};
-use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
+use crate::app::JobInfo;
 use crate::scar::ScarOptions;
-use crate::server::ServerMsg;
-use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
+use crate::test_support::{FinishAtOnce, OneIteration, SilentServer};
+use crate::TableSet;
 use harp_core::scar::Selection;
 use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::Actor;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-
-/// An app whose driver reports iteration 1 and finishes before dispatching anything.
-struct OneIteration(TableSet);
-struct FinishAtOnce;
-struct Idle;
-
-impl App for OneIteration {
-    type Args = ();
-    type Output = ();
-    type Driver = FinishAtOnce;
-    type Executor = Idle;
-    fn name(&self) -> &str {
-        "one-iteration"
-    }
-    fn tables(&self) -> &TableSet {
-        &self.0
-    }
-    fn create_driver(&self, _: &JobInfo) -> Result<FinishAtOnce, AppError> {
-        Ok(FinishAtOnce)
-    }
-    fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<Idle, AppError> {
-        Ok(Idle)
-    }
-}
-
-impl Driver<OneIteration> for FinishAtOnce {
-    fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
-        ctx.iteration_completed(1);
-        ctx.finish();
-        Ok(())
-    }
-    fn handle_task_completion(
-        &mut self,
-        _: Completion<()>,
-        _: &mut DriverContext<'_, ()>,
-    ) -> Result<(), AppError> {
-        Ok(())
-    }
-}
-
-impl Executor<OneIteration> for Idle {
-    async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
-        Ok(())
-    }
-}
-
-/// A server that keeps every request and answers none (its reply senders stay open, so the
-/// round waits rather than failing).
-struct Silent;
-
-impl Actor for Silent {
-    type Msg = ServerMsg;
-    type State = Vec<ServerMsg>;
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<ServerMsg>,
-        _: (),
-    ) -> Result<Vec<ServerMsg>, ActorProcessingErr> {
-        Ok(Vec::new())
-    }
-
-    async fn handle(
-        &self,
-        _: ActorRef<ServerMsg>,
-        msg: ServerMsg,
-        kept: &mut Vec<ServerMsg>,
-    ) -> Result<(), ActorProcessingErr> {
-        kept.push(msg);
-        Ok(())
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_round_a_server_never_answers_is_waited_for_then_counted_unfinished() {
@@ -113,7 +40,7 @@ async fn a_round_a_server_never_answers_is_waited_for_then_counted_unfinished() 
     let (master, _) = Actor::spawn(None, MasterActor::<OneIteration>::new(), args)
         .await
         .unwrap();
-    let (silent, _) = Actor::spawn(None, Silent, ()).await.unwrap();
+    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
     let began = tokio::time::Instant::now();
     master
         .send_message(MasterMsg::Start {

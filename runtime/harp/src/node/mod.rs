@@ -493,35 +493,9 @@ impl ParamStore {
 mod tests {
     use super::*;
     use crate::table::{Init, UpdateRule};
+    use crate::test_support::SilentServer;
     use harp_core::ShardMap;
-    use ractor::{Actor, ActorProcessingErr, ActorRef};
-
-    /// A server that takes every request and never answers (a live but stuck peer).
-    struct SilentServer;
-
-    impl Actor for SilentServer {
-        type Msg = ServerMsg;
-        type State = Vec<ServerMsg>;
-        type Arguments = ();
-
-        async fn pre_start(
-            &self,
-            _myself: ActorRef<ServerMsg>,
-            _: (),
-        ) -> Result<Self::State, ActorProcessingErr> {
-            Ok(Vec::new())
-        }
-
-        async fn handle(
-            &self,
-            _myself: ActorRef<ServerMsg>,
-            msg: ServerMsg,
-            held: &mut Self::State,
-        ) -> Result<(), ActorProcessingErr> {
-            held.push(msg); // keeps the reply senders alive, so no one sees a hang-up
-            Ok(())
-        }
-    }
+    use ractor::{Actor, ActorRef};
 
     async fn store_with_silent_server() -> (ParamStore, ParamKey) {
         let mut tables = TableSet::new();

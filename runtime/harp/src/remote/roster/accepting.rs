@@ -154,60 +154,15 @@ async fn take<A: App>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{Driver, DriverContext, Executor, JobInfo};
     use crate::remote::scale_client::{send_scale_command, ScaleError};
-    use crate::{AppError, Completion, ExecutorId, JobCredentials, ParamClient, TableSet};
+    // The acceptor's type parameter; never run (the job here never starts).
+    use crate::test_support::OneIteration;
+    use crate::JobCredentials;
     use harp_net::TransportConfig;
     use std::net::SocketAddr;
 
-    /// The acceptor's type parameter; never run (the job here never starts).
-    struct NoApp(TableSet);
-    struct NoDriver;
-    struct NoExecutor;
-
-    impl App for NoApp {
-        type Args = ();
-        type Output = ();
-        type Driver = NoDriver;
-        type Executor = NoExecutor;
-        fn name(&self) -> &str {
-            "none"
-        }
-        fn tables(&self) -> &TableSet {
-            &self.0
-        }
-        fn create_driver(&self, _: &JobInfo) -> Result<NoDriver, AppError> {
-            Err("never created".into())
-        }
-        fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<NoExecutor, AppError> {
-            Err("never created".into())
-        }
-    }
-
-    impl Driver<NoApp> for NoDriver {
-        fn dispatch_initial_tasks(
-            &mut self,
-            _: &mut DriverContext<'_, ()>,
-        ) -> Result<(), AppError> {
-            Ok(())
-        }
-        fn handle_task_completion(
-            &mut self,
-            _: Completion<()>,
-            _: &mut DriverContext<'_, ()>,
-        ) -> Result<(), AppError> {
-            Ok(())
-        }
-    }
-
-    impl Executor<NoApp> for NoExecutor {
-        async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
-            Ok(())
-        }
-    }
-
     /// A master's endpoint whose job is starting, and the credentials of its job.
-    fn starting_master() -> (Accepting<NoApp>, SocketAddr, JobCredentials) {
+    fn starting_master() -> (Accepting<OneIteration>, SocketAddr, JobCredentials) {
         let creds = JobCredentials::generate("accepting").unwrap();
         let identity = creds.issue_node().unwrap();
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -1,0 +1,80 @@
+//! Stand-ins the crate's unit tests share: a server actor that never answers, and the
+//! smallest app (its driver reports iteration 1 and finishes; its executors do nothing).
+
+use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
+use crate::server::ServerMsg;
+use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+/// A server that takes every request and never answers (a live but stuck peer): it keeps
+/// the requests, so their reply senders stay open and no one sees a hang-up.
+pub(crate) struct SilentServer;
+
+impl Actor for SilentServer {
+    type Msg = ServerMsg;
+    type State = Vec<ServerMsg>;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(Vec::new())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        held: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        held.push(msg);
+        Ok(())
+    }
+}
+
+/// An app whose driver reports iteration 1 and finishes before dispatching anything.
+pub(crate) struct OneIteration(pub TableSet);
+pub(crate) struct FinishAtOnce;
+pub(crate) struct Idle;
+
+impl App for OneIteration {
+    type Args = ();
+    type Output = ();
+    type Driver = FinishAtOnce;
+    type Executor = Idle;
+    fn name(&self) -> &str {
+        "one-iteration"
+    }
+    fn tables(&self) -> &TableSet {
+        &self.0
+    }
+    fn create_driver(&self, _: &JobInfo) -> Result<FinishAtOnce, AppError> {
+        Ok(FinishAtOnce)
+    }
+    fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<Idle, AppError> {
+        Ok(Idle)
+    }
+}
+
+impl Driver<OneIteration> for FinishAtOnce {
+    fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
+        ctx.iteration_completed(1);
+        ctx.finish();
+        Ok(())
+    }
+    fn handle_task_completion(
+        &mut self,
+        _: Completion<()>,
+        _: &mut DriverContext<'_, ()>,
+    ) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+impl Executor<OneIteration> for Idle {
+    async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
+        Ok(())
+    }
+}

@@ -560,8 +560,9 @@ async fn executor_loop<A: App>(
             Next::Stop => return,
             Next::Save(replies) => {
                 for reply in replies {
+                    // The app's own error, as the checkpoint's record shows it.
                     let saved = executor.save_state().map_err(|source| {
-                        HarpError::InvalidConfig(format!("cannot save the state of {id}: {source}"))
+                        HarpError::Remote(format!("{id} could not save its state: {source}"))
                     });
                     let _ = reply.send(saved);
                 }

@@ -51,7 +51,7 @@ use harp::JobConfig;
 use harp_apps::counter::{CounterApp, CounterConfig};
 
 mod master_process;
-pub use master_process::{MasterProcess, PATIENCE};
+pub use master_process::{spawn_reading_stderr, MasterProcess, PATIENCE};
 
 /// The `harp` executable the process-level tests run: `$HARP_BIN` when set, else the
 /// `harp-cli` binary Cargo built for this crate's tests.

@@ -13,6 +13,32 @@ use std::time::{Duration, Instant};
 /// How long a wait for the job to reach a state may take before the test gives up.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
+/// Starts `command` (stdin and stdout null, no backtraces) with its stderr read line by
+/// line on a thread of its own: the child, the lines, and the reader, which ends with
+/// stderr.
+#[allow(clippy::zombie_processes)] // the caller waits for it
+pub fn spawn_reading_stderr(
+    command: &mut Command,
+) -> (Child, mpsc::Receiver<String>, std::thread::JoinHandle<()>) {
+    let mut child = command
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, lines, reader)
+}
+
 /// A running master whose stderr the test reads.
 pub struct MasterProcess {
     harp: PathBuf,
@@ -33,23 +59,9 @@ impl MasterProcess {
     /// Starts `harp ARGS` and returns once it said where it listens.
     #[allow(clippy::zombie_processes)] // `finish` waits for it
     pub fn start(harp: PathBuf, args: &[&str]) -> MasterProcess {
-        let mut child = Command::new(&harp)
-            .args(args)
-            .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let mut command = Command::new(&harp);
+        command.args(args);
+        let (child, lines, reader) = spawn_reading_stderr(&mut command);
         let mut master = MasterProcess {
             harp,
             child,

@@ -7,8 +7,10 @@
 //!   created afresh on a live worker, its uncommitted micro-tasks run again, and at the end
 //!   every counter is exact (no update lost or applied twice).
 
-use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, PATIENCE};
-use std::io::{BufRead, BufReader, Read};
+use harp_tests::{
+    harp_binary, read_json_lines, spawn_reading_stderr, wait_exit, MasterProcess, PATIENCE,
+};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -43,29 +45,16 @@ impl LoggedNode {
         run_args: &[&str],
         env: &[(&str, &str)],
     ) -> LoggedNode {
-        let mut child = Command::new(harp_binary!())
+        let mut command = Command::new(harp_binary!());
+        command
             .envs(env.iter().copied())
             .args(["node", "--join", &master.addr, "--credentials"])
             .arg(&master.credentials)
             .args(["--role", role])
             .arg("--")
             .args(run_args)
-            .env("HARP_LOG", "warn,harp=info")
-            .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+            .env("HARP_LOG", "warn,harp=info");
+        let (child, lines, _reader) = spawn_reading_stderr(&mut command);
         LoggedNode {
             child,
             lines,

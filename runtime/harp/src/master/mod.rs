@@ -98,10 +98,6 @@ pub(crate) enum MasterMsg<A: App> {
     /// The new worker of a moving executor runs it, or could not take it (internal).
     ExecutorAdopted {
         executor: ExecutorId,
-        from: WorkerId,
-        to: WorkerId,
-        /// Micro-tasks and state bytes that moved with it.
-        moved: (usize, u64),
         result: Result<(), HarpError>,
     },
     /// A server handed a shard over (internal).
@@ -647,14 +643,8 @@ impl<A: App> Actor for MasterActor<A> {
             } => state
                 .on_executor_released(&myself, executor, from, result)
                 .map(|_| false),
-            MasterMsg::ExecutorAdopted {
-                executor,
-                from,
-                to,
-                moved,
-                result,
-            } => state
-                .on_executor_adopted(&myself, executor, (from, to), moved, result)
+            MasterMsg::ExecutorAdopted { executor, result } => state
+                .on_executor_adopted(&myself, executor, result)
                 .map(|_| false),
             MasterMsg::ShardHandedOff { shard, to, result } => {
                 state.on_shard_handed_off(shard, to, result).map(|_| false)

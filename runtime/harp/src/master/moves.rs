@@ -64,20 +64,40 @@ pub struct MoveRecord {
 /// A scale event in progress.
 pub(crate) struct ScaleInProgress {
     started: Instant,
-    /// The moves under way: the item moving (`executor-3`, `shard-1`) → the whole move.
-    unfinished: BTreeMap<String, String>,
+    /// The moves under way: the item moving → the whole move (`executor-3 from worker-0 to
+    /// worker-1`).
+    unfinished: BTreeMap<Moving, String>,
     report: ScaleReport,
     first_error: Option<HarpError>,
     /// Taken when the event is answered.
     reply: Option<oneshot::Sender<Result<ScaleReport, HarpError>>>,
 }
 
+/// What a move of a scale event moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Moving {
+    Executor(ExecutorId),
+    Shard(ShardId),
+}
+
+impl From<ExecutorId> for Moving {
+    fn from(executor: ExecutorId) -> Self {
+        Moving::Executor(executor)
+    }
+}
+
+impl From<ShardId> for Moving {
+    fn from(shard: ShardId) -> Self {
+        Moving::Shard(shard)
+    }
+}
+
 impl ScaleInProgress {
-    /// Whether a shard's move is under way (the items are named by their ids, `shard-N`).
+    /// Whether a shard's move is under way.
     pub(crate) fn moves_shards(&self) -> bool {
         self.unfinished
             .keys()
-            .any(|item| item.starts_with("shard-"))
+            .any(|item| matches!(item, Moving::Shard(_)))
     }
 }
 
@@ -120,6 +140,8 @@ pub(crate) struct ExecutorInMotion<A: App> {
 pub(crate) struct Adopting {
     pub from: WorkerId,
     pub to: WorkerId,
+    /// Micro-tasks and bytes of saved state that moved with it.
+    moved: (usize, u64),
     pub diverted: Option<String>,
 }
 
@@ -195,7 +217,7 @@ impl<A: App> MasterState<A> {
             match self.begin_executor_move(myself, m.item, m.from, m.to) {
                 Ok(()) => {
                     let whole = format!("{} from {} to {}", m.item, m.from, m.to);
-                    scale.unfinished.insert(m.item.to_string(), whole);
+                    scale.unfinished.insert(m.item.into(), whole);
                 }
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
@@ -206,7 +228,7 @@ impl<A: App> MasterState<A> {
             match self.begin_shard_move(myself, m.item, m.from, m.to) {
                 Ok(()) => {
                     let whole = format!("{} from {} to {}", m.item, m.from, m.to);
-                    scale.unfinished.insert(m.item.to_string(), whole);
+                    scale.unfinished.insert(m.item.into(), whole);
                 }
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
@@ -362,6 +384,7 @@ impl<A: App> MasterState<A> {
             Adopting {
                 from,
                 to,
+                moved: (tasks, bytes),
                 diverted: motion.diverted,
             },
         );
@@ -369,13 +392,7 @@ impl<A: App> MasterState<A> {
             myself,
             rx,
             HarpError::WorkerUnreachable(to),
-            move |result| MasterMsg::ExecutorAdopted {
-                executor,
-                from,
-                to,
-                moved: (tasks, bytes),
-                result,
-            },
+            move |result| MasterMsg::ExecutorAdopted { executor, result },
         );
         Ok(())
     }
@@ -387,13 +404,17 @@ impl<A: App> MasterState<A> {
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
-        (from, to): (WorkerId, WorkerId),
-        (tasks, bytes): (usize, u64),
         result: Result<(), HarpError>,
     ) -> Result<(), HarpError> {
         let Some(adopting) = self.adopting.remove(&executor) else {
             return Ok(()); // its new worker died meanwhile: created afresh elsewhere
         };
+        let Adopting {
+            from,
+            to,
+            moved: (tasks, bytes),
+            diverted,
+        } = adopting;
         if let Err(e) = result {
             if self.worker_recovery.is_some() && self.workers.contains_key(&to) {
                 let why = format!(
@@ -406,7 +427,7 @@ impl<A: App> MasterState<A> {
             self.move_failed(executor, HarpError::Remote(lost.clone()));
             return Err(HarpError::Remote(lost));
         }
-        if let Some(why) = adopting.diverted {
+        if let Some(why) = diverted {
             tracing::warn!(%executor, %from, "{why}");
             self.move_failed(executor, HarpError::Remote(why));
             return Ok(());
@@ -507,11 +528,11 @@ impl<A: App> MasterState<A> {
     /// The move of `item` in the running scale event ended: count it, or keep its error.
     fn move_done(
         &mut self,
-        item: impl std::fmt::Display,
+        item: impl Into<Moving>,
         outcome: Result<impl FnOnce(&mut ScaleReport, f64), HarpError>,
     ) {
         if let Some(scale) = self.scale.as_mut() {
-            scale.unfinished.remove(&item.to_string());
+            scale.unfinished.remove(&item.into());
             match outcome {
                 Ok(count) => count(&mut scale.report, scale.started.elapsed().as_secs_f64()),
                 Err(e) => {
@@ -523,7 +544,7 @@ impl<A: App> MasterState<A> {
     }
 
     /// The move of `item` failed with `error` (the scale event reports the first one).
-    pub(super) fn move_failed(&mut self, item: impl std::fmt::Display, error: HarpError) {
+    pub(super) fn move_failed(&mut self, item: impl Into<Moving>, error: HarpError) {
         self.move_done(item, Err::<fn(&mut ScaleReport, f64), _>(error));
     }
 
@@ -572,8 +593,7 @@ fn reply_to_master<A: App, T: Send + 'static>(
 mod tests {
     use super::*;
 
-    /// Server recovery waits out shard moves only (`recovery.rs`): the unfinished items are
-    /// named by their ids, and only a shard's name counts.
+    /// Server recovery waits out shard moves only (`recovery.rs`).
     #[test]
     fn only_an_unfinished_shard_move_is_moving_shards() {
         let mut scale = ScaleInProgress {
@@ -584,14 +604,13 @@ mod tests {
             reply: None,
         };
         assert!(!scale.moves_shards());
-        let executor = ExecutorId(3);
         scale.unfinished.insert(
-            executor.to_string(),
+            ExecutorId(3).into(),
             "executor-3 from worker-0 to worker-1".into(),
         );
         assert!(!scale.moves_shards());
         scale.unfinished.insert(
-            ShardId(1).to_string(),
+            ShardId(1).into(),
             "shard-1 from server-0 to server-1".into(),
         );
         assert!(scale.moves_shards());

@@ -78,6 +78,11 @@ impl<A: App> MasterState<A> {
         self.send_to_adopter(myself, executor, released)
     }
 
+    /// Whether a released executor waits for the reports of its finished tasks.
+    pub(super) fn awaiting_reports(&self) -> bool {
+        self.moving.values().any(|motion| motion.released.is_some())
+    }
+
     /// The master handled the report of `tasks` (committing now): released executors that
     /// waited for them go to their new workers.
     pub(super) fn reports_handled(

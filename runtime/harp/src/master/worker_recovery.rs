@@ -146,6 +146,7 @@ impl<A: App> MasterState<A> {
         servers: Vec<ServerId>,
         completions: Vec<Completion<A::Output>>,
     ) -> Result<bool, HarpError> {
+        let awaiting = self.awaiting_reports();
         let Some(recovery) = self.worker_recovery.as_mut() else {
             return Err(HarpError::InvalidConfig(format!(
                 "node {node} staged a flush, but this job does not recover worker nodes"
@@ -170,8 +171,13 @@ impl<A: App> MasterState<A> {
                 )));
             }
         }
-        // Released executors waiting for these reports may move on (`moves_under_recovery.rs`).
-        let reported: Vec<TaskId> = completions.iter().map(|c| c.task).collect();
+        // Released executors waiting for these reports may move on (`moves_under_recovery.rs`;
+        // nothing to collect on the usual path, where none waits).
+        let reported: Vec<TaskId> = if awaiting {
+            completions.iter().map(|c| c.task).collect()
+        } else {
+            Vec::new()
+        };
         if servers.is_empty() {
             self.reports_handled(myself, &reported)?;
             return self.hand_to_driver(myself, completions); // nothing to apply

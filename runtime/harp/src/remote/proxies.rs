@@ -924,25 +924,14 @@ impl<A: App> Actor for WorkerProxy<A> {
                 }
             }
             WorkerMsg::Create { executor, created } => {
-                let (tx, rx) = oneshot::channel();
-                let request_id = pending.register(Pending::Adopted(tx));
-                // On the control stream: before any micro-task sent to it afterwards.
-                let message = Message::CreateExecutor {
+                // A small message, so on the control stream: before any micro-task sent to
+                // it afterwards.
+                let request = |request_id| Message::CreateExecutor {
                     request_id,
                     executor: executor.0,
                 };
-                if let Err(e) = link.send(&message) {
-                    pending.forget(request_id);
-                    let _ = created.send(Err(e.into()));
-                    return Ok(());
-                }
-                crate::spawn::spawn(async move {
-                    let _ = created.send(rx.await.unwrap_or_else(|_| {
-                        Err(HarpError::Remote(format!(
-                            "the node creating {executor} went away"
-                        )))
-                    }));
-                });
+                let gone = format!("the node creating {executor} went away");
+                ask_node(link, pending, (Pending::Adopted, request), created, gone).await;
             }
             WorkerMsg::Release { executor, reply } => {
                 let (tx, rx) = oneshot::channel();
@@ -1005,47 +994,31 @@ impl<A: App> Actor for WorkerProxy<A> {
                         return Ok(());
                     }
                 };
-                let (tx, rx) = oneshot::channel();
-                let request_id = pending.register(Pending::Adopted(tx));
-                let message = Message::AdoptExecutor {
+                let request = |request_id| Message::AdoptExecutor {
                     request_id,
                     executor: executor.0,
                     state,
                     fetch,
                     pending: pending_tasks,
                 };
-                if let Err(e) = send_sized(link, message).await {
-                    pending.forget(request_id);
-                    let _ = adopted.send(Err(e));
-                    return Ok(());
-                }
-                crate::spawn::spawn(async move {
-                    let _ = adopted.send(rx.await.unwrap_or_else(|_| {
-                        Err(HarpError::Remote(format!(
-                            "the node adopting {executor} went away"
-                        )))
-                    }));
-                });
+                let gone = format!("the node adopting {executor} went away");
+                ask_node(link, pending, (Pending::Adopted, request), adopted, gone).await;
             }
             WorkerMsg::Save { executor, reply } => {
-                let (tx, rx) = oneshot::channel();
-                let request_id = pending.register(Pending::ExecutorSaved(tx));
-                let message = Message::SaveExecutor {
+                let request = |request_id| Message::SaveExecutor {
                     request_id,
                     executor: executor.0,
                 };
-                if let Err(e) = link.send(&message) {
-                    pending.forget(request_id);
-                    let _ = reply.send(Err(e.into()));
-                    return Ok(());
-                }
-                crate::spawn::spawn(async move {
-                    let _ = reply.send(rx.await.unwrap_or_else(|_| {
-                        Err(HarpError::Remote(format!(
-                            "the node hosting {executor} went away before it sent its state"
-                        )))
-                    }));
-                });
+                let gone =
+                    format!("the node hosting {executor} went away before it sent its state");
+                ask_node(
+                    link,
+                    pending,
+                    (Pending::ExecutorSaved, request),
+                    reply,
+                    gone,
+                )
+                .await;
             }
             WorkerMsg::Expect { .. } | WorkerMsg::Forget { .. } => {
                 tracing::debug!("the master's worker proxy carries neither expect nor forget (its node sends them itself)");
@@ -1053,6 +1026,31 @@ impl<A: App> Actor for WorkerProxy<A> {
         }
         Ok(())
     }
+}
+
+/// How an awaited answer is filed among a link's pending replies (a [`Pending`] variant).
+type Filing<T> = fn(oneshot::Sender<Result<T, HarpError>>) -> Pending;
+
+/// Sends a worker node the request `request` makes of its id, and hands its answer to
+/// `answer` once it comes (`waiting` files the awaited reply); if the send fails, that
+/// error, and if the node goes away first, `gone`.
+async fn ask_node<T: Send + 'static>(
+    link: &Link,
+    pending: &PendingReplies,
+    (waiting, request): (Filing<T>, impl FnOnce(u64) -> Message),
+    answer: oneshot::Sender<Result<T, HarpError>>,
+    gone: String,
+) {
+    let (tx, rx) = oneshot::channel();
+    let request_id = pending.register(waiting(tx));
+    if let Err(e) = send_sized(link, request(request_id)).await {
+        pending.forget(request_id);
+        let _ = answer.send(Err(e));
+        return;
+    }
+    crate::spawn::spawn(async move {
+        let _ = answer.send(rx.await.unwrap_or(Err(HarpError::Remote(gone))));
+    });
 }
 
 /// Encodes dispatched micro-tasks (the app's arguments with postcard).

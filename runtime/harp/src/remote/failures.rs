@@ -97,7 +97,8 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     let detail = format!("{cause}; it held {}", entry.holdings);
     let server_only = entry.roles.server && !entry.roles.worker;
     let worker_recovered = ctx.worker_recovery && (!entry.roles.server || ctx.server_recovery);
-    if entry.roles.worker && worker_recovered {
+    let worker_lost = entry.roles.worker && worker_recovered;
+    if worker_lost {
         tracing::warn!(node, %detail, "a worker node died: re-creating its executors and running its uncommitted tasks again");
         // Before its awaited replies fail: the master then learns of the death before a
         // move's failed answer from that node, which it would otherwise read as a failure of
@@ -109,7 +110,7 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     }
     entry.pending.fail_all();
     entry.link.close("declared dead");
-    if entry.roles.worker && worker_recovered && !entry.roles.server {
+    if worker_lost && !entry.roles.server {
         return;
     }
     if ctx.server_recovery && (server_only || worker_recovered) {

@@ -270,6 +270,47 @@ fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums()
     );
 }
 
+/// An executor state larger than the largest message between processes (64 MiB): for the
+/// checkpoint its worker node parks it and the master fetches it in chunks; on resume the
+/// master parks it and the node fetches it from the master. The counter's ballast refuses
+/// a state that arrives truncated or mixed up, and every row must end exact.
+#[test]
+fn an_executor_state_larger_than_a_message_is_checkpointed_and_resumed_across_processes() {
+    // Above the largest frame (`harp_wire::FRAME_BYTES_MAX`, 64 MiB).
+    const STATE_BYTES: u64 = 70_000_000;
+    const MESSAGE_BYTES_MAX: u64 = 64 << 20;
+    const { assert!(STATE_BYTES > MESSAGE_BYTES_MAX) };
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let d = path_arg(&dir);
+    // The master and one node (a worker with one executor, and a server): a checkpoint
+    // after 1 000 of the 2 000 tasks.
+    let run = |extra: &[&str]| {
+        let mut extra = extra.to_vec();
+        extra.extend(["--state-bytes", "70000000", "--checkpoint-every", "1000"]);
+        let mut list = counter_sized("2000", "100", &extra);
+        list.extend(args(&["--processes", "2"]));
+        list
+    };
+    let exact = "counter: 2000 tasks, 100 rows exact";
+    let out = succeeded(&run(&["--checkpoint-dir", d]));
+    assert!(out.stderr.contains(exact), "{}", out.describe());
+    let first = committed(&dir)[0];
+    let state = checkpoint_dir(&dir, first).join("executor-0");
+    let bytes = std::fs::metadata(&state).map(|m| m.len());
+    assert_eq!(bytes.ok(), Some(STATE_BYTES + 16), "{}", state.display());
+
+    let out = succeeded(&run(&["--resume", d]));
+    assert!(out.stderr.contains(exact), "{}", out.describe());
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("resumed from checkpoint {first} "))),
+        "{}",
+        out.describe()
+    );
+}
+
 #[test]
 fn mlr_across_processes_resumes_after_the_master_is_killed_to_the_uninterrupted_accuracy() {
     // Across processes a task may read the other node's update of the same iteration when

@@ -29,8 +29,9 @@ pub use frame::{
 };
 pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
 pub use message::{
-    ArchivedMessage, Assignment, CompletionWire, DistancesResult, HandOffResult, Hello, JobId,
-    JobInfoWire, LostUpdatesResult, Message, MessageKind, NodeRole, OptStateWire, ParamKeyWire,
-    Placement, ReleaseResult, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace,
-    ShardRowWire, StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
+    ArchivedMessage, Assignment, CompletionWire, DistancesResult, ExecutorSaveResult,
+    HandOffResult, Hello, JobId, JobInfoWire, LostUpdatesResult, Message, MessageKind, NodeRole,
+    OptStateWire, ParamKeyWire, Placement, ReleaseResult, RowWire, RowsResult, SaveResult,
+    ServerPlace, ShardPlace, ShardRowWire, StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
+    STATE_FROM_MASTER,
 };

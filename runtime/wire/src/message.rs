@@ -308,8 +308,26 @@ pub enum ReleaseResult {
     Refused(String),
 }
 
+/// What a worker node answers to [`Message::SaveExecutor`].
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ExecutorSaveResult {
+    /// The executor's saved state.
+    Saved(Vec<u8>),
+    /// A large state: the node parked it (as `transfer`, of `bytes` bytes) until the master
+    /// fetches it from the node's listening address ([`Message::FetchState`]).
+    Parked { transfer: u64, bytes: u64 },
+    /// No state (the node does not host the executor, or its app could not save it).
+    Refused(String),
+}
+
+/// [`StateFetch::from_addr`] of a state the master parked (a resumed job's large executor
+/// state): the adopting node fetches it from the address it joined the job at.
+pub const STATE_FROM_MASTER: &str = "master";
+
 /// Where an adopting node fetches a parked executor state: the releasing node's listening
-/// address and the transfer number it parked the state under.
+/// address ([`STATE_FROM_MASTER`]: the master's) and the transfer number it parked the
+/// state under.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct StateFetch {
@@ -634,12 +652,11 @@ pub enum Message {
     /// micro-tasks; a consistent checkpoint's capture). Answered with
     /// [`Message::ExecutorSaved`].
     SaveExecutor { request_id: u64, executor: u32 },
-    /// worker node → master: the answer to [`Message::SaveExecutor`]: the state, or why
-    /// there is none (`error`).
+    /// worker node → master: the answer to [`Message::SaveExecutor`]: the state, where to
+    /// fetch it, or why there is none.
     ExecutorSaved {
         request_id: u64,
-        state: Vec<u8>,
-        error: Option<String>,
+        result: ExecutorSaveResult,
     },
 }
 
@@ -680,7 +697,10 @@ impl Message {
                 ..
             } => pending.iter().map(|t| t.args.len() + 64).sum::<usize>(),
             Message::StateChunk { data, .. } => data.len(),
-            Message::ExecutorSaved { state, .. } => state.len(),
+            Message::ExecutorSaved {
+                result: ExecutorSaveResult::Saved(state),
+                ..
+            } => state.len(),
             Message::Saved {
                 result: SaveResult::Ok {
                     saved, not_owned, ..

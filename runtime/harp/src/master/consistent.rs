@@ -8,8 +8,9 @@
 //! and handed to the driver), no injection runs and no scale event moves anything, the
 //! master captures: the driver's state, the held micro-tasks, the version clock and task
 //! counter (at once), then every executor's state (its worker saves it between two
-//! micro-tasks and keeps running it, `WorkerMsg::Save`; a worker node process sends it in
-//! one message, so up to the largest frame, 64 MiB) and every server's rows. It then
+//! micro-tasks and keeps running it, `WorkerMsg::Save`; a worker node process sends a
+//! small one in its answer and parks a large one for the master to fetch, so a state of
+//! any size is captured) and every server's rows. It then
 //! routes the held micro-tasks — training goes on — and writes the files on a blocking
 //! thread. One write runs at a time; a checkpoint due meanwhile is skipped and counted. A
 //! failed capture or write is counted with its error and training goes on; only a worker

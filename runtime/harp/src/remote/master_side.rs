@@ -7,6 +7,7 @@ use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
 };
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
+use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};
 use crate::app::{App, Driver, JobInfo};
 use crate::consistent::{CheckpointLayout, ConsistentReport};
 use crate::control::ScaleEvent;
@@ -24,8 +25,9 @@ use harp_core::{
 };
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, Placement, ServerPlace,
-    ShardPlace, Welcome, WireCounters, PROTOCOL_VERSION,
+    check_hello, refusal, Assignment, FrameLimits, Hello, JobInfoWire, Message, NodeRole,
+    Placement, ServerPlace, ShardPlace, Welcome, WireCounters, NODE_ID_UNASSIGNED,
+    PROTOCOL_VERSION,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -201,9 +203,11 @@ async fn run_across<A: App>(
     listening(endpoint.local_addr()?);
     let job = job_id(creds);
     let counters = Arc::new(WireCounters::new());
+    let courier = master_courier(&endpoint, job, &counters)?;
     let nodes = accept_nodes(&endpoint, app.name(), job, options, &counters).await?;
     // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
-    let accepting = roster::Accepting::<A>::start(endpoint.clone(), job, counters);
+    let accepting =
+        roster::Accepting::<A>::start(endpoint.clone(), job, counters, courier.outbox.clone());
 
     // A node's worker and server take the node's id.
     let worker_ids: Vec<WorkerId> = nodes
@@ -375,6 +379,7 @@ async fn run_across<A: App>(
         leaving: leaving_tx,
         server_recovery: options.scar.is_some(),
         worker_recovery: options.worker_recovery,
+        courier: courier.clone(),
     });
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
     // The master reaches each node's server only to hand shards over.
@@ -389,6 +394,7 @@ async fn run_across<A: App>(
                     link: node.link.clone(),
                     pending: pending.clone(),
                     listen_addr: node.listen_addr.clone(),
+                    courier: courier.clone(),
                 },
             )
             .await?;
@@ -542,6 +548,34 @@ fn shut_down_nodes(nodes: &[JoinedNode], reason: &str) {
             reason: reason.to_string(),
         });
     }
+}
+
+/// The master's end of parked executor states: it dials the nodes from its own endpoint
+/// with a hello of the master's.
+fn master_courier(
+    endpoint: &NetEndpoint,
+    job: harp_wire::JobId,
+    counters: &Arc<WireCounters>,
+) -> Result<MasterCourier, HarpError> {
+    let hello = Message::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        job_id: job,
+        node_id: NODE_ID_UNASSIGNED,
+        role: NodeRole {
+            worker: false,
+            server: false,
+            master: true,
+        },
+        listen_addr: endpoint.local_addr()?.to_string(),
+    });
+    Ok(MasterCourier {
+        dialer: StateDialer {
+            endpoint: endpoint.clone(),
+            hello,
+            counters: counters.clone(),
+        },
+        outbox: Arc::new(StateOutbox::default()),
+    })
 }
 
 /// A resumed job: each worker node adopts its executors from the checkpoint's saved states

@@ -25,10 +25,12 @@
 //!
 //! Consistent checkpoints ([`run_job_across_consistent`]) are captured by the master as in
 //! one process: each worker node sends its executors' saved states and keeps running them
-//! (`SaveExecutor`/`ExecutorSaved`), and the rows come from every server node (`Dump`).
+//! (`SaveExecutor`/`ExecutorSaved`; a large state is parked on the node and the master
+//! fetches it, [`state_transfer`]), and the rows come from every server node (`Dump`).
 //! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
 //! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
-//! states (`AdoptExecutor`) before the driver starts.
+//! states (`AdoptExecutor`; a large state the master parks, and the node fetches it from
+//! the master's endpoint) before the driver starts.
 //!
 //! While the job runs ([`roster`]): a node may join (it gets an empty assignment, the other
 //! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node

@@ -7,7 +7,7 @@ use super::job_id;
 use super::proxies::{
     send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
 };
-use super::state_transfer::{fetch_state, FetchLink, StateOutbox, PARK_BYTES_MIN};
+use super::state_transfer::{StateDialer, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
@@ -19,8 +19,9 @@ use crate::worker::{
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, PeerConnection, TransportConfig};
 use harp_wire::{
-    check_welcome, Assignment, FrameLimits, HandOffResult, Hello, Message, NodeRole, Placement,
-    ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+    check_welcome, Assignment, ExecutorSaveResult, FrameLimits, HandOffResult, Hello, Message,
+    NodeRole, Placement, ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED,
+    PROTOCOL_VERSION, STATE_FROM_MASTER,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -170,6 +171,7 @@ pub async fn run_node_leaving<A: App>(
         me,
         hello: hello(me),
         counters: counters.clone(),
+        master_addr: join,
     };
     let started = start_node(
         app.clone(),
@@ -390,6 +392,8 @@ struct Dialer {
     /// This node's hello, the first message on every link it opens.
     hello: Message,
     counters: Arc<WireCounters>,
+    /// The master's address, where a state it parked is fetched from.
+    master_addr: SocketAddr,
 }
 
 impl Dialer {
@@ -409,16 +413,19 @@ impl Dialer {
         .await?)
     }
 
-    /// A link to the node at `addr` that parked the state `what` names, to fetch it.
-    async fn open_for_state(&self, addr: &str, what: &str) -> Result<FetchLink, HarpError> {
-        let conn = self.dial(addr, what).await?;
-        Ok(Link::open_for_state(
-            conn,
-            &self.hello,
-            FrameLimits::default(),
-            self.counters.clone(),
-        )
-        .await?)
+    /// Fetches the state `fetch` names from the node (or the master) that parked it.
+    async fn fetch_state(&self, fetch: &StateFetch, what: &str) -> Result<Vec<u8>, HarpError> {
+        let addr = if fetch.from_addr == STATE_FROM_MASTER {
+            self.master_addr.to_string()
+        } else {
+            fetch.from_addr.clone()
+        };
+        let dialer = StateDialer {
+            endpoint: self.endpoint.clone(),
+            hello: self.hello.clone(),
+            counters: self.counters.clone(),
+        };
+        dialer.fetch(&addr, fetch, what).await
     }
 
     async fn dial(&self, addr: &str, what: &str) -> Result<PeerConnection, HarpError> {
@@ -560,11 +567,12 @@ async fn serve_peer(
 }
 
 /// Sends `executor`'s saved state to the master, keeping the executor (a consistent
-/// checkpoint). The state goes in one message, on a stream of its own when it is large; a
-/// state that does not fit the largest frame is refused with its size.
+/// checkpoint). A small state goes in the answer; one of [`PARK_BYTES_MIN`] or more is
+/// parked in `outbox`, and the master fetches it from this node in chunks, so a state of
+/// any size can be saved.
 fn save_executor<A: App>(
     worker: &ActorRef<WorkerMsg<A>>,
-    master_link: &Link,
+    (master_link, outbox): (&Link, &Arc<StateOutbox>),
     request_id: u64,
     executor: ExecutorId,
 ) -> Result<(), HarpError> {
@@ -572,30 +580,20 @@ fn save_executor<A: App>(
     worker
         .send_message(WorkerMsg::Save { executor, reply })
         .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
-    let link = master_link.clone();
+    let (link, outbox) = (master_link.clone(), outbox.clone());
     crate::spawn::spawn(async move {
         let saved = saved
             .await
             .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into())));
-        // The frame also carries the message's header fields: keep a margin.
-        let fits = link.limits().frame_bytes_max.saturating_sub(1024);
-        let (state, error) = match saved {
-            Ok(state) if state.len() > fits => (
-                Vec::new(),
-                Some(format!(
-                    "its saved state ({} bytes) is larger than a message between processes \
-                     can carry ({fits} bytes)",
-                    state.len()
-                )),
-            ),
-            Ok(state) => (state, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+        let result = match saved {
+            Ok(state) if state.len() >= PARK_BYTES_MIN => ExecutorSaveResult::Parked {
+                bytes: state.len() as u64,
+                transfer: outbox.park(state),
+            },
+            Ok(state) => ExecutorSaveResult::Saved(state),
+            Err(e) => ExecutorSaveResult::Refused(e.to_string()),
         };
-        let message = Message::ExecutorSaved {
-            request_id,
-            state,
-            error,
-        };
+        let message = Message::ExecutorSaved { request_id, result };
         if let Err(e) = send_sized(&link, message).await {
             tracing::warn!(%executor, error = %e, "could not send an executor's saved state to the master");
         }
@@ -802,22 +800,11 @@ async fn fetch_and_restore<A: App>(
     id: ExecutorId,
 ) -> Result<A::Executor, HarpError> {
     let dialing = Instant::now();
-    let fetched = async {
-        let what = format!("the node holding the state of {id}");
-        let link = dialer.open_for_state(&fetch.from_addr, &what).await?;
-        let dial_ms = millis(dialing.elapsed());
-        fetch_state(link, fetch).await.map(|s| (s, dial_ms))
-    };
-    let (state, dial_ms) = fetched.await.map_err(|e| {
-        HarpError::Remote(format!(
-            "could not fetch the state of {id} from {}: {e}",
-            fetch.from_addr
-        ))
-    })?;
+    let state = dialer.fetch_state(fetch, &id.to_string()).await?;
     let (restoring, bytes) = (Instant::now(), state.len());
     let restored = restore(app, info, id, state);
     tracing::info!(
-        executor = %id, bytes, dial_ms,
+        executor = %id, bytes,
         restore_ms = millis(restoring.elapsed()),
         total_ms = millis(dialing.elapsed()),
         "executor state fetched and restored"
@@ -875,7 +862,12 @@ async fn serve_master<A: App>(
             Message::SaveExecutor {
                 request_id,
                 executor,
-            } => save_executor(worker, master_link, request_id, ExecutorId(executor))?,
+            } => save_executor(
+                worker,
+                (master_link, outbox),
+                request_id,
+                ExecutorId(executor),
+            )?,
             Message::ReleaseExecutor {
                 request_id,
                 executor,

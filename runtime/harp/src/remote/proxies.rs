@@ -4,6 +4,7 @@
 //! implementations: channels in process, these proxies across processes).
 
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
+use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
@@ -16,8 +17,8 @@ use dashmap::DashMap;
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
 use harp_wire::{
-    CompletionWire, DistancesResult, HandOffResult, LostUpdatesResult, Message, ReleaseResult,
-    RowsResult, SaveResult, TaskEnvelope,
+    CompletionWire, DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult, Message,
+    ReleaseResult, RowsResult, SaveResult, TaskEnvelope,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
@@ -51,7 +52,7 @@ pub(crate) enum Pending {
     /// A worker node's answer to `AdoptExecutor`.
     Adopted(oneshot::Sender<Result<(), HarpError>>),
     /// A worker node's answer to `SaveExecutor`.
-    ExecutorSaved(oneshot::Sender<Result<Vec<u8>, HarpError>>),
+    ExecutorSaved(oneshot::Sender<ExecutorSaveResult>),
     /// A server node's answer to `HandOffShard`.
     HandedOff(oneshot::Sender<HandOffResult>),
     /// A server node took over the rows of a shard.
@@ -146,13 +147,9 @@ impl PendingReplies {
                 }
                 None
             }
-            Message::ExecutorSaved {
-                request_id,
-                state,
-                error,
-            } => {
+            Message::ExecutorSaved { request_id, result } => {
                 if let Some((_, Pending::ExecutorSaved(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(error.map_or(Ok(state), |e| Err(HarpError::Remote(e))));
+                    let _ = tx.send(result);
                 }
                 None
             }
@@ -870,12 +867,14 @@ pub(crate) fn serve_server_request(
 /// Stands (on the master) for a worker in a node process.
 pub(crate) struct WorkerProxy<A>(PhantomData<fn() -> A>);
 
-/// What a [`WorkerProxy`] holds: the link to its node, the replies awaited on it, and the
-/// address the node listens at (where a state it parks is fetched from).
+/// What a [`WorkerProxy`] holds: the link to its node, the replies awaited on it, the
+/// address the node listens at (where a state it parks is fetched from) and the master's
+/// end of parked states.
 pub(crate) struct WorkerLink {
     pub link: Link,
     pub pending: Arc<PendingReplies>,
     pub listen_addr: String,
+    pub courier: MasterCourier,
 }
 
 impl<A> WorkerProxy<A> {
@@ -907,6 +906,7 @@ impl<A: App> Actor for WorkerProxy<A> {
             link,
             pending,
             listen_addr,
+            courier,
         } = state;
         match msg {
             WorkerMsg::Run(tasks) => {
@@ -975,6 +975,11 @@ impl<A: App> Actor for WorkerProxy<A> {
                 adopted,
             } => {
                 let (state, fetch) = match released.executor {
+                    // A large state the master holds (a resumed job's): the node fetches it
+                    // from here rather than in one message.
+                    ExecutorBody::Saved(state) if state.len() >= PARK_BYTES_MIN => {
+                        (Vec::new(), Some(courier.park(state)))
+                    }
                     ExecutorBody::Saved(state) => (state, None),
                     ExecutorBody::Parked(fetch) => (Vec::new(), Some(fetch)),
                     ExecutorBody::Live(e) => match e.save_state() {
@@ -1005,20 +1010,32 @@ impl<A: App> Actor for WorkerProxy<A> {
                 ask_node(link, pending, (Pending::Adopted, request), adopted, gone).await;
             }
             WorkerMsg::Save { executor, reply } => {
-                let request = |request_id| Message::SaveExecutor {
+                let (tx, rx) = oneshot::channel();
+                let request_id = pending.register(Pending::ExecutorSaved(tx));
+                link.send(&Message::SaveExecutor {
                     request_id,
                     executor: executor.0,
-                };
-                let gone =
-                    format!("the node hosting {executor} went away before it sent its state");
-                ask_node(
-                    link,
-                    pending,
-                    (Pending::ExecutorSaved, request),
-                    reply,
-                    gone,
-                )
-                .await;
+                })?;
+                let (node_addr, courier) = (listen_addr.clone(), courier.clone());
+                crate::spawn::spawn(async move {
+                    let saved = match rx.await {
+                        Ok(ExecutorSaveResult::Saved(state)) => Ok(state),
+                        Ok(ExecutorSaveResult::Parked { transfer, bytes }) => {
+                            let fetch = harp_wire::StateFetch {
+                                from_addr: node_addr.clone(),
+                                transfer,
+                                bytes,
+                            };
+                            let what = executor.to_string();
+                            courier.dialer.fetch(&node_addr, &fetch, &what).await
+                        }
+                        Ok(ExecutorSaveResult::Refused(why)) => Err(HarpError::Remote(why)),
+                        Err(_) => Err(HarpError::Remote(format!(
+                            "the node hosting {executor} went away before it sent its state"
+                        ))),
+                    };
+                    let _ = reply.send(saved);
+                });
             }
             WorkerMsg::Expect { .. } | WorkerMsg::Forget { .. } => {
                 tracing::debug!("the master's worker proxy carries neither expect nor forget (its node sends them itself)");

@@ -18,6 +18,7 @@ pub(crate) use accepting::Accepting;
 pub(crate) use desired::{count_joins, follow_desired};
 
 use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy};
+use super::state_transfer::MasterCourier;
 use crate::app::App;
 use crate::control::{JobControl, ScaleEvent};
 use crate::error::HarpError;
@@ -141,6 +142,8 @@ pub(crate) struct RosterContext<A: App> {
     pub server_recovery: bool,
     /// The job recovers dead worker nodes (`ClusterOptions::worker_recovery`).
     pub worker_recovery: bool,
+    /// The master's end of parked executor states (a joining worker's proxy gets it).
+    pub courier: MasterCourier,
 }
 
 /// How long the master waits for the other nodes to drain a leaving server.
@@ -240,6 +243,7 @@ async fn enlist<A: App>(
             link: link.clone(),
             pending: pending.clone(),
             listen_addr: listen_addr.clone(),
+            courier: ctx.courier.clone(),
         };
         let proxy = spawn(WorkerProxy::<A>::new(), worker_link).await?;
         let _ = ctx

@@ -1,4 +1,5 @@
-//! Executor state that moves straight from node to node.
+//! Executor state that moves straight from node to node, and large states between a node
+//! and the master.
 //!
 //! A small saved state travels inside the master's messages (`ExecutorReleased`, then
 //! `AdoptExecutor`). A state of [`PARK_BYTES_MIN`] or more does not: relaying it through the
@@ -25,15 +26,25 @@
 //! it, because the executor has no host, or, in a job that recovers worker nodes, creates
 //! the executor afresh there (`master/moves_under_recovery.rs`). A node fetches a state it
 //! parked itself the same way, over a link to its own endpoint (a move that went back).
+//!
+//! The master uses the same transfer for consistent checkpoints ([`MasterCourier`]): a
+//! worker node parks a large saved state (`ExecutorSaveResult::Parked`) and the master
+//! fetches it from the node's endpoint; a resumed job's large state the master parks in its
+//! own outbox, names it in `AdoptExecutor` as [`STATE_FROM_MASTER`], and the node fetches it
+//! from the master's endpoint, which serves a node's second connection
+//! ([`serve_state_fetches`]).
+//!
+//! [`STATE_FROM_MASTER`]: harp_wire::STATE_FROM_MASTER
 
 use crate::error::HarpError;
 use bytes::Bytes;
 use dashmap::DashMap;
-use harp_net::{Incoming, IncomingChunk, Link};
+use harp_net::{Incoming, IncomingChunk, Link, NetEndpoint};
 use harp_wire::frame::state_chunk::{encode_state_chunk, ReceivedStateChunk};
-use harp_wire::{Message, StateFetch};
+use harp_wire::{FrameLimits, Message, StateFetch, WireCounters};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 
@@ -239,6 +250,90 @@ pub(crate) type FetchLink = (
     mpsc::UnboundedReceiver<Incoming>,
     mpsc::UnboundedReceiver<IncomingChunk>,
 );
+
+/// What opens a link to fetch a parked state: this process's endpoint, the hello it sends
+/// first and its wire counters.
+#[derive(Clone)]
+pub(crate) struct StateDialer {
+    pub endpoint: NetEndpoint,
+    pub hello: Message,
+    pub counters: Arc<WireCounters>,
+}
+
+impl StateDialer {
+    /// Fetches the state `fetch` names from the process listening at `addr` (`what` the
+    /// state is, for errors), on a link of its own.
+    pub(crate) async fn fetch(
+        &self,
+        addr: &str,
+        fetch: &StateFetch,
+        what: &str,
+    ) -> Result<Vec<u8>, HarpError> {
+        let fetched = async {
+            let parsed: SocketAddr = addr
+                .parse()
+                .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
+            let conn = self.endpoint.connect(parsed).await?;
+            let link = Link::open_for_state(
+                conn,
+                &self.hello,
+                FrameLimits::default(),
+                self.counters.clone(),
+            )
+            .await?;
+            fetch_state(link, fetch).await
+        };
+        fetched.await.map_err(|e| {
+            HarpError::Remote(format!(
+                "could not fetch the state of {what} from {addr}: {e}"
+            ))
+        })
+    }
+}
+
+/// The master's end of parked states: it fetches the large states worker nodes park for a
+/// consistent checkpoint, and parks the large states a resumed job's nodes adopt (they fetch
+/// them from the master's endpoint, [`serve_state_fetches`]).
+#[derive(Clone)]
+pub(crate) struct MasterCourier {
+    pub dialer: StateDialer,
+    pub outbox: Arc<StateOutbox>,
+}
+
+impl MasterCourier {
+    /// Parks `state` here for a node to fetch; returns where it fetches it from.
+    pub(crate) fn park(&self, state: Vec<u8>) -> StateFetch {
+        let bytes = state.len() as u64;
+        StateFetch {
+            from_addr: harp_wire::STATE_FROM_MASTER.to_string(),
+            transfer: self.outbox.park(state),
+            bytes,
+        }
+    }
+}
+
+/// Serves the state fetches of a peer that dialled this process (a node fetching a state
+/// the master parked) from `outbox` until the link closes; anything else is ignored.
+pub(crate) async fn serve_state_fetches(
+    link: Link,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    outbox: Arc<StateOutbox>,
+) {
+    while let Some(Ok(message)) = incoming.recv().await {
+        match message {
+            Message::FetchState {
+                request_id,
+                transfer,
+            } => {
+                let (link, outbox) = (link.clone(), outbox.clone());
+                crate::spawn::spawn(async move {
+                    outbox.serve_fetch(&link, request_id, transfer).await
+                });
+            }
+            other => tracing::debug!(kind = ?other.kind(), "ignored on a state fetch link"),
+        }
+    }
+}
 
 /// Fetches the state named by `fetch` on a link of its own to the node that parked it
 /// (closed when the state is in).

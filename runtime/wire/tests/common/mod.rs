@@ -501,14 +501,14 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             .boxed(),
         (
             any::<u64>(),
-            vec(any::<u8>(), 0..64),
-            proptest::option::of(arb_string()),
+            prop_oneof![
+                vec(any::<u8>(), 0..64).prop_map(ExecutorSaveResult::Saved),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(transfer, bytes)| ExecutorSaveResult::Parked { transfer, bytes }),
+                arb_string().prop_map(ExecutorSaveResult::Refused),
+            ],
         )
-            .prop_map(|(request_id, state, error)| Message::ExecutorSaved {
-                request_id,
-                state,
-                error,
-            })
+            .prop_map(|(request_id, result)| Message::ExecutorSaved { request_id, result })
             .boxed(),
     ])
 }

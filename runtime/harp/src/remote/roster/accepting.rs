@@ -11,13 +11,20 @@
 //! scale` client taken has its answer (or a bounded wait passed): closing it discards what
 //! is still queued on its connections, and an answer queued as the job ended was lost that
 //! way (the client only saw its connection lost).
+//!
+//! A node of the job (its hello carries the id it was given) that connects again is
+//! fetching an executor state the master parked for it (a resumed job's large states):
+//! its link is served from the master's [`StateOutbox`].
 
 use super::scale_clients::{answer_starting, serve_scale_client, OwedAnswers};
 use super::{admit, RosterContext};
 use crate::app::App;
+use crate::remote::state_transfer::{serve_state_fetches, StateOutbox};
 use harp_core::NodeRoles;
 use harp_net::{NetEndpoint, PeerConnection};
-use harp_wire::{check_hello, refusal, FrameLimits, JobId, Message, WireCounters};
+use harp_wire::{
+    check_hello, refusal, FrameLimits, JobId, Message, WireCounters, NODE_ID_UNASSIGNED,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -42,14 +49,20 @@ pub(crate) struct Accepting<A: App> {
 }
 
 impl<A: App> Accepting<A> {
-    /// Starts taking connections on `endpoint` for job `job`; the job is starting.
-    pub(crate) fn start(endpoint: NetEndpoint, job: JobId, counters: Arc<WireCounters>) -> Self {
+    /// Starts taking connections on `endpoint` for job `job`; the job is starting. States
+    /// the master parks in `outbox` are served to the nodes that fetch them.
+    pub(crate) fn start(
+        endpoint: NetEndpoint,
+        job: JobId,
+        counters: Arc<WireCounters>,
+        outbox: Arc<StateOutbox>,
+    ) -> Self {
         let (running, starting) = watch::channel(None);
         let answers = OwedAnswers::default();
         let accept_loop = crate::spawn::spawn(accept_loop(
             endpoint.clone(),
-            job,
-            counters,
+            (job, counters),
+            outbox,
             starting,
             answers.clone(),
         ));
@@ -94,8 +107,8 @@ impl<A: App> Drop for Accepting<A> {
 
 async fn accept_loop<A: App>(
     endpoint: NetEndpoint,
-    job: JobId,
-    counters: Arc<WireCounters>,
+    (job, counters): (JobId, Arc<WireCounters>),
+    outbox: Arc<StateOutbox>,
     running: watch::Receiver<Running<A>>,
     answers: OwedAnswers,
 ) {
@@ -104,16 +117,19 @@ async fn accept_loop<A: App>(
         crate::spawn::spawn(take(
             conn,
             (job, counters.clone()),
+            outbox.clone(),
             running.clone(),
             answers.clone(),
         ));
     }
 }
 
-/// One connection: its hello says whether it is a node or a `harp scale` client.
+/// One connection: its hello says whether it is a node joining, a node fetching a state or
+/// a `harp scale` client.
 async fn take<A: App>(
     conn: PeerConnection,
     (job, counters): (JobId, Arc<WireCounters>),
+    outbox: Arc<StateOutbox>,
     mut running: watch::Receiver<Running<A>>,
     answers: OwedAnswers,
 ) {
@@ -129,6 +145,9 @@ async fn take<A: App>(
         tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a connection");
         let _ = link.send(&refusal(&e));
         return;
+    }
+    if hello.node_id != NODE_ID_UNASSIGNED {
+        return serve_state_fetches(link, incoming, outbox).await;
     }
     let roles = NodeRoles {
         worker: hello.role.worker,
@@ -163,15 +182,79 @@ mod tests {
 
     /// A master's endpoint whose job is starting, and the credentials of its job.
     fn starting_master() -> (Accepting<OneIteration>, SocketAddr, JobCredentials) {
+        let (accepting, addr, creds, _) = starting_master_with_outbox();
+        (accepting, addr, creds)
+    }
+
+    /// [`starting_master`], with the outbox its endpoint serves parked states from.
+    fn starting_master_with_outbox() -> (
+        Accepting<OneIteration>,
+        SocketAddr,
+        JobCredentials,
+        Arc<StateOutbox>,
+    ) {
         let creds = JobCredentials::generate("accepting").unwrap();
-        let identity = creds.issue_node().unwrap();
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        let endpoint =
-            NetEndpoint::bind(listen, &creds, &identity, TransportConfig::default()).unwrap();
+        let endpoint = bind(&creds, listen);
         let addr = endpoint.local_addr().unwrap();
         let job = crate::remote::job_id(&creds);
-        let accepting = Accepting::start(endpoint, job, Arc::new(WireCounters::new()));
-        (accepting, addr, creds)
+        let outbox = Arc::new(StateOutbox::default());
+        let counters = Arc::new(WireCounters::new());
+        let accepting = Accepting::start(endpoint, job, counters, outbox.clone());
+        (accepting, addr, creds, outbox)
+    }
+
+    fn bind(creds: &JobCredentials, addr: SocketAddr) -> NetEndpoint {
+        let identity = creds.issue_node().unwrap();
+        NetEndpoint::bind(addr, creds, &identity, TransportConfig::default()).unwrap()
+    }
+
+    /// A node of the job (its hello names its id) that connects again fetches a state the
+    /// master parked (a resumed job's large executor state), in chunks, byte for byte; the
+    /// master forgets it once sent.
+    #[tokio::test]
+    async fn a_node_fetches_a_state_the_master_parked() {
+        use crate::remote::state_transfer::{StateDialer, CHUNK_BYTES};
+        use harp_wire::{Hello, NodeRole, StateFetch, PROTOCOL_VERSION};
+        let (accepting, addr, creds, outbox) = starting_master_with_outbox();
+        let state: Vec<u8> = (0..2 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
+        let transfer = outbox.park(state.clone());
+        let node = bind(&creds, SocketAddr::from(([127, 0, 0, 1], 0)));
+        let dialer = StateDialer {
+            hello: Message::Hello(Hello {
+                protocol_version: PROTOCOL_VERSION,
+                job_id: crate::remote::job_id(&creds),
+                node_id: 1,
+                role: NodeRole {
+                    worker: true,
+                    server: false,
+                    master: false,
+                },
+                listen_addr: node.local_addr().unwrap().to_string(),
+            }),
+            endpoint: node,
+            counters: Arc::default(),
+        };
+        let fetch = StateFetch {
+            from_addr: harp_wire::STATE_FROM_MASTER.into(),
+            transfer,
+            bytes: state.len() as u64,
+        };
+        let fetched = dialer.fetch(&addr.to_string(), &fetch, "executor-0").await;
+        assert!(
+            fetched.as_ref().is_ok_and(|f| *f == state),
+            "{:?}",
+            fetched.err()
+        );
+        assert!(outbox.wait_empty(std::time::Duration::from_secs(5)).await);
+        // A transfer that is not parked (any more) is refused with its number.
+        let again = dialer.fetch(&addr.to_string(), &fetch, "executor-0").await;
+        let error = again.expect_err("a second fetch of the same transfer");
+        assert!(
+            error.to_string().contains(&format!("transfer {transfer}")),
+            "{error}"
+        );
+        accepting.close_endpoint().await;
     }
 
     /// Issue 4: `harp scale` while the job still starts gets the typed starting error at

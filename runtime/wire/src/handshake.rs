@@ -7,7 +7,7 @@
 //! [`WireCounters::record_error`](crate::WireCounters::record_error).
 
 use crate::error::WireError;
-use crate::message::{Hello, JobId, Message, Welcome};
+use crate::message::{Hello, JobId, Message, NodeRole, Welcome};
 
 /// The version of this wire format. Bump it whenever a message's layout or a kind number
 /// changes; peers of different versions refuse each other.
@@ -36,6 +36,19 @@ fn check(theirs: u32, job_id: JobId, expected_job: JobId) -> Result<(), WireErro
     Ok(())
 }
 
+/// The hello this build sends first on every connection it opens: its protocol version,
+/// the job, the sender's node id ([`NODE_ID_UNASSIGNED`](crate::NODE_ID_UNASSIGNED) until
+/// it has one), its roles and where it listens (empty for a client that listens nowhere).
+pub fn hello(job_id: JobId, node_id: u32, role: NodeRole, listen_addr: String) -> Message {
+    Message::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        job_id,
+        node_id,
+        role,
+        listen_addr,
+    })
+}
+
 /// The message that tells a peer why it was refused.
 pub fn refusal(error: &WireError) -> Message {
     Message::Refused {
@@ -46,7 +59,6 @@ pub fn refusal(error: &WireError) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::NodeRole;
 
     fn hello(version: u32, job: JobId) -> Hello {
         Hello {

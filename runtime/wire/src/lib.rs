@@ -27,7 +27,7 @@ pub use frame::{
     decode_frame, encode, encode_with, FrameDecoder, FrameLimits, FRAME_BYTES_MAX,
     FRAME_HEADER_BYTES, FRAME_LEN_BYTES,
 };
-pub use handshake::{check_hello, check_welcome, refusal, PROTOCOL_VERSION};
+pub use handshake::{check_hello, check_welcome, hello, refusal, PROTOCOL_VERSION};
 pub use message::{
     ArchivedMessage, Assignment, CompletionWire, DistancesResult, ExecutorSaveResult,
     HandOffResult, Hello, JobId, JobInfoWire, LostUpdatesResult, Message, MessageKind, NodeRole,

@@ -25,9 +25,8 @@ use harp_core::{
 };
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_hello, refusal, Assignment, FrameLimits, Hello, JobInfoWire, Message, NodeRole,
-    Placement, ServerPlace, ShardPlace, Welcome, WireCounters, NODE_ID_UNASSIGNED,
-    PROTOCOL_VERSION,
+    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, NodeRole, Placement,
+    ServerPlace, ShardPlace, Welcome, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -557,17 +556,12 @@ fn master_courier(
     job: harp_wire::JobId,
     counters: &Arc<WireCounters>,
 ) -> Result<MasterCourier, HarpError> {
-    let hello = Message::Hello(Hello {
-        protocol_version: PROTOCOL_VERSION,
-        job_id: job,
-        node_id: NODE_ID_UNASSIGNED,
-        role: NodeRole {
-            worker: false,
-            server: false,
-            master: true,
-        },
-        listen_addr: endpoint.local_addr()?.to_string(),
-    });
+    let role = NodeRole {
+        master: true,
+        ..NodeRole::default()
+    };
+    let listen_addr = endpoint.local_addr()?.to_string();
+    let hello = harp_wire::hello(job, NODE_ID_UNASSIGNED, role, listen_addr);
     Ok(MasterCourier {
         dialer: StateDialer {
             endpoint: endpoint.clone(),

@@ -19,9 +19,8 @@ use crate::worker::{
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, PeerConnection, TransportConfig};
 use harp_wire::{
-    check_welcome, Assignment, ExecutorSaveResult, FrameLimits, HandOffResult, Hello, Message,
-    NodeRole, Placement, ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED,
-    PROTOCOL_VERSION, STATE_FROM_MASTER,
+    check_welcome, Assignment, ExecutorSaveResult, FrameLimits, HandOffResult, Message, NodeRole,
+    Placement, ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -112,19 +111,12 @@ pub async fn run_node_leaving<A: App>(
     let listen_addr = endpoint.local_addr()?;
     let counters = Arc::new(WireCounters::new());
     let limits = FrameLimits::default();
-    let hello = |node_id| {
-        Message::Hello(Hello {
-            protocol_version: PROTOCOL_VERSION,
-            job_id: job,
-            node_id,
-            role: NodeRole {
-                worker: roles.worker,
-                server: roles.server,
-                master: false,
-            },
-            listen_addr: listen_addr.to_string(),
-        })
+    let role = NodeRole {
+        worker: roles.worker,
+        server: roles.server,
+        master: false,
     };
+    let hello = |node_id| harp_wire::hello(job, node_id, role, listen_addr.to_string());
     let conn = endpoint.connect(join).await?;
     let (master_link, mut from_master) =
         Link::open(conn, &hello(NODE_ID_UNASSIGNED), limits, counters.clone()).await?;

@@ -9,9 +9,7 @@
 use super::job_id;
 use crate::error::HarpError;
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
-use harp_wire::{
-    FrameLimits, Hello, Message, NodeRole, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
-};
+use harp_wire::{FrameLimits, Message, NodeRole, WireCounters, NODE_ID_UNASSIGNED};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,18 +88,8 @@ pub async fn send_scale_command(
         0,
     );
     let endpoint = NetEndpoint::bind(bind, creds, &identity, TransportConfig::default())?;
-    let hello = Message::Hello(Hello {
-        protocol_version: PROTOCOL_VERSION,
-        job_id: job,
-        node_id: NODE_ID_UNASSIGNED,
-        // Neither a worker nor a server: a control client.
-        role: NodeRole {
-            worker: false,
-            server: false,
-            master: false,
-        },
-        listen_addr: String::new(),
-    });
+    // Neither a worker nor a server: a control client.
+    let hello = harp_wire::hello(job, NODE_ID_UNASSIGNED, NodeRole::default(), String::new());
     let conn = endpoint.connect(master).await?;
     let counters = Arc::new(WireCounters::new());
     let (link, mut incoming) = Link::open(conn, &hello, FrameLimits::default(), counters).await?;

@@ -215,23 +215,21 @@ mod tests {
     #[tokio::test]
     async fn a_node_fetches_a_state_the_master_parked() {
         use crate::remote::state_transfer::{StateDialer, CHUNK_BYTES};
-        use harp_wire::{Hello, NodeRole, StateFetch, PROTOCOL_VERSION};
+        use harp_wire::{NodeRole, StateFetch};
         let (accepting, addr, creds, outbox) = starting_master_with_outbox();
         let state: Vec<u8> = (0..2 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
         let transfer = outbox.park(state.clone());
         let node = bind(&creds, SocketAddr::from(([127, 0, 0, 1], 0)));
         let dialer = StateDialer {
-            hello: Message::Hello(Hello {
-                protocol_version: PROTOCOL_VERSION,
-                job_id: crate::remote::job_id(&creds),
-                node_id: 1,
-                role: NodeRole {
+            hello: harp_wire::hello(
+                crate::remote::job_id(&creds),
+                1,
+                NodeRole {
                     worker: true,
-                    server: false,
-                    master: false,
+                    ..NodeRole::default()
                 },
-                listen_addr: node.local_addr().unwrap().to_string(),
-            }),
+                node.local_addr().unwrap().to_string(),
+            ),
             endpoint: node,
             counters: Arc::default(),
         };

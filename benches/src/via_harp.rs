@@ -37,6 +37,8 @@ pub fn dump_rows(rows: usize, values: usize) -> Message {
     Message::DumpRows {
         request_id: 0,
         rows,
+        part: 0,
+        parts: 1,
     }
 }
 
@@ -179,7 +181,9 @@ pub async fn serve(
             break; // the parent closed the connection: done
         };
         match message {
-            Message::DumpRows { request_id, rows } => {
+            Message::DumpRows {
+                request_id, rows, ..
+            } => {
                 let all_f32 = rows.iter().all(|(_, row)| matches!(row, RowWire::F32(_)));
                 let error = (!all_f32).then(|| "expected f32 rows".to_string());
                 link.send(&Message::Applied {

@@ -270,29 +270,37 @@ fn counter_across_processes_resumes_after_the_master_is_killed_with_exact_sums()
     );
 }
 
-/// An executor state larger than the largest message between processes (64 MiB): for the
-/// checkpoint its worker node parks it and the master fetches it in chunks; on resume the
-/// master parks it and the node fetches it from the master. The counter's ballast refuses
-/// a state that arrives truncated or mixed up, and every row must end exact.
+/// An executor state and a server's rows each larger than the largest message between
+/// processes (64 MiB). For the checkpoint the worker node parks the state and the master
+/// fetches it in chunks, and the server node sends its rows in parts; on resume the master
+/// parks the state and the node fetches it from the master, and the rows go into the server
+/// in parts. The counter's ballast refuses a state that arrives truncated or mixed up, and
+/// every row must end exact (the final collection is 80 MB of rows too).
 #[test]
-fn an_executor_state_larger_than_a_message_is_checkpointed_and_resumed_across_processes() {
+fn a_state_and_rows_larger_than_a_message_are_checkpointed_and_resumed_across_processes() {
     // Above the largest frame (`harp_wire::FRAME_BYTES_MAX`, 64 MiB).
     const STATE_BYTES: u64 = 70_000_000;
     const MESSAGE_BYTES_MAX: u64 = 64 << 20;
     const { assert!(STATE_BYTES > MESSAGE_BYTES_MAX) };
+    // 100 rows of 100 000 counters (800 kB each, 80 MB in all). By the checkpoint, 50 tasks
+    // of 8 updates each, a row is untouched with probability 0.99^400 < 2%: the checkpoint
+    // holds far more than the 84 rows that fill 64 MiB.
+    const ROWS: &str = "100";
+    const WIDTH: &str = "100000";
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("ckpt");
     let d = path_arg(&dir);
     // The master and one node (a worker with one executor, and a server): a checkpoint
-    // after 1 000 of the 2 000 tasks.
+    // after 50 of the 100 tasks.
     let run = |extra: &[&str]| {
         let mut extra = extra.to_vec();
-        extra.extend(["--state-bytes", "70000000", "--checkpoint-every", "1000"]);
-        let mut list = counter_sized("2000", "100", &extra);
+        extra.extend(["--state-bytes", "70000000", "--width", WIDTH]);
+        extra.extend(["--checkpoint-every", "50"]);
+        let mut list = counter_sized("100", ROWS, &extra);
         list.extend(args(&["--processes", "2"]));
         list
     };
-    let exact = "counter: 2000 tasks, 100 rows exact";
+    let exact = "counter: 100 tasks, 100 rows exact";
     let out = succeeded(&run(&["--checkpoint-dir", d]));
     assert!(out.stderr.contains(exact), "{}", out.describe());
     let first = committed(&dir)[0];

@@ -39,11 +39,25 @@ where
     F: FnOnce(JobControl, tokio::task::JoinHandle<Outcome>) -> Fut,
     Fut: std::future::Future<Output = Outcome>,
 {
+    run_counter_sharded(config, (nodes, 8), drive)
+}
+
+/// [`run_counter`] with `shards_per_server` shards on each node's server.
+fn run_counter_sharded<F, Fut>(
+    config: CounterConfig,
+    (nodes, shards_per_server): (usize, u32),
+    drive: F,
+) -> (Arc<CounterApp>, Outcome)
+where
+    F: FnOnce(JobControl, tokio::task::JoinHandle<Outcome>) -> Fut,
+    Fut: std::future::Future<Output = Outcome>,
+{
     let app = Arc::new(CounterApp::new(config).unwrap());
     let creds = Arc::new(JobCredentials::generate("elastic").unwrap());
     let options = ClusterOptions {
         nodes: nodes as u32,
         executors_per_worker: 4,
+        shards_per_server,
         collect_params: true,
         join_timeout_ms: 10_000,
         ..ClusterOptions::default()
@@ -121,6 +135,40 @@ fn counter_is_exact_while_wide_shards_move_in_order_or_held() {
         .filter(|b| *b > 256 << 10);
     assert!(held.count() >= 2, "{rows_per_shard:?}");
     counter_is_exact_under_random_events(config, 20, 10);
+}
+
+#[test]
+fn a_shard_larger_than_a_message_moves_between_nodes_in_parts() {
+    // 200 rows of 200 000 counters (1.6 MB each) on 2 shards: 160 MB a shard once its rows
+    // are touched, so well above the 64 MiB of one message even when only half of them are
+    // by the move. Its rows go in parts; the final collection too.
+    let config = CounterConfig {
+        tasks: 600,
+        rows: 200,
+        width: 200_000,
+        updates_per_task: 2,
+        ..CounterConfig::default()
+    };
+    let (app, outcome) = run_counter_sharded(config, (2, 1), |control, master| async move {
+        // Rows are created as tasks first touch them; then server 1 gives its shard away.
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        let report = control.scale_in(&[], &[ServerId(1)]).await;
+        let report = report.expect("the shard moves");
+        assert_eq!(report.shards_moved, 1, "{report:?}");
+        assert!(
+            report.shard_bytes_moved > 64 << 20,
+            "the shard was not larger than a message: {report:?}"
+        );
+        println!(
+            "moved {} bytes in {:.2} s",
+            report.shard_bytes_moved, report.duration_s
+        );
+        master.await.unwrap()
+    });
+    let outcome = outcome.expect("the job finishes");
+    let params = outcome.params.expect("parameters collected");
+    app.verify(&outcome.driver, &params)
+        .unwrap_or_else(|diff| panic!("not exact after the shard's move:\n{diff}"));
 }
 
 /// The counter job of `config` on 3 nodes under up to `events` random re-balancings (at

@@ -65,6 +65,8 @@ async fn control_messages_arrive_in_order_and_bulk_messages_whole() {
                 )
             })
             .collect(),
+        part: 0,
+        parts: 1,
     };
     let bulk = {
         let link = link.clone();

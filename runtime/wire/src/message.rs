@@ -355,6 +355,24 @@ pub struct ShardRowWire {
     pub saved: Option<RowWire>,
 }
 
+/// A row's bytes in a message besides its values: key, enum tag, relative pointer and
+/// length, padding.
+const PER_ROW: usize = 32;
+
+impl ShardRowWire {
+    /// About how many bytes the row takes in a message: its value, optimizer state and
+    /// saved value, and their framing.
+    pub fn bytes(&self) -> usize {
+        let opt = match &self.opt {
+            OptStateWire::None => 0,
+            OptStateWire::AdaGrad { accum } => accum.len() * 4,
+            OptStateWire::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
+        };
+        let saved = self.saved.as_ref().map_or(0, |v| v.value_bytes() + PER_ROW);
+        self.value.value_bytes() + opt + saved + 3 * PER_ROW
+    }
+}
+
 /// Optimizer state kept beside a row on its server.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[rkyv(derive(Debug))]
@@ -469,10 +487,14 @@ pub enum Message {
     },
     /// master → server node: every row `server` holds.
     Dump { request_id: u64, server: u32 },
-    /// server node → master: the answer to [`Message::Dump`].
+    /// server node → master: part `part` of `parts` of the answer to [`Message::Dump`].
+    /// A server's rows go in parts of a bounded size (each on a stream of its own, so they
+    /// may arrive in any order); the answer is whole once every part arrived.
     DumpRows {
         request_id: u64,
         rows: Vec<(ParamKeyWire, RowWire)>,
+        part: u32,
+        parts: u32,
     },
 
     // ---- membership ----
@@ -674,7 +696,6 @@ impl Message {
     /// About how many payload bytes this message encodes to: exact enough for the row
     /// values that dominate large messages, so the encoder allocates once.
     pub fn payload_size_hint(&self) -> usize {
-        const PER_ROW: usize = 32; // key, enum tag, relative pointer and length, padding
         let keyed = |rows: &[(ParamKeyWire, RowWire)]| {
             rows.iter()
                 .map(|(_, r)| r.value_bytes() + PER_ROW)
@@ -730,18 +751,7 @@ impl Message {
                 .iter()
                 .map(|(_, r)| r.as_ref().map_or(0, RowWire::value_bytes) + PER_ROW)
                 .sum(),
-            Message::TakeOverShard { rows, .. } => rows
-                .iter()
-                .map(|r| {
-                    let opt = match &r.opt {
-                        OptStateWire::None => 0,
-                        OptStateWire::AdaGrad { accum } => accum.len() * 4,
-                        OptStateWire::Adam { m, v, .. } => (m.len() + v.len()) * 4 + 8,
-                    };
-                    let saved = r.saved.as_ref().map_or(0, |v| v.value_bytes() + PER_ROW);
-                    r.value.value_bytes() + opt + saved + 3 * PER_ROW
-                })
-                .sum(),
+            Message::TakeOverShard { rows, .. } => rows.iter().map(ShardRowWire::bytes).sum(),
             _ => 0,
         };
         body + 256
@@ -1113,6 +1123,8 @@ mod tests {
                 Message::DumpRows {
                     request_id: 7,
                     rows: rows(n, values),
+                    part: 0,
+                    parts: 1,
                 },
                 Message::Apply {
                     request_id: 1,

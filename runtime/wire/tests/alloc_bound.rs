@@ -100,6 +100,8 @@ fn nothing_allocates_past_the_frame_limit() {
                 ParamKeyWire { table: 1, row: 2 },
                 RowWire::F32(vec![1.0; rows]),
             )],
+            part: 0,
+            parts: 1,
         },
         &limits,
     )
@@ -132,6 +134,8 @@ fn nothing_allocates_past_the_frame_limit() {
             ParamKeyWire { table: 1, row: 2 },
             RowWire::I64(vec![7; 10 * LIMIT / 8]),
         )],
+        part: 0,
+        parts: 1,
     };
     let largest = largest_allocation(|| {
         let err = encode_with(&huge, &limits).unwrap_err();

@@ -140,6 +140,8 @@ fn large_rows_round_trip_near_the_limit() {
             ParamKeyWire { table: 0, row: 1 },
             RowWire::F32(vec![0.5; n]),
         )],
+        part: 0,
+        parts: 1,
     };
     let frame = encode_with(&m, &limits).unwrap();
     assert!(frame.len() - FRAME_LEN_BYTES <= limits.frame_bytes_max);
@@ -150,6 +152,8 @@ fn large_rows_round_trip_near_the_limit() {
             ParamKeyWire { table: 0, row: 1 },
             RowWire::F32(vec![0.5; n + 64]),
         )],
+        part: 0,
+        parts: 1,
     };
     assert!(matches!(
         encode_with(&bigger, &limits),

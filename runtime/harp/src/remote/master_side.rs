@@ -7,6 +7,7 @@ use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
 };
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
+use super::row_parts::DumpAssembly;
 use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};
 use crate::app::{App, Driver, JobInfo};
 use crate::consistent::{CheckpointLayout, ConsistentReport};
@@ -494,12 +495,14 @@ async fn run_across<A: App>(
     let result = match end {
         Ok(mut end) => {
             finish_consistent_write(&mut end).await;
+            // A failed collection still goes on to tell the nodes the job ended (with
+            // its error): returning here would leave them waiting for the master.
             let params = if options.collect_params {
-                Some(dump_params(&live).await?)
+                dump_params(&live).await.map(Some)
             } else {
-                None
+                Ok(None)
             };
-            Ok(JobOutcome {
+            params.map(|params| JobOutcome {
                 stats: JobStats {
                     tasks_completed: end.tasks_completed,
                     final_version: end.final_version.0,
@@ -831,7 +834,7 @@ async fn dump_params(
             continue;
         }
         let (tx, rx) = oneshot::channel();
-        let request_id = pending.register(Pending::Dump(tx));
+        let request_id = pending.register(Pending::Dump(DumpAssembly::new(tx)));
         link.send(&Message::Dump {
             request_id,
             server: *id,

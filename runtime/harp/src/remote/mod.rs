@@ -26,7 +26,8 @@
 //! Consistent checkpoints ([`run_job_across_consistent`]) are captured by the master as in
 //! one process: each worker node sends its executors' saved states and keeps running them
 //! (`SaveExecutor`/`ExecutorSaved`; a large state is parked on the node and the master
-//! fetches it, [`state_transfer`]), and the rows come from every server node (`Dump`).
+//! fetches it, [`state_transfer`]), and the rows come from every server node (`Dump`, in
+//! parts: [`row_parts`]).
 //! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
 //! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
 //! states (`AdoptExecutor`; a large state the master parks, and the node fetches it from
@@ -45,6 +46,7 @@ mod master_side;
 mod node_side;
 mod proxies;
 mod roster;
+mod row_parts;
 mod scale_client;
 mod state_transfer;
 

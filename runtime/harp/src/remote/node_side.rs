@@ -5,7 +5,8 @@
 
 use super::job_id;
 use super::proxies::{
-    send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy, ServerProxy,
+    answer_sized, send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy,
+    ServerProxy,
 };
 use super::state_transfer::{StateDialer, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
@@ -585,10 +586,16 @@ fn save_executor<A: App>(
             Ok(state) => ExecutorSaveResult::Saved(state),
             Err(e) => ExecutorSaveResult::Refused(e.to_string()),
         };
-        let message = Message::ExecutorSaved { request_id, result };
-        if let Err(e) = send_sized(&link, message).await {
-            tracing::warn!(%executor, error = %e, "could not send an executor's saved state to the master");
-        }
+        let refused = |why| Message::ExecutorSaved {
+            request_id,
+            result: ExecutorSaveResult::Refused(why),
+        };
+        answer_sized(
+            &link,
+            Message::ExecutorSaved { request_id, result },
+            refused,
+        )
+        .await;
     });
     Ok(())
 }
@@ -1020,9 +1027,7 @@ async fn serve_master<A: App>(
                 crate::spawn::spawn(async move {
                     if let Ok(rows) = rx.await {
                         let rows = super::codec::rows_to_wire(rows);
-                        let _ = link
-                            .send_bulk(&Message::DumpRows { request_id, rows })
-                            .await;
+                        super::row_parts::send_dump(&link, request_id, rows).await;
                     }
                 });
             }

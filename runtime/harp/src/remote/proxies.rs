@@ -4,6 +4,7 @@
 //! implementations: channels in process, these proxies across processes).
 
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
+use super::row_parts::{reset_in_parts, send_dump, split_rows, DumpAssembly};
 use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
@@ -42,11 +43,26 @@ pub(crate) async fn send_sized(link: &Link, message: Message) -> Result<(), Harp
     Ok(())
 }
 
+/// Sends the answer `answer` with [`send_sized`]; one that cannot go (larger than the link
+/// carries, say) is replaced by `refused(why)`, so the asker hears why instead of waiting
+/// for an answer that never comes.
+pub(crate) async fn answer_sized(
+    link: &Link,
+    answer: Message,
+    refused: impl FnOnce(String) -> Message,
+) {
+    if let Err(e) = send_sized(link, answer).await {
+        tracing::warn!(error = %e, "could not send an answer; sending why instead");
+        let _ = link.send(&refused(format!("the answer could not be sent: {e}")));
+    }
+}
+
 /// A reply a proxy is waiting for, by request id.
 pub(crate) enum Pending {
     Rows(oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>),
     Applied(oneshot::Sender<Result<AppliedAt, HarpError>>),
-    Dump(oneshot::Sender<Vec<(ParamKey, RowData)>>),
+    /// A server node's answer to `Dump`, arriving in parts.
+    Dump(DumpAssembly),
     /// A worker node's answer to `ReleaseExecutor`.
     Released(oneshot::Sender<ReleaseResult>),
     /// A worker node's answer to `AdoptExecutor`.
@@ -117,9 +133,20 @@ impl PendingReplies {
                 }
                 None
             }
-            Message::DumpRows { request_id, rows } => {
-                if let Some((_, Pending::Dump(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(rows_from_wire(rows));
+            Message::DumpRows {
+                request_id,
+                rows,
+                part,
+                parts,
+            } => {
+                let complete = match self.waiting.get_mut(&request_id).as_deref_mut() {
+                    Some(Pending::Dump(dump)) => dump.add(part, parts, rows),
+                    _ => false,
+                };
+                if complete {
+                    if let Some((_, Pending::Dump(dump))) = self.waiting.remove(&request_id) {
+                        dump.finish();
+                    }
                 }
                 None
             }
@@ -406,7 +433,7 @@ pub(crate) fn forward_on_link(
 ) {
     let (request_id, wire) = match message {
         ServerMsg::Dump { reply } => {
-            let request_id = pending.register(Pending::Dump(reply));
+            let request_id = pending.register(Pending::Dump(DumpAssembly::new(reply)));
             let server = server.0;
             (request_id, Message::Dump { request_id, server })
         }
@@ -432,20 +459,11 @@ pub(crate) fn forward_on_link(
             )
         }
         ServerMsg::Reset { rows, reply } => {
-            let request_id = pending.register(Pending::ResetDone(reply));
             let rows = rows
                 .into_iter()
                 .map(|(k, v)| (k.into(), v.map(|v| harp_wire::RowWire::from(&*v))))
                 .collect();
-            let server = server.0;
-            (
-                request_id,
-                Message::ResetRows {
-                    request_id,
-                    server,
-                    rows,
-                },
-            )
+            return reset_in_parts(link, pending, server, rows, reply);
         }
         other => {
             tracing::debug!(%server, "not a request forwarded on a link");
@@ -465,9 +483,11 @@ pub(crate) fn forward_on_link(
 /// Sends `shard`'s rows to `server`'s node over `link` and releases `ack` once that node
 /// holds them. In order (`unconfirmed`: the proxy's count of such rows not yet confirmed,
 /// raised until the answer): on the control stream before this returns, so ahead of every
-/// message sent on the link after it; otherwise as [`send_sized`] chooses. On failure `ack`
-/// is dropped, which tells the sender the take-over failed, and the reply is no longer
-/// awaited (a drain must not wait for it).
+/// message sent on the link after it (such rows are small); otherwise in parts of at most
+/// [`PART_BYTES`](super::row_parts::PART_BYTES), each a `TakeOverShard` of its own (as
+/// [`send_sized`] chooses), and `ack` goes once every part is in, so a shard of any size
+/// moves. On failure `ack` is dropped, which tells the sender the take-over failed, and the
+/// replies are no longer awaited (a drain must not wait for them).
 fn take_over_on_link(
     link: &Link,
     pending: &Arc<PendingReplies>,
@@ -475,38 +495,62 @@ fn take_over_on_link(
     (shard, rows, ack): (harp_core::ShardId, ShardRows, oneshot::Sender<()>),
     unconfirmed: Option<&Arc<AtomicUsize>>,
 ) {
-    let (tx, rx) = oneshot::channel();
-    let request_id = pending.register(Pending::TookOver(tx));
-    let (link, pending) = (link.clone(), pending.clone());
-    let message = Message::TakeOverShard {
-        request_id,
-        shard: shard.0,
-        rows: rows.to_wire(),
+    let rows = rows.to_wire();
+    let parts = match unconfirmed {
+        Some(_) => vec![rows],
+        None => split_rows(rows, harp_wire::ShardRowWire::bytes),
     };
+    let mut answers = Vec::with_capacity(parts.len());
+    let mut messages = Vec::with_capacity(parts.len());
+    for rows in parts {
+        let (tx, rx) = oneshot::channel();
+        let request_id = pending.register(Pending::TookOver(tx));
+        answers.push((request_id, rx));
+        messages.push(Message::TakeOverShard {
+            request_id,
+            shard: shard.0,
+            rows,
+        });
+    }
+    let (link, pending) = (link.clone(), pending.clone());
     let unconfirmed = unconfirmed.map(UnconfirmedRows::raise);
-    let sent_in_order = unconfirmed.as_ref().map(|_| link.send(&message));
+    let sent_in_order = unconfirmed.as_ref().map(|_| {
+        let sent: Result<(), HarpError> = messages
+            .drain(..)
+            .try_for_each(|message| link.send(&message).map_err(HarpError::from));
+        sent
+    });
+    let forget_all = |pending: &PendingReplies, answers: &[(u64, _)]| {
+        for (request_id, _) in answers {
+            pending.forget(*request_id);
+        }
+    };
     crate::spawn::spawn(async move {
         // Lowered before the sender hears of the answer, or when this ends early.
         let unconfirmed = unconfirmed;
-        let sent = match sent_in_order {
-            Some(sent) => sent.map_err(HarpError::from),
-            None => send_sized(&link, message).await,
-        };
+        let mut sent = sent_in_order.unwrap_or(Ok(()));
+        for message in messages {
+            if sent.is_err() {
+                break;
+            }
+            sent = send_sized(&link, message).await;
+        }
         if let Err(e) = sent {
             tracing::warn!(%shard, %server, error = %e, "could not send a shard's rows");
-            pending.forget(request_id);
+            forget_all(&pending, &answers);
             return;
         }
-        let answer = tokio::time::timeout(TAKE_OVER_DEADLINE, rx).await;
+        let deadline = tokio::time::Instant::now() + TAKE_OVER_DEADLINE;
+        let mut confirmed = true;
+        for (_, rx) in answers.iter_mut() {
+            confirmed &= matches!(tokio::time::timeout_at(deadline, rx).await, Ok(Ok(())));
+        }
         drop(unconfirmed);
-        match answer {
-            Ok(Ok(())) => {
-                let _ = ack.send(());
-            }
-            _ => {
-                tracing::warn!(%shard, %server, "the new owner did not confirm it took over the rows");
-                pending.forget(request_id);
-            }
+        if confirmed {
+            let _ = ack.send(());
+        } else {
+            tracing::warn!(%shard, %server, "the new owner did not confirm it took over the rows");
+            forget_all(&pending, &answers);
         }
     });
 }
@@ -693,7 +737,11 @@ pub(crate) fn serve_server_request(
                     Ok(rows) => RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect()),
                     Err(e) => RowsResult::Err(e),
                 };
-                let _ = send_sized(&link, Message::Rows { request_id, rows }).await;
+                let refused = |why| Message::Rows {
+                    request_id,
+                    rows: RowsResult::Err(why),
+                };
+                answer_sized(&link, Message::Rows { request_id, rows }, refused).await;
             });
         }
         Message::Apply {
@@ -766,12 +814,7 @@ pub(crate) fn serve_server_request(
             }
             crate::spawn::spawn(async move {
                 if let Ok(rows) = rx.await {
-                    let _ = link
-                        .send_bulk(&Message::DumpRows {
-                            request_id,
-                            rows: rows_to_wire(rows),
-                        })
-                        .await;
+                    send_dump(&link, request_id, rows_to_wire(rows)).await;
                 }
             });
         }
@@ -810,7 +853,11 @@ pub(crate) fn serve_server_request(
                     }
                     Err(e) => DistancesResult::Err(e),
                 };
-                let _ = send_sized(&link, Message::Distances { request_id, result }).await;
+                let refused = |why| Message::Distances {
+                    request_id,
+                    result: DistancesResult::Err(why),
+                };
+                answer_sized(&link, Message::Distances { request_id, result }, refused).await;
             });
         }
         Message::CheckpointSave {
@@ -835,7 +882,11 @@ pub(crate) fn serve_server_request(
                     },
                     Err(e) => SaveResult::Err(e),
                 };
-                let _ = send_sized(&link, Message::Saved { request_id, result }).await;
+                let refused = |why| Message::Saved {
+                    request_id,
+                    result: SaveResult::Err(why),
+                };
+                answer_sized(&link, Message::Saved { request_id, result }, refused).await;
             });
         }
         Message::ResetRows {

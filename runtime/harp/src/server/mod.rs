@@ -198,9 +198,13 @@ impl ServerMsg {
     }
 }
 
+/// How long [`dump_servers`] waits for a server's rows (a server node's come over the
+/// network, in parts).
+const DUMP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Every row of every server in `servers`, one list per server in the given order. The
 /// requests go out together, so the servers dump at the same time; a server that cannot be
-/// reached or does not answer is an error naming it.
+/// reached or does not answer within [`DUMP_WAIT`] is an error naming it.
 pub(crate) async fn dump_servers(
     servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
 ) -> Result<Vec<Vec<(ParamKey, RowData)>>, HarpError> {
@@ -214,7 +218,17 @@ pub(crate) async fn dump_servers(
     }
     let mut dumps = Vec::with_capacity(answers.len());
     for (id, dump) in answers {
-        dumps.push(dump.await.map_err(|_| HarpError::ServerUnreachable(id))?);
+        let rows = match tokio::time::timeout(DUMP_WAIT, dump).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(_)) => return Err(HarpError::ServerUnreachable(id)),
+            Err(_) => {
+                return Err(HarpError::Remote(format!(
+                    "{id} did not send its rows within {} s",
+                    DUMP_WAIT.as_secs()
+                )))
+            }
+        };
+        dumps.push(rows);
     }
     Ok(dumps)
 }

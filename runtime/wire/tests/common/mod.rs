@@ -237,8 +237,13 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (any::<u64>(), any::<u32>())
             .prop_map(|(request_id, server)| Message::Dump { request_id, server })
             .boxed(),
-        (any::<u64>(), arb_updates())
-            .prop_map(|(request_id, rows)| Message::DumpRows { request_id, rows })
+        (any::<u64>(), arb_updates(), any::<u32>(), any::<u32>())
+            .prop_map(|(request_id, rows, part, parts)| Message::DumpRows {
+                request_id,
+                rows,
+                part,
+                parts,
+            })
             .boxed(),
         (any::<u32>(), any::<u64>())
             .prop_map(|(node_id, lease_seq)| Message::Heartbeat { node_id, lease_seq })

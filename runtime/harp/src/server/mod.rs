@@ -238,7 +238,9 @@ pub(crate) async fn dump_servers(
 pub(crate) type RowsToReset = Vec<(ParamKey, Option<Arc<RowData>>)>;
 
 /// Sets rows on several servers at once (`ServerMsg::Reset` to each, then every answer);
-/// a server with nothing to set is not asked. Each server sets all its rows or none.
+/// a server with nothing to set is not asked. Each server checks every row of a request
+/// before it sets any: all its rows or none here, each part on its own for a server node
+/// whose rows come in parts of 16 MiB (`remote/row_parts.rs`).
 pub(crate) async fn reset_on_servers(
     resets: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>, RowsToReset)>,
 ) -> Result<(), HarpError> {

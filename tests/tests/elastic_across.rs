@@ -142,16 +142,20 @@ fn a_shard_larger_than_a_message_moves_between_nodes_in_parts() {
     // 200 rows of 200 000 counters (1.6 MB each) on 2 shards: 160 MB a shard once its rows
     // are touched, so well above the 64 MiB of one message even when only half of them are
     // by the move. Its rows go in parts; the final collection too.
+    // Each task also sleeps 50 ms, so the 75 tasks of each of the 8 executors last 3.75 s
+    // at least, on any machine: the move comes well before the end.
     let config = CounterConfig {
         tasks: 600,
         rows: 200,
         width: 200_000,
         updates_per_task: 2,
+        task_sleep_us: 50_000,
         ..CounterConfig::default()
     };
     let (app, outcome) = run_counter_sharded(config, (2, 1), |control, master| async move {
         // Rows are created as tasks first touch them; then server 1 gives its shard away.
         tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        assert!(!master.is_finished(), "the job ended before the move");
         let report = control.scale_in(&[], &[ServerId(1)]).await;
         let report = report.expect("the shard moves");
         assert_eq!(report.shards_moved, 1, "{report:?}");

@@ -18,7 +18,7 @@ use crate::worker::{
     ExecutorBody, NodeShared, ReleasedExecutor, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg,
 };
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
-use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, PeerConnection, TransportConfig};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     check_welcome, Assignment, ExecutorSaveResult, FrameLimits, HandOffResult, Message, NodeRole,
     Placement, ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
@@ -160,10 +160,12 @@ pub async fn run_node_leaving<A: App>(
     };
     let outbox = Arc::new(StateOutbox::default());
     let dialer = Dialer {
-        endpoint: endpoint.clone(),
+        peers: StateDialer {
+            endpoint: endpoint.clone(),
+            hello: hello(me),
+            counters: counters.clone(),
+        },
         me,
-        hello: hello(me),
-        counters: counters.clone(),
         master_addr: join,
     };
     let started = start_node(
@@ -285,10 +287,10 @@ async fn start_node<A: App>(
     // Serve the local server, and parked executor states, to the other nodes.
     let local = local_servers.values().next().cloned();
     accept_peers(
-        &dialer.endpoint,
+        &dialer.peers.endpoint,
         local,
         outbox,
-        dialer.counters.clone(),
+        dialer.peers.counters.clone(),
         job,
     );
     // Reach every other server through a proxy.
@@ -379,12 +381,10 @@ pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 /// Opens links to other nodes (their servers, or the executor states they parked).
 #[derive(Clone)]
 struct Dialer {
-    endpoint: NetEndpoint,
     /// This node's id.
     me: u32,
-    /// This node's hello, the first message on every link it opens.
-    hello: Message,
-    counters: Arc<WireCounters>,
+    /// The endpoint, hello and counters every link this node opens uses.
+    peers: StateDialer,
     /// The master's address, where a state it parked is fetched from.
     master_addr: SocketAddr,
 }
@@ -396,12 +396,12 @@ impl Dialer {
         addr: &str,
         what: &str,
     ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), HarpError> {
-        let conn = self.dial(addr, what).await?;
+        let conn = self.peers.dial(addr, what).await?;
         Ok(Link::open(
             conn,
-            &self.hello,
+            &self.peers.hello,
             FrameLimits::default(),
-            self.counters.clone(),
+            self.peers.counters.clone(),
         )
         .await?)
     }
@@ -413,19 +413,7 @@ impl Dialer {
         } else {
             fetch.from_addr.clone()
         };
-        let dialer = StateDialer {
-            endpoint: self.endpoint.clone(),
-            hello: self.hello.clone(),
-            counters: self.counters.clone(),
-        };
-        dialer.fetch(&addr, fetch, what).await
-    }
-
-    async fn dial(&self, addr: &str, what: &str) -> Result<PeerConnection, HarpError> {
-        let parsed: SocketAddr = addr
-            .parse()
-            .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
-        Ok(self.endpoint.connect(parsed).await?)
+        self.peers.fetch(&addr, fetch, what).await
     }
 
     /// A proxy for server `id`, listening at `addr`.
@@ -539,12 +527,7 @@ async fn serve_peer(
                     transfer,
                 },
                 _,
-            ) => {
-                let (link, outbox) = (link.clone(), outbox.clone());
-                crate::spawn::spawn(async move {
-                    outbox.serve_fetch(&link, request_id, transfer).await
-                });
-            }
+            ) => outbox.spawn_serve_fetch(&link, request_id, transfer),
             (message, Some(server)) => {
                 if !serve_server_request(&link, message, server) {
                     return;

@@ -514,16 +514,14 @@ fn take_over_on_link(
     }
     let (link, pending) = (link.clone(), pending.clone());
     let unconfirmed = unconfirmed.map(UnconfirmedRows::raise);
-    let sent_in_order = unconfirmed.as_ref().map(|_| {
-        let sent: Result<(), HarpError> = messages
+    // In order: on the control stream now (one message, such rows being small).
+    let sent_in_order: Option<Result<(), HarpError>> = unconfirmed.as_ref().map(|_| {
+        messages
             .drain(..)
-            .try_for_each(|message| link.send(&message).map_err(HarpError::from));
-        sent
+            .try_for_each(|message| link.send(&message).map_err(HarpError::from))
     });
     let forget_all = |pending: &PendingReplies, answers: &[(u64, _)]| {
-        for (request_id, _) in answers {
-            pending.forget(*request_id);
-        }
+        answers.iter().for_each(|(id, _)| pending.forget(*id));
     };
     crate::spawn::spawn(async move {
         // Lowered before the sender hears of the answer, or when this ends early.

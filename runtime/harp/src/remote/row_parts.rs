@@ -103,7 +103,8 @@ impl DumpAssembly {
 }
 
 /// Sets `rows` on `server` through its node's `link`, a part per request; `reply` gets `Ok`
-/// once every part is set, or the first error (a link that is gone: an unreachable server).
+/// once every part is set, or the first error (a part that could not be sent, or one the
+/// server refused; an answer that never comes: an unreachable server).
 pub(crate) fn reset_in_parts(
     link: &Link,
     pending: &Arc<PendingReplies>,
@@ -131,13 +132,17 @@ pub(crate) fn reset_in_parts(
     }
     let (link, pending) = (link.clone(), pending.clone());
     crate::spawn::spawn(async move {
+        // The first part that could not be sent (the node is gone, or a single row does
+        // not fit a message) is the answer; its waiter is dropped at once.
+        let mut result = Ok(());
         for (request_id, message) in requests {
-            if send_sized(&link, message).await.is_err() {
-                // The node is gone: its reader fails every waiter; this one at once.
+            if let Err(e) = send_sized(&link, message).await {
                 pending.forget(request_id);
+                if result.is_ok() {
+                    result = Err(e);
+                }
             }
         }
-        let mut result = Ok(());
         for answer in answers {
             let answer = answer
                 .await

@@ -39,7 +39,7 @@
 use crate::error::HarpError;
 use bytes::Bytes;
 use dashmap::DashMap;
-use harp_net::{Incoming, IncomingChunk, Link, NetEndpoint};
+use harp_net::{Incoming, IncomingChunk, Link, NetEndpoint, PeerConnection};
 use harp_wire::frame::state_chunk::{encode_state_chunk, ReceivedStateChunk};
 use harp_wire::{FrameLimits, Message, StateFetch, WireCounters};
 use std::net::SocketAddr;
@@ -141,6 +141,13 @@ impl StateOutbox {
             "parked executor state handed to QUIC"
         );
         self.forget(transfer);
+    }
+
+    /// [`serve_fetch`](Self::serve_fetch) on a task of its own, so the link's other
+    /// requests are read meanwhile.
+    pub(crate) fn spawn_serve_fetch(self: &Arc<Self>, link: &Link, request_id: u64, transfer: u64) {
+        let (link, outbox) = (link.clone(), self.clone());
+        crate::spawn::spawn(async move { outbox.serve_fetch(&link, request_id, transfer).await });
     }
 
     /// Drops the state parked as `transfer`.
@@ -251,8 +258,8 @@ pub(crate) type FetchLink = (
     mpsc::UnboundedReceiver<IncomingChunk>,
 );
 
-/// What opens a link to fetch a parked state: this process's endpoint, the hello it sends
-/// first and its wire counters.
+/// What opens links to other processes of the job (a node's peers' servers, parked
+/// states): this process's endpoint, the hello it sends first and its wire counters.
 #[derive(Clone)]
 pub(crate) struct StateDialer {
     pub endpoint: NetEndpoint,
@@ -261,6 +268,14 @@ pub(crate) struct StateDialer {
 }
 
 impl StateDialer {
+    /// Connects to the process listening at `addr` (`what` it is, for errors).
+    pub(crate) async fn dial(&self, addr: &str, what: &str) -> Result<PeerConnection, HarpError> {
+        let parsed: SocketAddr = addr
+            .parse()
+            .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
+        Ok(self.endpoint.connect(parsed).await?)
+    }
+
     /// Fetches the state `fetch` names from the process listening at `addr` (`what` the
     /// state is, for errors), on a link of its own.
     pub(crate) async fn fetch(
@@ -270,10 +285,7 @@ impl StateDialer {
         what: &str,
     ) -> Result<Vec<u8>, HarpError> {
         let fetched = async {
-            let parsed: SocketAddr = addr
-                .parse()
-                .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
-            let conn = self.endpoint.connect(parsed).await?;
+            let conn = self.dial(addr, what).await?;
             let link = Link::open_for_state(
                 conn,
                 &self.hello,
@@ -324,12 +336,7 @@ pub(crate) async fn serve_state_fetches(
             Message::FetchState {
                 request_id,
                 transfer,
-            } => {
-                let (link, outbox) = (link.clone(), outbox.clone());
-                crate::spawn::spawn(async move {
-                    outbox.serve_fetch(&link, request_id, transfer).await
-                });
-            }
+            } => outbox.spawn_serve_fetch(&link, request_id, transfer),
             other => tracing::debug!(kind = ?other.kind(), "ignored on a state fetch link"),
         }
     }

@@ -726,6 +726,28 @@ mod tests {
     use crate::table::{Init, UpdateRule};
     use std::sync::Mutex;
 
+    /// A server that never sends its rows (a stuck server node) fails a dump, naming it,
+    /// once [`DUMP_WAIT`] has passed: a consistent checkpoint's capture then fails and
+    /// training goes on, instead of the job waiting for good. Time is paused.
+    #[tokio::test(start_paused = true)]
+    async fn a_dump_a_server_never_answers_fails_naming_it_after_the_wait() {
+        let (silent, _) = Actor::spawn(None, crate::test_support::SilentServer, ())
+            .await
+            .unwrap();
+        let began = tokio::time::Instant::now();
+        // The outer bound only turns a dump that never gives up into a failure.
+        let dump = dump_servers([(ServerId(3), silent)]);
+        let ended = tokio::time::timeout(DUMP_WAIT * 10, dump).await;
+        let error = ended.expect("the dump never gave up").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("server-3 did not send its rows within 60 s"),
+            "{error}"
+        );
+        assert!(began.elapsed() >= DUMP_WAIT);
+    }
+
     /// Stands for a shard's new owner: records what reaches it, keeps the take-over's `ack`
     /// for the test to release, answers reads with one zero row per key.
     struct NewOwner;

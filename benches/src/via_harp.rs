@@ -59,6 +59,8 @@ pub fn rows_reply(request_id: u64, values: usize) -> Message {
     Message::Rows {
         request_id,
         rows: RowsResult::Ok(vec![RowWire::F32(vec![0.5; values])]),
+        part: 0,
+        parts: 1,
     }
 }
 

@@ -21,8 +21,12 @@ pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
         0 => String::new(),
         n => format!(", {n} unfinished at the end"),
     };
+    let saves_failed = match c.saves_failed {
+        0 => String::new(),
+        n => format!(", {n} server saves failed"),
+    };
     eprintln!(
-        "scar: {} checkpoint rounds ({} failed, {} skipped{unfinished}), {} rows / {} bytes saved, {} rows held",
+        "scar: {} checkpoint rounds ({} failed, {} skipped{unfinished}{saves_failed}), {} rows / {} bytes saved, {} rows held",
         c.rounds, c.rounds_failed, c.rounds_skipped, c.rows_saved, c.bytes_saved, c.rows_held
     );
     for f in &stats.injections {

@@ -180,8 +180,11 @@ impl ScarOptions {
 /// What the running checkpoint did during a job.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct CheckpointStats {
-    /// Rounds that saved rows.
+    /// Rounds that ran to their end (each server saved its rows, or its save failed).
     pub rounds: u64,
+    /// Saves of one server within those rounds that failed (the server unreachable, or its
+    /// answer lost): that server's rows stay at their previous saved values.
+    pub saves_failed: u64,
     /// Rounds that failed before saving (a server unreachable, e.g. a failed one).
     pub rounds_failed: u64,
     /// Rounds due while the previous one still ran (not run; the next due one is).

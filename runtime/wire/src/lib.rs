@@ -13,6 +13,7 @@
 //! | [`frame`] | the frame layout, [`encode`], the incremental [`FrameDecoder`], [`FrameLimits`] |
 //! | [`error`] | [`WireError`] (one variant per rejection) and [`WireCounters`] |
 //! | [`handshake`] | [`PROTOCOL_VERSION`], [`check_hello`], [`check_welcome`] |
+//! | [`parts`] | [`split_rows`]: rows in parts of at most [`PART_BYTES`], each fitting a frame |
 //!
 //! This crate does no IO: the transport reads chunks from a stream, pushes them into a
 //! [`FrameDecoder`] and writes the [`bytes::Bytes`] that [`encode`] returns.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod message;
+pub mod parts;
 
 pub use error::{WireCounters, WireCountersSnapshot, WireError};
 pub use frame::{
@@ -35,3 +37,4 @@ pub use message::{
     ServerPlace, ShardPlace, ShardRowWire, StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
     STATE_FROM_MASTER,
 };
+pub use parts::{split_rows, PART_BYTES};

@@ -460,8 +460,16 @@ pub enum Message {
         server: u32,
         keys: Vec<ParamKeyWire>,
     },
-    /// server node → node: the answer to [`Message::Get`].
-    Rows { request_id: u64, rows: RowsResult },
+    /// server node → node: part `part` of `parts` of the answer to [`Message::Get`]. Rows
+    /// that fit one bounded part (nearly every read) are one part; a larger answer goes in
+    /// parts of consecutive rows, which may arrive in any order and are put back in order by
+    /// their number. An error is always one part.
+    Rows {
+        request_id: u64,
+        rows: RowsResult,
+        part: u32,
+        parts: u32,
+    },
     /// node → server node: apply one flush's aggregated deltas for `server`'s shards, all of
     /// them or none. `(node_id, flush_id)` identifies the batch (for exactly-once apply).
     /// With `staged` (a job that recovers worker nodes) the server only keeps the deltas as
@@ -586,10 +594,14 @@ pub enum Message {
     /// master → server node: the distance of every row `server` owns from its saved value
     /// (a checkpoint round's first step). Answered with [`Message::Distances`].
     CheckpointDistances { request_id: u64, server: u32 },
-    /// server node → master: the answer to [`Message::CheckpointDistances`].
+    /// server node → master: part `part` of `parts` of the answer to
+    /// [`Message::CheckpointDistances`] (the distances in parts of a bounded size, in key
+    /// order by part number; an error is always one part).
     Distances {
         request_id: u64,
         result: DistancesResult,
+        part: u32,
+        parts: u32,
     },
     /// master → server node: make the current values of `keys` their saved values and send
     /// them back (a checkpoint round's last step). Answered with [`Message::Saved`].
@@ -598,8 +610,16 @@ pub enum Message {
         server: u32,
         keys: Vec<ParamKeyWire>,
     },
-    /// server node → master: the answer to [`Message::CheckpointSave`].
-    Saved { request_id: u64, result: SaveResult },
+    /// server node → master: part `part` of `parts` of the answer to
+    /// [`Message::CheckpointSave`]. The saved rows go in parts of a bounded size, in key
+    /// order by part number; every part carries the save's epoch and the first also the keys
+    /// not owned. An error is always one part.
+    Saved {
+        request_id: u64,
+        result: SaveResult,
+        part: u32,
+        parts: u32,
+    },
     /// master → server node (fault injection): set these rows of `server` to these values
     /// (`None`: the table's initial value), all or none. Answered with
     /// [`Message::ResetDone`].
@@ -663,10 +683,13 @@ pub enum Message {
     /// master → node: `server` died; what did it acknowledge to this node since each row's
     /// last save? Answered with [`Message::LostUpdates`].
     LostUpdatesQuery { request_id: u64, server: u32 },
-    /// node → master: the answer to [`Message::LostUpdatesQuery`].
+    /// node → master: part `part` of `parts` of the answer to [`Message::LostUpdatesQuery`]
+    /// (the rows in parts of a bounded size, by part number; `Inexact` is always one part).
     LostUpdates {
         request_id: u64,
         result: LostUpdatesResult,
+        part: u32,
+        parts: u32,
     },
 
     // ---- consistent checkpoints ----
@@ -1137,6 +1160,8 @@ mod tests {
                 Message::Rows {
                     request_id: 9,
                     rows: RowsResult::Ok(rows(n, values).into_iter().map(|(_, r)| r).collect()),
+                    part: 0,
+                    parts: 1,
                 },
                 Message::Saved {
                     request_id: 4,
@@ -1145,6 +1170,8 @@ mod tests {
                         not_owned: rows(n, 1).into_iter().map(|(k, _)| k).collect(),
                         epoch: 3,
                     },
+                    part: 1,
+                    parts: 2,
                 },
                 Message::LostUpdates {
                     request_id: 6,
@@ -1154,6 +1181,8 @@ mod tests {
                             .map(|(k, r)| (k, vec![(2, r)]))
                             .collect(),
                     ),
+                    part: 0,
+                    parts: 1,
                 },
                 Message::ResetRows {
                     request_id: 5,

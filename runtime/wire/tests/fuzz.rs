@@ -51,6 +51,8 @@ fn corpus() -> Corpus {
             RowWire::F32(vec![0.25; 3000]),
             RowWire::I64(vec![-1; 500]),
         ]),
+        part: 0,
+        parts: 1,
     });
     messages.push(Message::Failed {
         message: "é".repeat(2000),

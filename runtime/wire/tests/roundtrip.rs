@@ -114,6 +114,8 @@ fn rows_keep_nan_payloads_and_signed_zeros_bit_exact() {
     let m = Message::Rows {
         request_id: 1,
         rows: RowsResult::Ok(vec![row]),
+        part: 0,
+        parts: 1,
     };
     let decoded = decode_frame(&encode(&m).unwrap(), &FrameLimits::default()).unwrap();
     let Message::Rows {

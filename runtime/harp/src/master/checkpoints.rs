@@ -290,6 +290,7 @@ impl RunningCheckpoint {
                 self.stats.rounds += 1;
                 self.stats.rows_saved += outcome.saved.len() as u64;
                 self.stats.bytes_saved += outcome.bytes();
+                self.stats.saves_failed += outcome.failed.len() as u64;
                 for (id, error) in &outcome.failed {
                     tracing::warn!(server = %id, %error, "a checkpoint save failed; its rows stay at their previous saved values");
                 }
@@ -460,6 +461,26 @@ mod tests {
         assert!(ckpt.faults_after_round().is_some());
         assert_eq!(ckpt.stats().rounds, 2);
         assert_eq!(ckpt.stats().rounds_skipped, 0);
+    }
+
+    /// A round that ran but in which a server's save failed is a round, and the failed
+    /// save is counted (its rows keep their previous saved values).
+    #[tokio::test]
+    async fn a_failed_server_save_within_a_round_is_counted() {
+        let mut ckpt = running(8, 0.25);
+        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let mut done = round.await;
+        done.result = Ok(RoundOutcome {
+            failed: vec![
+                (ServerId(0), HarpError::ServerUnreachable(ServerId(0))),
+                (ServerId(1), HarpError::Remote("the answer was lost".into())),
+            ],
+            ..RoundOutcome::default()
+        });
+        ckpt.round_done(done);
+        let stats = ckpt.stats();
+        assert_eq!((stats.rounds, stats.saves_failed), (1, 2), "{stats:?}");
+        assert_eq!(stats.rounds_failed, 0, "{stats:?}");
     }
 
     #[test]

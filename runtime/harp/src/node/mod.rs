@@ -385,7 +385,14 @@ impl ParamStore {
         let mut unanswered = Batches::new();
         {
             let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
-            for (server, updates) in batches {
+            // A server's part larger than a message may carry goes as several, each
+            // acknowledged (and recorded in the ledger at its save epoch) on its own.
+            let parts = batches.into_iter().flat_map(|(server, updates)| {
+                harp_wire::split_rows(updates, |(_, delta)| delta.bytes())
+                    .into_iter()
+                    .map(move |part| (server, part))
+            });
+            for (server, updates) in parts {
                 let kept = self.recover_servers.then(|| updates.clone());
                 let (tx, rx) = oneshot::channel();
                 let sent = routing
@@ -394,9 +401,7 @@ impl ParamStore {
                     .map(|actor| actor.send_message(mode.message(updates, tx)));
                 match (sent, kept) {
                     (Some(Ok(())), kept) => replies.push((server, rx, kept)),
-                    (_, Some(kept)) => {
-                        unanswered.insert(server, kept);
-                    }
+                    (_, Some(kept)) => unanswered.entry(server).or_default().extend(kept),
                     (_, None) => return Err(HarpError::ServerUnreachable(server)),
                 }
             }
@@ -418,9 +423,7 @@ impl ParamStore {
                     return Err(e);
                 }
                 Ok(Err(_)) => match kept {
-                    Some(kept) => {
-                        unanswered.insert(server, kept);
-                    }
+                    Some(kept) => unanswered.entry(server).or_default().extend(kept),
                     None => return Err(HarpError::ServerUnreachable(server)),
                 },
                 Err(_) => {

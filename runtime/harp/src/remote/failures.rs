@@ -72,6 +72,7 @@
 
 use super::proxies::Pending;
 use super::roster::{self, RosterContext, SharedRoster};
+use super::row_parts::InParts;
 use crate::app::App;
 use crate::error::HarpError;
 use crate::master::{Acknowledged, MasterMsg};
@@ -202,7 +203,9 @@ async fn query_lost_updates(roster: &SharedRoster, server: u32) -> Acknowledged 
     let mut waits = Vec::new();
     for node in roster::lock(roster).live().filter(|n| n.id != server) {
         let (tx, rx) = oneshot::channel();
-        let request_id = node.pending.register(Pending::LostUpdates(tx));
+        let request_id = node
+            .pending
+            .register(Pending::LostUpdates(InParts::new(tx)));
         if node
             .link
             .send(&Message::LostUpdatesQuery { request_id, server })

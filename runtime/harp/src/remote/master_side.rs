@@ -7,7 +7,7 @@ use super::proxies::{
     completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
 };
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
-use super::row_parts::DumpAssembly;
+use super::row_parts::InParts;
 use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};
 use crate::app::{App, Driver, JobInfo};
 use crate::consistent::{CheckpointLayout, ConsistentReport};
@@ -834,7 +834,7 @@ async fn dump_params(
             continue;
         }
         let (tx, rx) = oneshot::channel();
-        let request_id = pending.register(Pending::Dump(DumpAssembly::new(tx)));
+        let request_id = pending.register(Pending::Dump(InParts::new(tx)));
         link.send(&Message::Dump {
             request_id,
             server: *id,

@@ -957,25 +957,9 @@ async fn serve_master<A: App>(
                 store.rows_saved(ServerId(server), epoch, &keys);
             }
             Message::LostUpdatesQuery { request_id, server } => {
-                let result = match store.lost_updates(ServerId(server)) {
-                    Ok(rows) => harp_wire::LostUpdatesResult::Ok(
-                        rows.into_iter()
-                            .map(|(key, sums)| {
-                                let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
-                                (key.into(), sums)
-                            })
-                            .collect(),
-                    ),
-                    Err(why) => harp_wire::LostUpdatesResult::Inexact(why),
-                };
                 let link = master_link.clone();
-                crate::spawn::spawn(async move {
-                    let _ = super::proxies::send_sized(
-                        &link,
-                        Message::LostUpdates { request_id, result },
-                    )
-                    .await;
-                });
+                let lost = store.lost_updates(ServerId(server));
+                crate::spawn::spawn(super::proxies::send_lost_updates(link, request_id, lost));
             }
             message @ (Message::CheckpointDistances { .. }
             | Message::CheckpointSave { .. }

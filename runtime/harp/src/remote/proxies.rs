@@ -4,7 +4,7 @@
 //! implementations: channels in process, these proxies across processes).
 
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
-use super::row_parts::{reset_in_parts, send_dump, split_rows, DumpAssembly};
+use super::row_parts::{reset_in_parts, send_dump, send_in_parts, InParts};
 use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
@@ -19,7 +19,7 @@ use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
 use harp_wire::{
     CompletionWire, DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult, Message,
-    ReleaseResult, RowsResult, SaveResult, TaskEnvelope,
+    ParamKeyWire, ReleaseResult, RowWire, RowsResult, SaveResult, TaskEnvelope,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
@@ -59,10 +59,11 @@ pub(crate) async fn answer_sized(
 
 /// A reply a proxy is waiting for, by request id.
 pub(crate) enum Pending {
-    Rows(oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>),
+    /// A server node's answer to `Get`, arriving in parts.
+    Rows(InParts<RowsReply, Vec<RowWire>>),
     Applied(oneshot::Sender<Result<AppliedAt, HarpError>>),
     /// A server node's answer to `Dump`, arriving in parts.
-    Dump(DumpAssembly),
+    Dump(InParts<DumpReply, Vec<(ParamKeyWire, RowWire)>>),
     /// A worker node's answer to `ReleaseExecutor`.
     Released(oneshot::Sender<ReleaseResult>),
     /// A worker node's answer to `AdoptExecutor`.
@@ -75,17 +76,52 @@ pub(crate) enum Pending {
     TookOver(oneshot::Sender<()>),
     /// A node has nothing in flight to a leaving server any more.
     Drained(oneshot::Sender<()>),
-    /// A server node's answer to `CheckpointDistances`.
-    Distances(DistancesReply),
-    /// A server node's answer to `CheckpointSave`.
-    Saved(SaveReply),
+    /// A server node's answer to `CheckpointDistances`, arriving in parts.
+    Distances(InParts<DistancesReply, Vec<(ParamKeyWire, f64)>>),
+    /// A server node's answer to `CheckpointSave`, arriving in parts.
+    Saved(InParts<SaveReply, SavedPart>),
     /// A server node's answer to `ResetRows`.
     ResetDone(oneshot::Sender<Result<(), HarpError>>),
     /// A server node's answer to `CommitFlush`.
     Committed(oneshot::Sender<Result<AppliedAt, HarpError>>),
-    /// A node's answer to `LostUpdatesQuery`.
-    LostUpdates(oneshot::Sender<LostUpdatesResult>),
+    /// A node's answer to `LostUpdatesQuery`, arriving in parts.
+    LostUpdates(InParts<oneshot::Sender<LostUpdatesResult>, Vec<LostRowWire>>),
 }
+
+/// The answer of a save whose parts are all in: the rows of every part, in order (ascending
+/// by key), the first part's keys not owned, and the save's epoch.
+fn save_answer(parts: Vec<SavedPart>) -> SaveAnswer {
+    let epoch = parts.first().map_or(0, |(_, _, epoch)| *epoch);
+    let mut answer = SaveAnswer {
+        saved: Vec::new(),
+        not_owned: Vec::new(),
+        epoch,
+    };
+    for (saved, not_owned, _) in parts {
+        answer.saved.extend(
+            saved
+                .into_iter()
+                .map(|(k, r)| (k.into(), Arc::new(RowData::from(r)))),
+        );
+        answer
+            .not_owned
+            .extend(not_owned.into_iter().map(ParamKey::from));
+    }
+    answer
+}
+
+/// One row of a node's answer to `LostUpdatesQuery`: the sums of its deltas by save epoch.
+pub(crate) type LostRowWire = (ParamKeyWire, Vec<(u64, RowWire)>);
+
+/// Where a read's rows go.
+pub(crate) type RowsReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>;
+
+/// Where a dump's rows go.
+pub(crate) type DumpReply = oneshot::Sender<Vec<(ParamKey, RowData)>>;
+
+/// One part of a checkpoint save's answer: its rows, the keys not owned (the first part's)
+/// and the save's epoch.
+pub(crate) type SavedPart = (Vec<(ParamKeyWire, RowWire)>, Vec<ParamKeyWire>, u64);
 
 /// Replies in flight on one link.
 #[derive(Default)]
@@ -104,16 +140,29 @@ impl PendingReplies {
     /// Resolves a reply message; returns it back if it is not a reply.
     pub(crate) fn resolve(&self, message: Message) -> Option<Message> {
         match message {
-            Message::Rows { request_id, rows } => {
-                if let Some((_, Pending::Rows(tx))) = self.waiting.remove(&request_id) {
-                    let rows = match rows {
-                        RowsResult::Ok(rows) => Ok(rows
+            Message::Rows {
+                request_id,
+                rows,
+                part,
+                parts,
+            } => {
+                let whole = match rows {
+                    RowsResult::Ok(rows) => {
+                        // Not whole yet (or nobody waits): nothing to hand on.
+                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                            Pending::Rows(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        Ok(whole
                             .into_iter()
+                            .flatten()
                             .map(|r| Arc::new(RowData::from(r)))
-                            .collect()),
-                        RowsResult::Err(e) => Err(HarpError::Remote(e)),
-                    };
-                    let _ = tx.send(rows);
+                            .collect())
+                    }
+                    RowsResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Rows(rows))) = self.waiting.remove(&request_id) {
+                    let _ = rows.reply.send(whole);
                 }
                 None
             }
@@ -127,9 +176,24 @@ impl PendingReplies {
                 }
                 None
             }
-            Message::LostUpdates { request_id, result } => {
-                if let Some((_, Pending::LostUpdates(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(result);
+            Message::LostUpdates {
+                request_id,
+                result,
+                part,
+                parts,
+            } => {
+                let whole = match result {
+                    LostUpdatesResult::Ok(rows) => {
+                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                            Pending::LostUpdates(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        LostUpdatesResult::Ok(whole.into_iter().flatten().collect())
+                    }
+                    inexact @ LostUpdatesResult::Inexact(_) => inexact,
+                };
+                if let Some((_, Pending::LostUpdates(lost))) = self.waiting.remove(&request_id) {
+                    let _ = lost.reply.send(whole);
                 }
                 None
             }
@@ -139,13 +203,15 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let complete = match self.waiting.get_mut(&request_id).as_deref_mut() {
-                    Some(Pending::Dump(dump)) => dump.add(part, parts, rows),
-                    _ => false,
-                };
-                if complete {
+                let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                    Pending::Dump(w) => Some(&mut w.parts),
+                    _ => None,
+                });
+                if let Some(whole) = whole {
                     if let Some((_, Pending::Dump(dump))) = self.waiting.remove(&request_id) {
-                        dump.finish();
+                        let _ = dump
+                            .reply
+                            .send(rows_from_wire(whole.into_iter().flatten().collect()));
                     }
                 }
                 None
@@ -188,34 +254,55 @@ impl PendingReplies {
                 }
                 None
             }
-            Message::Distances { request_id, result } => {
-                if let Some((_, Pending::Distances(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(match result {
-                        DistancesResult::Ok(d) => {
-                            Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
-                        }
-                        DistancesResult::Err(e) => Err(HarpError::Remote(e)),
-                    });
+            Message::Distances {
+                request_id,
+                result,
+                part,
+                parts,
+            } => {
+                let whole = match result {
+                    DistancesResult::Ok(d) => {
+                        let whole = self.add_part(request_id, part, parts, d, |p| match p {
+                            Pending::Distances(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        Ok(whole
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, d)| (k.into(), d))
+                            .collect())
+                    }
+                    DistancesResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Distances(d))) = self.waiting.remove(&request_id) {
+                    let _ = d.reply.send(whole);
                 }
                 None
             }
-            Message::Saved { request_id, result } => {
-                if let Some((_, Pending::Saved(tx))) = self.waiting.remove(&request_id) {
-                    let _ = tx.send(match result {
-                        SaveResult::Ok {
-                            saved,
-                            not_owned,
-                            epoch,
-                        } => Ok(SaveAnswer {
-                            saved: saved
-                                .into_iter()
-                                .map(|(k, r)| (k.into(), Arc::new(RowData::from(r))))
-                                .collect(),
-                            not_owned: not_owned.into_iter().map(Into::into).collect(),
-                            epoch,
-                        }),
-                        SaveResult::Err(e) => Err(HarpError::Remote(e)),
-                    });
+            Message::Saved {
+                request_id,
+                result,
+                part: part_no,
+                parts,
+            } => {
+                let whole = match result {
+                    SaveResult::Ok {
+                        saved,
+                        not_owned,
+                        epoch,
+                    } => {
+                        let part = (saved, not_owned, epoch);
+                        let whole =
+                            self.add_part(request_id, part_no, parts, part, |p| match p {
+                                Pending::Saved(w) => Some(&mut w.parts),
+                                _ => None,
+                            })?;
+                        Ok(save_answer(whole))
+                    }
+                    SaveResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Saved(save))) = self.waiting.remove(&request_id) {
+                    let _ = save.reply.send(whole);
                 }
                 None
             }
@@ -233,6 +320,40 @@ impl PendingReplies {
                 None
             }
             other => Some(other),
+        }
+    }
+
+    /// Adds part `part` of `parts` of the answer to `request_id` (whose pending reply
+    /// `parts_of` finds the parts of); every part, in order, once the last one is in. An
+    /// answer nobody waits for (any more), or for another kind of request, is dropped.
+    fn add_part<T>(
+        &self,
+        request_id: u64,
+        part: u32,
+        parts: u32,
+        item: T,
+        parts_of: impl FnOnce(&mut Pending) -> Option<&mut super::row_parts::Parts<T>>,
+    ) -> Option<Vec<T>> {
+        let mut waiting = self.waiting.get_mut(&request_id)?;
+        parts_of(waiting.value_mut())?.add(part, parts, item)
+    }
+
+    /// A read or flush `request_id` could not be sent. One the link refused to carry (larger
+    /// than a message) is answered with that error at once, so its sender fails with the
+    /// reason instead of waiting out its deadline; on a lost link the reader fails every
+    /// waiter (an unreachable server, which server recovery handles).
+    pub(crate) fn unsent(&self, request_id: u64, error: HarpError) {
+        if !matches!(error, HarpError::Net(harp_net::NetError::Protocol { .. })) {
+            return;
+        }
+        match self.waiting.remove(&request_id) {
+            Some((_, Pending::Rows(rows))) => {
+                let _ = rows.reply.send(Err(error));
+            }
+            Some((_, Pending::Applied(applied))) => {
+                let _ = applied.send(Err(error));
+            }
+            _ => {}
         }
     }
 
@@ -319,13 +440,16 @@ impl Actor for ServerProxy {
         let server = state.server.0;
         match msg {
             ServerMsg::Get { keys, reply } => {
-                let request_id = state.pending.register(Pending::Rows(reply));
+                let request_id = state.pending.register(Pending::Rows(InParts::new(reply)));
                 let keys = keys.into_iter().map(Into::into).collect();
-                let _ = state.link.send(&Message::Get {
+                let get = Message::Get {
                     request_id,
                     server,
                     keys,
-                });
+                };
+                if let Err(e) = state.link.send(&get) {
+                    state.pending.unsent(request_id, e.into());
+                }
             }
             ServerMsg::Apply { updates, reply } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
@@ -415,11 +539,17 @@ fn send_flush_part(
         updates: rows_to_wire(updates),
     };
     if state.unconfirmed_rows.load(Ordering::Acquire) > 0 {
-        let _ = state.link.send(&message);
+        if let Err(e) = state.link.send(&message) {
+            state.pending.unsent(request_id, e.into());
+        }
         return;
     }
-    let link = state.link.clone();
-    crate::spawn::spawn(async move { send_sized(&link, message).await });
+    let (link, pending) = (state.link.clone(), state.pending.clone());
+    crate::spawn::spawn(async move {
+        if let Err(e) = send_sized(&link, message).await {
+            pending.unsent(request_id, e);
+        }
+    });
 }
 
 /// Sends a request a server answers from its rows (a dump, a checkpoint request, a reset)
@@ -433,12 +563,12 @@ pub(crate) fn forward_on_link(
 ) {
     let (request_id, wire) = match message {
         ServerMsg::Dump { reply } => {
-            let request_id = pending.register(Pending::Dump(DumpAssembly::new(reply)));
+            let request_id = pending.register(Pending::Dump(InParts::new(reply)));
             let server = server.0;
             (request_id, Message::Dump { request_id, server })
         }
         ServerMsg::Checkpoint(CheckpointRequest::Distances { reply }) => {
-            let request_id = pending.register(Pending::Distances(reply));
+            let request_id = pending.register(Pending::Distances(InParts::new(reply)));
             let server = server.0;
             (
                 request_id,
@@ -446,7 +576,7 @@ pub(crate) fn forward_on_link(
             )
         }
         ServerMsg::Checkpoint(CheckpointRequest::Save { keys, reply }) => {
-            let request_id = pending.register(Pending::Saved(reply));
+            let request_id = pending.register(Pending::Saved(InParts::new(reply)));
             let keys = keys.into_iter().map(Into::into).collect();
             let server = server.0;
             (
@@ -484,7 +614,7 @@ pub(crate) fn forward_on_link(
 /// holds them. In order (`unconfirmed`: the proxy's count of such rows not yet confirmed,
 /// raised until the answer): on the control stream before this returns, so ahead of every
 /// message sent on the link after it (such rows are small); otherwise in parts of at most
-/// [`PART_BYTES`](super::row_parts::PART_BYTES), each a `TakeOverShard` of its own (as
+/// [`PART_BYTES`](harp_wire::PART_BYTES), each a `TakeOverShard` of its own (as
 /// [`send_sized`] chooses), and `ack` goes once every part is in, so a shard of any size
 /// moves. On failure `ack` is dropped, which tells the sender the take-over failed, and the
 /// replies are no longer awaited (a drain must not wait for them).
@@ -498,7 +628,7 @@ fn take_over_on_link(
     let rows = rows.to_wire();
     let parts = match unconfirmed {
         Some(_) => vec![rows],
-        None => split_rows(rows, harp_wire::ShardRowWire::bytes),
+        None => harp_wire::split_rows(rows, harp_wire::ShardRowWire::bytes),
     };
     let mut answers = Vec::with_capacity(parts.len());
     let mut messages = Vec::with_capacity(parts.len());
@@ -710,6 +840,83 @@ async fn server_answer<T>(answer: oneshot::Receiver<Result<T, HarpError>>) -> Re
     }
 }
 
+/// Sends a server's answer to the checkpoint save `request_id` in parts: every part with the
+/// save's epoch, the first with the keys not owned.
+async fn send_save_answer(
+    link: &Link,
+    request_id: u64,
+    answer: SaveAnswer,
+) -> Result<(), HarpError> {
+    let saved = answer
+        .saved
+        .iter()
+        .map(|(k, v)| ((*k).into(), RowWire::from(&**v)))
+        .collect();
+    let mut not_owned: Vec<ParamKeyWire> = answer.not_owned.into_iter().map(Into::into).collect();
+    let epoch = answer.epoch;
+    let part = |part, parts, saved| Message::Saved {
+        request_id,
+        result: SaveResult::Ok {
+            saved,
+            not_owned: std::mem::take(&mut not_owned),
+            epoch,
+        },
+        part,
+        parts,
+    };
+    send_in_parts(
+        link,
+        saved,
+        |(_, row): &(ParamKeyWire, RowWire)| row.value_bytes(),
+        part,
+    )
+    .await
+}
+
+/// Sends a node's answer to the master's `LostUpdatesQuery` `request_id` in parts (or why
+/// it cannot say exactly, one part); a part that cannot be sent is answered as inexact, so
+/// the master hears why instead of waiting out its deadline.
+pub(crate) async fn send_lost_updates(
+    link: Link,
+    request_id: u64,
+    lost: Result<crate::node::lost_ledger::RowsByEpoch, String>,
+) {
+    let sent = match lost {
+        Ok(rows) => {
+            let rows: Vec<LostRowWire> = rows
+                .into_iter()
+                .map(|(key, sums)| {
+                    let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
+                    (key.into(), sums)
+                })
+                .collect();
+            let bytes = |(_, sums): &LostRowWire| {
+                sums.iter()
+                    .map(|(_, d)| d.value_bytes() + 16)
+                    .sum::<usize>()
+            };
+            let part = |part, parts, rows| Message::LostUpdates {
+                request_id,
+                result: LostUpdatesResult::Ok(rows),
+                part,
+                parts,
+            };
+            send_in_parts(&link, rows, bytes, part)
+                .await
+                .map_err(|e| format!("its answer could not be sent: {e}"))
+        }
+        Err(why) => Err(why),
+    };
+    if let Err(why) = sent {
+        let _ = link.send(&Message::LostUpdates {
+            request_id,
+            result: LostUpdatesResult::Inexact(why),
+            part: 0,
+            parts: 1,
+        });
+    }
+}
+
 /// Serves one request that arrived on `link` with the local server `server`; `false` once
 /// that server stopped.
 pub(crate) fn serve_server_request(
@@ -731,15 +938,29 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let rows = match server_answer(rx).await {
-                    Ok(rows) => RowsResult::Ok(rows.iter().map(|r| (**r).clone().into()).collect()),
-                    Err(e) => RowsResult::Err(e),
+                let answer = match server_answer(rx).await {
+                    Ok(rows) => {
+                        let rows = rows.iter().map(|r| (**r).clone().into()).collect();
+                        let part = |part, parts, rows| Message::Rows {
+                            request_id,
+                            rows: RowsResult::Ok(rows),
+                            part,
+                            parts,
+                        };
+                        send_in_parts(&link, rows, RowWire::value_bytes, part)
+                            .await
+                            .map_err(|e| format!("the rows could not be sent: {e}"))
+                    }
+                    Err(e) => Err(e),
                 };
-                let refused = |why| Message::Rows {
-                    request_id,
-                    rows: RowsResult::Err(why),
-                };
-                answer_sized(&link, Message::Rows { request_id, rows }, refused).await;
+                if let Err(why) = answer {
+                    let _ = link.send(&Message::Rows {
+                        request_id,
+                        rows: RowsResult::Err(why),
+                        part: 0,
+                        parts: 1,
+                    });
+                }
             });
         }
         Message::Apply {
@@ -845,17 +1066,30 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let result = match server_answer(rx).await {
-                    Ok(d) => {
-                        DistancesResult::Ok(d.into_iter().map(|(k, d)| (k.into(), d)).collect())
+                let answer = match server_answer(rx).await {
+                    Ok(distances) => {
+                        let distances = distances.into_iter().map(|(k, d)| (k.into(), d)).collect();
+                        let part = |part, parts, distances| Message::Distances {
+                            request_id,
+                            result: DistancesResult::Ok(distances),
+                            part,
+                            parts,
+                        };
+                        // An entry's bytes are its key's, which the split counts anyway.
+                        send_in_parts(&link, distances, |_| 0, part)
+                            .await
+                            .map_err(|e| format!("the distances could not be sent: {e}"))
                     }
-                    Err(e) => DistancesResult::Err(e),
+                    Err(e) => Err(e),
                 };
-                let refused = |why| Message::Distances {
-                    request_id,
-                    result: DistancesResult::Err(why),
-                };
-                answer_sized(&link, Message::Distances { request_id, result }, refused).await;
+                if let Err(why) = answer {
+                    let _ = link.send(&Message::Distances {
+                        request_id,
+                        result: DistancesResult::Err(why),
+                        part: 0,
+                        parts: 1,
+                    });
+                }
             });
         }
         Message::CheckpointSave {
@@ -868,23 +1102,20 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let result = match server_answer(rx).await {
-                    Ok(answer) => SaveResult::Ok {
-                        saved: answer
-                            .saved
-                            .iter()
-                            .map(|(k, v)| ((*k).into(), harp_wire::RowWire::from(&**v)))
-                            .collect(),
-                        not_owned: answer.not_owned.into_iter().map(Into::into).collect(),
-                        epoch: answer.epoch,
-                    },
-                    Err(e) => SaveResult::Err(e),
+                let answer = match server_answer(rx).await {
+                    Ok(answer) => send_save_answer(&link, request_id, answer)
+                        .await
+                        .map_err(|e| format!("the saved rows could not be sent: {e}")),
+                    Err(e) => Err(e),
                 };
-                let refused = |why| Message::Saved {
-                    request_id,
-                    result: SaveResult::Err(why),
-                };
-                answer_sized(&link, Message::Saved { request_id, result }, refused).await;
+                if let Err(why) = answer {
+                    let _ = link.send(&Message::Saved {
+                        request_id,
+                        result: SaveResult::Err(why),
+                        part: 0,
+                        parts: 1,
+                    });
+                }
             });
         }
         Message::ResetRows {

@@ -1,104 +1,105 @@
-//! Rows that may not fit one message between processes (a frame holds at most 64 MiB): a
-//! server node's dump (`DumpRows`, the job's final parameters and a consistent
-//! checkpoint's rows) and the rows a resumed job puts into a server node (`ResetRows`) go in
-//! parts of at most [`PART_BYTES`] of values each.
+//! Rows that may not fit one message between processes (a frame holds at most 64 MiB) go in
+//! parts of at most [`harp_wire::PART_BYTES`] of values each ([`split_rows`]): the answers a server node sends from its
+//! rows (a read's `Rows`, a SCAR round's `Saved`, a dump's `DumpRows`: the job's final
+//! parameters and a consistent checkpoint's rows) and the rows a resumed job puts into a
+//! server node (`ResetRows`). A worker node's flush is split the same way before it leaves
+//! the node (`node::ParamStore`), since each part of it is acknowledged on its own.
 //!
-//! A dump's parts are numbered (`part` of `parts`) and each goes on a stream of its own, so
-//! they may arrive in any order; [`DumpAssembly`] answers the dump once every part is in,
-//! each counted once. A reset sends each part as a request of its own and answers once
-//! every part is set (or with the first error).
+//! An answer's parts are numbered (`part` of `parts`) and each goes with [`send_in_parts`]
+//! (on a stream of its own unless small), so they may arrive in any order; [`Parts`] puts
+//! them back in order and hands them over once every part is in, each counted once. A
+//! reset sends each part as a request of its own and answers once every part is set (or
+//! with the first error).
 
-use super::codec::rows_from_wire;
 use super::proxies::{send_sized, Pending, PendingReplies};
 use crate::error::HarpError;
-use harp_core::{ParamKey, RowData, ServerId};
+use harp_core::ServerId;
 use harp_net::Link;
-use harp_wire::{Message, ParamKeyWire, RowWire};
-use std::collections::BTreeSet;
+use harp_wire::{split_rows, Message, ParamKeyWire, RowWire};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-/// The most bytes of row values one part carries: far below the largest frame, so a part's
-/// keys and framing always fit too.
-pub(crate) const PART_BYTES: usize = 16 << 20;
-
-/// Wire bytes a row's key and framing take besides its values (an estimate on the safe side).
-const PER_ROW_BYTES: usize = 64;
-
-/// Splits `rows` into runs of at most [`PART_BYTES`] (`bytes` of each row), in order; a row
-/// larger than that is a part of its own. Always at least one part (empty for no rows).
-pub(crate) fn split_rows<R>(rows: Vec<R>, bytes: impl Fn(&R) -> usize) -> Vec<Vec<R>> {
-    let mut parts = vec![Vec::new()];
-    let mut filled = 0;
-    for row in rows {
-        let size = bytes(&row) + PER_ROW_BYTES;
-        let current = parts.last().map_or(0, Vec::len);
-        if current > 0 && filled + size > PART_BYTES {
-            parts.push(Vec::new());
-            filled = 0;
-        }
-        filled += size;
-        if let Some(last) = parts.last_mut() {
-            last.push(row);
-        }
+/// Sends `items` as one answer in parts of at most [`harp_wire::PART_BYTES`] (`bytes` of each item),
+/// `message(part, parts, items)` building each part, each sent with [`send_sized`] (a part
+/// on a stream of its own unless it is small, so parts may arrive in any order: the
+/// receiver puts them back in order with [`Parts`]). Stops at the first part that cannot be
+/// sent, with its error.
+pub(crate) async fn send_in_parts<T>(
+    link: &Link,
+    items: Vec<T>,
+    bytes: impl Fn(&T) -> usize,
+    mut message: impl FnMut(u32, u32, Vec<T>) -> Message,
+) -> Result<(), HarpError> {
+    let split = split_rows(items, bytes);
+    let count = split.len() as u32;
+    for (part, items) in split.into_iter().enumerate() {
+        send_sized(link, message(part as u32, count, items)).await?;
     }
-    parts
+    Ok(())
 }
 
-/// Sends `rows` (all a server holds) as the answer to the dump `request_id`, in parts, each
-/// on a stream of its own.
+/// Sends `rows` (all a server holds) as the answer to the dump `request_id`, in parts.
 pub(crate) async fn send_dump(link: &Link, request_id: u64, rows: Vec<(ParamKeyWire, RowWire)>) {
-    let parts = split_rows(rows, |(_, row)| row.value_bytes());
-    let count = parts.len() as u32;
-    for (part, rows) in parts.into_iter().enumerate() {
-        let message = Message::DumpRows {
-            request_id,
-            rows,
-            part: part as u32,
-            parts: count,
-        };
-        if let Err(e) = link.send_bulk(&message).await {
-            // The link is gone (the master hears of it) or refused a part: the master's
-            // wait for the dump ends with its deadline.
-            tracing::warn!(request_id, part, error = %e, "could not send a part of a dump");
-            return;
+    let part = |part, parts, rows| Message::DumpRows {
+        request_id,
+        rows,
+        part,
+        parts,
+    };
+    if let Err(e) = send_in_parts(link, rows, |(_, row)| row.value_bytes(), part).await {
+        // The link is gone (the master hears of it) or refused a part: the master's
+        // wait for the dump ends with its deadline.
+        tracing::warn!(request_id, error = %e, "could not send a part of a dump");
+    }
+}
+
+/// The parts of one answer arriving in any order, one `T` per part, kept by number until
+/// every part is in.
+#[derive(Debug)]
+pub(crate) struct Parts<T> {
+    /// The part count the first part announced; `None` before any part arrived.
+    expected: Option<u32>,
+    arrived: BTreeMap<u32, T>,
+}
+
+impl<T> Default for Parts<T> {
+    fn default() -> Self {
+        Self {
+            expected: None,
+            arrived: BTreeMap::new(),
         }
     }
 }
 
-/// A dump whose parts are arriving: the rows so far and which parts they came in.
-pub(crate) struct DumpAssembly {
-    reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
-    rows: Vec<(ParamKey, RowData)>,
-    arrived: BTreeSet<u32>,
+impl<T> Parts<T> {
+    /// Adds part `part` of `parts`; once every part is in, returns them all in part order.
+    /// A part outside the count, one whose count differs from the first part's, or one
+    /// already in is ignored (nothing is allocated for parts that never come).
+    pub(crate) fn add(&mut self, part: u32, parts: u32, item: T) -> Option<Vec<T>> {
+        let parts = parts.max(1);
+        let expected = *self.expected.get_or_insert(parts);
+        if part >= expected || parts != expected || self.arrived.contains_key(&part) {
+            return None;
+        }
+        self.arrived.insert(part, item);
+        (self.arrived.len() as u64 >= u64::from(expected))
+            .then(|| std::mem::take(&mut self.arrived).into_values().collect())
+    }
 }
 
-impl DumpAssembly {
-    pub(crate) fn new(reply: oneshot::Sender<Vec<(ParamKey, RowData)>>) -> Self {
+/// A request's reply and the parts of its answer that arrived so far.
+pub(crate) struct InParts<R, T> {
+    pub(crate) reply: R,
+    pub(crate) parts: Parts<T>,
+}
+
+impl<R, T> InParts<R, T> {
+    pub(crate) fn new(reply: R) -> Self {
         Self {
             reply,
-            rows: Vec::new(),
-            arrived: BTreeSet::new(),
+            parts: Parts::default(),
         }
-    }
-
-    /// Adds part `part` of `parts`; says whether every part is in. A part outside `parts`
-    /// or one already in is ignored.
-    pub(crate) fn add(
-        &mut self,
-        part: u32,
-        parts: u32,
-        rows: Vec<(ParamKeyWire, RowWire)>,
-    ) -> bool {
-        if part < parts && self.arrived.insert(part) {
-            self.rows.extend(rows_from_wire(rows));
-        }
-        self.arrived.len() as u64 >= u64::from(parts.max(1))
-    }
-
-    /// Answers the dump with every part's rows.
-    pub(crate) fn finish(self) {
-        let _ = self.reply.send(self.rows);
     }
 }
 
@@ -159,68 +160,48 @@ pub(crate) fn reset_in_parts(
 mod tests {
     use super::*;
 
-    fn row(values: usize) -> (ParamKeyWire, RowWire) {
-        let key = ParamKeyWire { table: 0, row: 0 };
-        (key, RowWire::F32(vec![0.0; values]))
-    }
-
-    fn value_bytes((_, row): &(ParamKeyWire, RowWire)) -> usize {
-        row.value_bytes()
-    }
-
     #[test]
-    fn rows_split_into_bounded_parts_in_order_and_a_huge_row_goes_alone() {
-        let quarter = PART_BYTES / 4 / 4; // a quarter of a part, in f32 values
-        let rows = vec![
-            row(quarter),
-            row(quarter),
-            row(quarter),
-            row(quarter),
-            row(PART_BYTES), // 4× a part on its own
-            row(1),
-        ];
-        let parts = split_rows(rows.clone(), value_bytes);
-        let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-        // Four quarters and their keys overflow one part by the keys alone.
-        assert_eq!(sizes, [3, 1, 1, 1]);
-        for part in &parts {
-            let bytes: usize = part.iter().map(value_bytes).sum();
-            assert!(part.len() == 1 || bytes <= PART_BYTES, "{bytes}");
-        }
-        let flat: Vec<_> = parts.into_iter().flatten().collect();
-        assert_eq!(flat, rows, "the parts hold every row once, in order");
-    }
-
-    #[test]
-    fn no_rows_is_one_empty_part() {
-        let parts = split_rows(Vec::<(ParamKeyWire, RowWire)>::new(), value_bytes);
-        assert_eq!(parts, vec![Vec::new()]);
-    }
-
-    #[tokio::test]
-    async fn a_dump_is_answered_once_every_part_arrived_in_any_order_each_counted_once() {
-        let (reply, answer) = oneshot::channel();
-        let mut dump = DumpAssembly::new(reply);
-        let keyed = |n: u64| {
-            vec![(
-                ParamKeyWire { table: 1, row: n },
-                RowWire::I64(vec![n as i64]),
-            )]
-        };
-        assert!(!dump.add(2, 3, keyed(2)));
-        assert!(
-            !dump.add(2, 3, keyed(2)),
+    fn parts_are_whole_once_every_part_arrived_in_any_order_each_counted_once() {
+        let mut parts = Parts::default();
+        assert_eq!(parts.add(2, 3, "c"), None);
+        assert_eq!(
+            parts.add(2, 3, "x"),
+            None,
             "a repeated part is not a new one"
         );
-        assert!(
-            !dump.add(7, 3, keyed(7)),
+        assert_eq!(
+            parts.add(7, 3, "x"),
+            None,
             "a part outside the count is ignored"
         );
-        assert!(!dump.add(0, 3, keyed(0)));
-        assert!(dump.add(1, 3, keyed(1)));
-        dump.finish();
-        let mut rows: Vec<u64> = answer.await.unwrap().iter().map(|(k, _)| k.row).collect();
-        rows.sort_unstable();
-        assert_eq!(rows, [0, 1, 2]);
+        assert_eq!(
+            parts.add(1, 4, "x"),
+            None,
+            "a part of another count is ignored"
+        );
+        assert_eq!(parts.add(0, 3, "a"), None);
+        assert_eq!(
+            parts.add(1, 3, "b"),
+            Some(vec!["a", "b", "c"]),
+            "in part order"
+        );
+    }
+
+    #[test]
+    fn a_single_part_is_whole_at_once() {
+        assert_eq!(Parts::default().add(0, 1, 5), Some(vec![5]));
+        assert_eq!(
+            Parts::default().add(0, 0, 5),
+            Some(vec![5]),
+            "no count is one part"
+        );
+        assert_eq!(Parts::default().add(1, 1, 5), None);
+    }
+
+    #[test]
+    fn a_part_count_from_the_wire_allocates_nothing_ahead() {
+        let mut parts = Parts::default();
+        assert_eq!(parts.add(0, u32::MAX, 1), None);
+        assert_eq!(parts.arrived.len(), 1);
     }
 }

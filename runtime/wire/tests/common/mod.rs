@@ -202,8 +202,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 vec(arb_row(), 0..8).prop_map(RowsResult::Ok),
                 arb_string().prop_map(RowsResult::Err)
             ],
+            any::<u32>(),
+            any::<u32>(),
         )
-            .prop_map(|(request_id, rows)| Message::Rows { request_id, rows })
+            .prop_map(|(request_id, rows, part, parts)| Message::Rows {
+                request_id,
+                rows,
+                part,
+                parts,
+            })
             .boxed(),
         (
             any::<u64>(),
@@ -403,8 +410,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                     .prop_map(DistancesResult::Ok),
                 arb_string().prop_map(DistancesResult::Err),
             ],
+            any::<u32>(),
+            any::<u32>(),
         )
-            .prop_map(|(request_id, result)| Message::Distances { request_id, result })
+            .prop_map(|(request_id, result, part, parts)| Message::Distances {
+                request_id,
+                result,
+                part,
+                parts,
+            })
             .boxed(),
         (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
             .prop_map(|(request_id, server, keys)| Message::CheckpointSave {
@@ -425,8 +439,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 ),
                 arb_string().prop_map(SaveResult::Err),
             ],
+            any::<u32>(),
+            any::<u32>(),
         )
-            .prop_map(|(request_id, result)| Message::Saved { request_id, result })
+            .prop_map(|(request_id, result, part, parts)| Message::Saved {
+                request_id,
+                result,
+                part,
+                parts,
+            })
             .boxed(),
         (
             any::<u64>(),
@@ -495,8 +516,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                     .prop_map(LostUpdatesResult::Ok),
                 arb_string().prop_map(LostUpdatesResult::Inexact),
             ],
+            any::<u32>(),
+            any::<u32>(),
         )
-            .prop_map(|(request_id, result)| Message::LostUpdates { request_id, result })
+            .prop_map(|(request_id, result, part, parts)| Message::LostUpdates {
+                request_id,
+                result,
+                part,
+                parts,
+            })
             .boxed(),
         (any::<u64>(), any::<u32>())
             .prop_map(|(request_id, executor)| Message::SaveExecutor {

@@ -959,7 +959,9 @@ async fn serve_master<A: App>(
             Message::LostUpdatesQuery { request_id, server } => {
                 let link = master_link.clone();
                 let lost = store.lost_updates(ServerId(server));
-                crate::spawn::spawn(super::proxies::send_lost_updates(link, request_id, lost));
+                crate::spawn::spawn(async move {
+                    super::row_parts::answer_lost_updates(&link, request_id, lost).await
+                });
             }
             message @ (Message::CheckpointDistances { .. }
             | Message::CheckpointSave { .. }

@@ -4,7 +4,9 @@
 //! implementations: channels in process, these proxies across processes).
 
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
-use super::row_parts::{reset_in_parts, send_dump, send_in_parts, InParts};
+use super::row_parts::{
+    answer_distances, answer_rows, answer_save, reset_in_parts, send_dump, InParts,
+};
 use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
@@ -840,83 +842,6 @@ async fn server_answer<T>(answer: oneshot::Receiver<Result<T, HarpError>>) -> Re
     }
 }
 
-/// Sends a server's answer to the checkpoint save `request_id` in parts: every part with the
-/// save's epoch, the first with the keys not owned.
-async fn send_save_answer(
-    link: &Link,
-    request_id: u64,
-    answer: SaveAnswer,
-) -> Result<(), HarpError> {
-    let saved = answer
-        .saved
-        .iter()
-        .map(|(k, v)| ((*k).into(), RowWire::from(&**v)))
-        .collect();
-    let mut not_owned: Vec<ParamKeyWire> = answer.not_owned.into_iter().map(Into::into).collect();
-    let epoch = answer.epoch;
-    let part = |part, parts, saved| Message::Saved {
-        request_id,
-        result: SaveResult::Ok {
-            saved,
-            not_owned: std::mem::take(&mut not_owned),
-            epoch,
-        },
-        part,
-        parts,
-    };
-    send_in_parts(
-        link,
-        saved,
-        |(_, row): &(ParamKeyWire, RowWire)| row.value_bytes(),
-        part,
-    )
-    .await
-}
-
-/// Sends a node's answer to the master's `LostUpdatesQuery` `request_id` in parts (or why
-/// it cannot say exactly, one part); a part that cannot be sent is answered as inexact, so
-/// the master hears why instead of waiting out its deadline.
-pub(crate) async fn send_lost_updates(
-    link: Link,
-    request_id: u64,
-    lost: Result<crate::node::lost_ledger::RowsByEpoch, String>,
-) {
-    let sent = match lost {
-        Ok(rows) => {
-            let rows: Vec<LostRowWire> = rows
-                .into_iter()
-                .map(|(key, sums)| {
-                    let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
-                    (key.into(), sums)
-                })
-                .collect();
-            let bytes = |(_, sums): &LostRowWire| {
-                sums.iter()
-                    .map(|(_, d)| d.value_bytes() + 16)
-                    .sum::<usize>()
-            };
-            let part = |part, parts, rows| Message::LostUpdates {
-                request_id,
-                result: LostUpdatesResult::Ok(rows),
-                part,
-                parts,
-            };
-            send_in_parts(&link, rows, bytes, part)
-                .await
-                .map_err(|e| format!("its answer could not be sent: {e}"))
-        }
-        Err(why) => Err(why),
-    };
-    if let Err(why) = sent {
-        let _ = link.send(&Message::LostUpdates {
-            request_id,
-            result: LostUpdatesResult::Inexact(why),
-            part: 0,
-            parts: 1,
-        });
-    }
-}
-
 /// Serves one request that arrived on `link` with the local server `server`; `false` once
 /// that server stopped.
 pub(crate) fn serve_server_request(
@@ -938,29 +863,7 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let answer = match server_answer(rx).await {
-                    Ok(rows) => {
-                        let rows = rows.iter().map(|r| (**r).clone().into()).collect();
-                        let part = |part, parts, rows| Message::Rows {
-                            request_id,
-                            rows: RowsResult::Ok(rows),
-                            part,
-                            parts,
-                        };
-                        send_in_parts(&link, rows, RowWire::value_bytes, part)
-                            .await
-                            .map_err(|e| format!("the rows could not be sent: {e}"))
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Err(why) = answer {
-                    let _ = link.send(&Message::Rows {
-                        request_id,
-                        rows: RowsResult::Err(why),
-                        part: 0,
-                        parts: 1,
-                    });
-                }
+                answer_rows(&link, request_id, server_answer(rx).await).await;
             });
         }
         Message::Apply {
@@ -1066,30 +969,7 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let answer = match server_answer(rx).await {
-                    Ok(distances) => {
-                        let distances = distances.into_iter().map(|(k, d)| (k.into(), d)).collect();
-                        let part = |part, parts, distances| Message::Distances {
-                            request_id,
-                            result: DistancesResult::Ok(distances),
-                            part,
-                            parts,
-                        };
-                        // An entry's bytes are its key's, which the split counts anyway.
-                        send_in_parts(&link, distances, |_| 0, part)
-                            .await
-                            .map_err(|e| format!("the distances could not be sent: {e}"))
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Err(why) = answer {
-                    let _ = link.send(&Message::Distances {
-                        request_id,
-                        result: DistancesResult::Err(why),
-                        part: 0,
-                        parts: 1,
-                    });
-                }
+                answer_distances(&link, request_id, server_answer(rx).await).await;
             });
         }
         Message::CheckpointSave {
@@ -1102,20 +982,7 @@ pub(crate) fn serve_server_request(
                 return false;
             }
             crate::spawn::spawn(async move {
-                let answer = match server_answer(rx).await {
-                    Ok(answer) => send_save_answer(&link, request_id, answer)
-                        .await
-                        .map_err(|e| format!("the saved rows could not be sent: {e}")),
-                    Err(e) => Err(e),
-                };
-                if let Err(why) = answer {
-                    let _ = link.send(&Message::Saved {
-                        request_id,
-                        result: SaveResult::Err(why),
-                        part: 0,
-                        parts: 1,
-                    });
-                }
+                answer_save(&link, request_id, server_answer(rx).await).await;
             });
         }
         Message::ResetRows {

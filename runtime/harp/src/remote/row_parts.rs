@@ -11,11 +11,18 @@
 //! reset sends each part as a request of its own and answers once every part is set (or
 //! with the first error).
 
+use super::proxies::LostRowWire;
 use super::proxies::{send_sized, Pending, PendingReplies};
 use crate::error::HarpError;
+use crate::node::lost_ledger::RowsByEpoch;
+use crate::server::SaveAnswer;
 use harp_core::ServerId;
+use harp_core::{ParamKey, RowData};
 use harp_net::Link;
-use harp_wire::{split_rows, Message, ParamKeyWire, RowWire};
+use harp_wire::{
+    split_rows, DistancesResult, LostUpdatesResult, Message, ParamKeyWire, RowWire, RowsResult,
+    SaveResult,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -52,6 +59,149 @@ pub(crate) async fn send_dump(link: &Link, request_id: u64, rows: Vec<(ParamKeyW
         // wait for the dump ends with its deadline.
         tracing::warn!(request_id, error = %e, "could not send a part of a dump");
     }
+}
+
+/// Sends `items` as the answer in parts (see [`send_in_parts`]), or `refused(why)` (one
+/// message) when there is no answer or a part cannot be sent, so the asker hears why
+/// instead of waiting out its deadline.
+async fn answer_in_parts<T>(
+    link: &Link,
+    items: Result<Vec<T>, String>,
+    bytes: impl Fn(&T) -> usize,
+    part: impl FnMut(u32, u32, Vec<T>) -> Message,
+    refused: impl FnOnce(String) -> Message,
+) {
+    let sent = match items {
+        Ok(items) => send_in_parts(link, items, bytes, part)
+            .await
+            .map_err(|e| format!("the answer could not be sent: {e}")),
+        Err(why) => Err(why),
+    };
+    if let Err(why) = sent {
+        if let Err(e) = link.send(&refused(why)) {
+            tracing::debug!(error = %e, "could not send why an answer is missing");
+        }
+    }
+}
+
+/// Answers the read `request_id` with `rows` (in the order asked), or why not.
+pub(crate) async fn answer_rows(
+    link: &Link,
+    request_id: u64,
+    rows: Result<Vec<Arc<RowData>>, String>,
+) {
+    let rows = rows.map(|rows| rows.iter().map(|r| RowWire::from(&**r)).collect());
+    let part = |part, parts, rows| Message::Rows {
+        request_id,
+        rows: RowsResult::Ok(rows),
+        part,
+        parts,
+    };
+    let refused = |why| Message::Rows {
+        request_id,
+        rows: RowsResult::Err(why),
+        part: 0,
+        parts: 1,
+    };
+    answer_in_parts(link, rows, RowWire::value_bytes, part, refused).await;
+}
+
+/// Answers the checkpoint request `request_id` with a server's `distances` (ascending by
+/// key), or why not.
+pub(crate) async fn answer_distances(
+    link: &Link,
+    request_id: u64,
+    distances: Result<Vec<(ParamKey, f64)>, String>,
+) {
+    let distances = distances.map(|d| d.into_iter().map(|(k, d)| (k.into(), d)).collect());
+    let part = |part, parts, distances| Message::Distances {
+        request_id,
+        result: DistancesResult::Ok(distances),
+        part,
+        parts,
+    };
+    let refused = |why| Message::Distances {
+        request_id,
+        result: DistancesResult::Err(why),
+        part: 0,
+        parts: 1,
+    };
+    // An entry's bytes are its key's and its distance's, which the split's per-row
+    // allowance covers.
+    let bytes = |_: &(ParamKeyWire, f64)| 0;
+    answer_in_parts(link, distances, bytes, part, refused).await;
+}
+
+/// Answers the checkpoint save `request_id` with a server's `answer`, or why not: every
+/// part with the save's epoch, the first with the keys not owned.
+pub(crate) async fn answer_save(link: &Link, request_id: u64, answer: Result<SaveAnswer, String>) {
+    let (saved, mut not_owned, epoch) = match answer {
+        Ok(answer) => {
+            let saved: Vec<(ParamKeyWire, RowWire)> = answer
+                .saved
+                .iter()
+                .map(|(k, v)| ((*k).into(), RowWire::from(&**v)))
+                .collect();
+            let not_owned: Vec<ParamKeyWire> =
+                answer.not_owned.into_iter().map(Into::into).collect();
+            (Ok(saved), not_owned, answer.epoch)
+        }
+        Err(why) => (Err(why), Vec::new(), 0),
+    };
+    let part = |part, parts, saved| Message::Saved {
+        request_id,
+        result: SaveResult::Ok {
+            saved,
+            not_owned: std::mem::take(&mut not_owned),
+            epoch,
+        },
+        part,
+        parts,
+    };
+    let refused = |why| Message::Saved {
+        request_id,
+        result: SaveResult::Err(why),
+        part: 0,
+        parts: 1,
+    };
+    let bytes = |(_, row): &(ParamKeyWire, RowWire)| row.value_bytes();
+    answer_in_parts(link, saved, bytes, part, refused).await;
+}
+
+/// Answers the master's `LostUpdatesQuery` `request_id` with what the dead server
+/// acknowledged to this node since each row's last save (`lost`), or why this node cannot
+/// say exactly.
+pub(crate) async fn answer_lost_updates(
+    link: &Link,
+    request_id: u64,
+    lost: Result<RowsByEpoch, String>,
+) {
+    let lost = lost.map(|rows| {
+        rows.into_iter()
+            .map(|(key, sums)| {
+                let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
+                (key.into(), sums)
+            })
+            .collect()
+    });
+    let part = |part, parts, rows| Message::LostUpdates {
+        request_id,
+        result: LostUpdatesResult::Ok(rows),
+        part,
+        parts,
+    };
+    let refused = |why| Message::LostUpdates {
+        request_id,
+        result: LostUpdatesResult::Inexact(why),
+        part: 0,
+        parts: 1,
+    };
+    let bytes = |(_, sums): &LostRowWire| {
+        sums.iter()
+            .map(|(_, d)| d.value_bytes() + 16)
+            .sum::<usize>()
+    };
+    answer_in_parts(link, lost, bytes, part, refused).await;
 }
 
 /// The parts of one answer arriving in any order, one `T` per part, kept by number until
@@ -159,6 +309,183 @@ pub(crate) fn reset_in_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remote::proxies::{Pending, PendingReplies};
+    use harp_core::TableId;
+    use harp_net::{Incoming, JobCredentials, NetEndpoint, TransportConfig};
+    use harp_wire::{FrameLimits, WireCounters, FRAME_BYTES_MAX};
+    use std::net::SocketAddr;
+    use tokio::sync::mpsc;
+
+    /// Both ends of a link on loopback: the one that answers, the one that asks (with
+    /// what arrives at it), and the endpoints they live on.
+    struct Linked {
+        answerer: Link,
+        asker: Arc<PendingReplies>,
+        arrived: mpsc::UnboundedReceiver<Incoming>,
+        _endpoints: (NetEndpoint, NetEndpoint),
+    }
+
+    async fn linked() -> Linked {
+        let creds = JobCredentials::generate("row-parts").unwrap();
+        let bind = || {
+            let identity = creds.issue_node().unwrap();
+            let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+            NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
+        };
+        let (dialer, acceptor) = (bind(), bind());
+        let addr = acceptor.local_addr().unwrap();
+        let counters = Arc::new(WireCounters::new());
+        let limits = FrameLimits::default();
+        let accepting = {
+            let counters = counters.clone();
+            async move {
+                let conn = acceptor.accept().await.unwrap().unwrap();
+                let link = Link::accept(conn, limits, counters).await.unwrap();
+                (link, acceptor)
+            }
+        };
+        let dialing = async {
+            let conn = dialer.connect(addr).await.unwrap();
+            let first = Message::Heartbeat {
+                node_id: 0,
+                lease_seq: 0,
+            };
+            Link::open(conn, &first, limits, counters.clone())
+                .await
+                .unwrap()
+        };
+        let (((answerer, _asked), acceptor), (_asker_link, arrived)) =
+            tokio::join!(accepting, dialing);
+        Linked {
+            answerer,
+            asker: Arc::new(PendingReplies::default()),
+            arrived,
+            _endpoints: (dialer, acceptor),
+        }
+    }
+
+    impl Linked {
+        /// Resolves what arrives until `reply` is answered.
+        async fn answer_of<T>(&mut self, mut reply: oneshot::Receiver<T>) -> T {
+            loop {
+                tokio::select! {
+                    answer = &mut reply => return answer.expect("answered"),
+                    message = self.arrived.recv() => {
+                        let message = message.expect("the link is open").expect("a valid frame");
+                        assert!(self.asker.resolve(message).is_none(), "a reply");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `n` rows of `values` f32 each, every value telling its row.
+    fn big_rows(n: u64, values: usize) -> Vec<(ParamKey, RowData)> {
+        (0..n)
+            .map(|r| {
+                (
+                    ParamKey::new(TableId(1), r),
+                    RowData::F32(vec![r as f32; values]),
+                )
+            })
+            .collect()
+    }
+
+    /// 5 rows of 4M f32 values: 80 MB, more than a frame holds.
+    fn more_than_a_message() -> Vec<(ParamKey, RowData)> {
+        let rows = big_rows(5, 4 << 20);
+        let bytes: usize = rows.iter().map(|(_, r)| r.bytes()).sum();
+        assert!(bytes > FRAME_BYTES_MAX);
+        rows
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_answer_larger_than_a_message_arrives_whole_and_in_order() {
+        let mut link = linked().await;
+        let rows = more_than_a_message();
+        let (tx, rx) = oneshot::channel();
+        let id = link.asker.register(Pending::Rows(InParts::new(tx)));
+        let values = rows.iter().map(|(_, r)| Arc::new(r.clone())).collect();
+        answer_rows(&link.answerer, id, Ok(values)).await;
+        let got = link.answer_of(rx).await.expect("the rows");
+        let want: Vec<RowData> = rows.into_iter().map(|(_, r)| r).collect();
+        let got: Vec<RowData> = got.iter().map(|r| (**r).clone()).collect();
+        assert!(got == want, "every row, in the order asked");
+        assert_eq!(link.asker.outstanding(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_save_answer_larger_than_a_message_arrives_whole_with_its_epoch() {
+        let mut link = linked().await;
+        let rows = more_than_a_message();
+        let (tx, rx) = oneshot::channel();
+        let id = link.asker.register(Pending::Saved(InParts::new(tx)));
+        let not_owned = vec![ParamKey::new(TableId(1), 99)];
+        let answer = SaveAnswer {
+            saved: rows
+                .iter()
+                .map(|(k, r)| (*k, Arc::new(r.clone())))
+                .collect(),
+            not_owned: not_owned.clone(),
+            epoch: 7,
+        };
+        answer_save(&link.answerer, id, Ok(answer)).await;
+        let got = link.answer_of(rx).await.expect("the save");
+        assert_eq!((got.epoch, got.not_owned), (7, not_owned));
+        let got: Vec<(ParamKey, RowData)> =
+            got.saved.iter().map(|(k, r)| (*k, (**r).clone())).collect();
+        assert!(got == rows, "every saved row, ascending by key");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_updates_answer_larger_than_a_message_arrives_whole() {
+        let mut link = linked().await;
+        let lost: RowsByEpoch = more_than_a_message()
+            .into_iter()
+            .map(|(k, r)| (k, vec![(1, r.clone()), (2, r)]))
+            .collect();
+        let (tx, rx) = oneshot::channel();
+        let id = link.asker.register(Pending::LostUpdates(InParts::new(tx)));
+        answer_lost_updates(&link.answerer, id, Ok(lost.clone())).await;
+        let LostUpdatesResult::Ok(got) = link.answer_of(rx).await else {
+            panic!("an inexact answer");
+        };
+        let got: RowsByEpoch = got
+            .into_iter()
+            .map(|(k, sums)| {
+                let sums = sums.into_iter().map(|(e, d)| (e, d.into())).collect();
+                (k.into(), sums)
+            })
+            .collect();
+        assert!(got == lost, "every row's sums by epoch");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn distances_of_more_rows_than_a_message_holds_arrive_whole_and_in_order() {
+        let mut link = linked().await;
+        // About 24 bytes each on the wire: 3M are 72 MB.
+        let distances: Vec<(ParamKey, f64)> = (0..3_000_000u64)
+            .map(|r| (ParamKey::new(TableId(0), r), r as f64 / 2.0))
+            .collect();
+        let (tx, rx) = oneshot::channel();
+        let id = link.asker.register(Pending::Distances(InParts::new(tx)));
+        answer_distances(&link.answerer, id, Ok(distances.clone())).await;
+        let got = link.answer_of(rx).await.expect("the distances");
+        assert!(got == distances, "every distance, ascending by key");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_answer_is_refused_with_why_in_one_part() {
+        let mut link = linked().await;
+        let (tx, rx) = oneshot::channel();
+        let id = link.asker.register(Pending::Rows(InParts::new(tx)));
+        answer_rows(&link.answerer, id, Err("server stopped".into())).await;
+        let got = link.answer_of(rx).await;
+        assert!(
+            matches!(&got, Err(HarpError::Remote(why)) if why == "server stopped"),
+            "{got:?}"
+        );
+    }
 
     #[test]
     fn parts_are_whole_once_every_part_arrived_in_any_order_each_counted_once() {

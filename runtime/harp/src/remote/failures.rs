@@ -70,7 +70,7 @@
 //! values (G3). The `WorkerRecovery` report (`JobStats::worker_recoveries`) names the node,
 //! the executors and where they went, the tasks run again and when.
 
-use super::proxies::Pending;
+use super::pending::Pending;
 use super::roster::{self, RosterContext, SharedRoster};
 use super::row_parts::InParts;
 use crate::app::App;

@@ -3,9 +3,8 @@
 
 use super::failures::{node_died, report_after_verdict};
 use super::job_id;
-use super::proxies::{
-    completions_from_wire, Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy,
-};
+use super::pending::{Pending, PendingReplies};
+use super::proxies::{completions_from_wire, ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
 use super::row_parts::InParts;
 use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};

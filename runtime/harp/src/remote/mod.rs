@@ -3,6 +3,7 @@
 //!
 //! The master and worker actors are the same as in process; proxies ([`proxies`]) stand for
 //! the actors of other processes, so the protocol logic does not know where a peer lives.
+//! Each link's answers resolve the requests that wait for them ([`pending`]).
 //!
 //! Start-up: a node dials the master and says `Hello` (job identity and protocol version are
 //! checked); the master answers `Welcome` with the node's id, and once every expected node
@@ -44,6 +45,7 @@ pub(crate) mod codec;
 mod failures;
 mod master_side;
 mod node_side;
+mod pending;
 mod proxies;
 mod roster;
 mod row_parts;

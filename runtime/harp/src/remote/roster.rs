@@ -17,7 +17,8 @@ mod scale_clients;
 pub(crate) use accepting::Accepting;
 pub(crate) use desired::{count_joins, follow_desired};
 
-use super::proxies::{Pending, PendingReplies, ServerNodeProxy, WorkerLink, WorkerProxy};
+use super::pending::{Pending, PendingReplies};
+use super::proxies::{ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::state_transfer::MasterCourier;
 use crate::app::App;
 use crate::control::{JobControl, ScaleEvent};

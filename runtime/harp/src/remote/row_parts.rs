@@ -11,8 +11,8 @@
 //! reset sends each part as a request of its own and answers once every part is set (or
 //! with the first error).
 
-use super::proxies::LostRowWire;
-use super::proxies::{send_sized, Pending, PendingReplies};
+use super::pending::{LostRowWire, Pending, PendingReplies};
+use super::proxies::send_sized;
 use crate::error::HarpError;
 use crate::node::lost_ledger::RowsByEpoch;
 use crate::server::SaveAnswer;
@@ -309,7 +309,6 @@ pub(crate) fn reset_in_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remote::proxies::{Pending, PendingReplies};
     use harp_core::TableId;
     use harp_net::{Incoming, JobCredentials, NetEndpoint, TransportConfig};
     use harp_wire::{FrameLimits, WireCounters, FRAME_BYTES_MAX};

@@ -1,0 +1,334 @@
+//! The replies a link waits for ([`PendingReplies`]): each request sent on a link registers
+//! what waits for its answer ([`Pending`]) under a request id, and every answer that arrives
+//! on that link resolves it. Answers that come in numbered parts (`row_parts.rs`) are put
+//! together here before they are handed on; a link that is gone fails every waiter.
+
+use super::codec::rows_from_wire;
+use super::row_parts::{InParts, Parts};
+use crate::error::HarpError;
+use crate::server::{AppliedAt, DistancesReply, SaveAnswer, SaveReply};
+use dashmap::DashMap;
+use harp_core::{ParamKey, RowData};
+use harp_wire::{
+    DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult, Message, ParamKeyWire,
+    ReleaseResult, RowWire, RowsResult, SaveResult,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A reply a proxy is waiting for, by request id.
+pub(crate) enum Pending {
+    /// A server node's answer to `Get`, arriving in parts.
+    Rows(InParts<RowsReply, Vec<RowWire>>),
+    Applied(oneshot::Sender<Result<AppliedAt, HarpError>>),
+    /// A server node's answer to `Dump`, arriving in parts.
+    Dump(InParts<DumpReply, Vec<(ParamKeyWire, RowWire)>>),
+    /// A worker node's answer to `ReleaseExecutor`.
+    Released(oneshot::Sender<ReleaseResult>),
+    /// A worker node's answer to `AdoptExecutor`.
+    Adopted(oneshot::Sender<Result<(), HarpError>>),
+    /// A worker node's answer to `SaveExecutor`.
+    ExecutorSaved(oneshot::Sender<ExecutorSaveResult>),
+    /// A server node's answer to `HandOffShard`.
+    HandedOff(oneshot::Sender<HandOffResult>),
+    /// A server node took over the rows of a shard.
+    TookOver(oneshot::Sender<()>),
+    /// A node has nothing in flight to a leaving server any more.
+    Drained(oneshot::Sender<()>),
+    /// A server node's answer to `CheckpointDistances`, arriving in parts.
+    Distances(InParts<DistancesReply, Vec<(ParamKeyWire, f64)>>),
+    /// A server node's answer to `CheckpointSave`, arriving in parts.
+    Saved(InParts<SaveReply, SavedPart>),
+    /// A server node's answer to `ResetRows`.
+    ResetDone(oneshot::Sender<Result<(), HarpError>>),
+    /// A server node's answer to `CommitFlush`.
+    Committed(oneshot::Sender<Result<AppliedAt, HarpError>>),
+    /// A node's answer to `LostUpdatesQuery`, arriving in parts.
+    LostUpdates(InParts<oneshot::Sender<LostUpdatesResult>, Vec<LostRowWire>>),
+}
+
+/// The answer of a save whose parts are all in: the rows of every part, in order (ascending
+/// by key), the first part's keys not owned, and the save's epoch.
+fn save_answer(parts: Vec<SavedPart>) -> SaveAnswer {
+    let epoch = parts.first().map_or(0, |(_, _, epoch)| *epoch);
+    let mut answer = SaveAnswer {
+        saved: Vec::new(),
+        not_owned: Vec::new(),
+        epoch,
+    };
+    for (saved, not_owned, _) in parts {
+        answer.saved.extend(
+            saved
+                .into_iter()
+                .map(|(k, r)| (k.into(), Arc::new(RowData::from(r)))),
+        );
+        answer
+            .not_owned
+            .extend(not_owned.into_iter().map(ParamKey::from));
+    }
+    answer
+}
+
+/// One row of a node's answer to `LostUpdatesQuery`: the sums of its deltas by save epoch.
+pub(crate) type LostRowWire = (ParamKeyWire, Vec<(u64, RowWire)>);
+
+/// Where a read's rows go.
+pub(crate) type RowsReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>;
+
+/// Where a dump's rows go.
+pub(crate) type DumpReply = oneshot::Sender<Vec<(ParamKey, RowData)>>;
+
+/// One part of a checkpoint save's answer: its rows, the keys not owned (the first part's)
+/// and the save's epoch.
+pub(crate) type SavedPart = (Vec<(ParamKeyWire, RowWire)>, Vec<ParamKeyWire>, u64);
+
+/// Replies in flight on one link.
+#[derive(Default)]
+pub(crate) struct PendingReplies {
+    next: AtomicU64,
+    waiting: DashMap<u64, Pending>,
+}
+
+impl PendingReplies {
+    pub(crate) fn register(&self, pending: Pending) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.waiting.insert(id, pending);
+        id
+    }
+
+    /// Resolves a reply message; returns it back if it is not a reply.
+    pub(crate) fn resolve(&self, message: Message) -> Option<Message> {
+        match message {
+            Message::Rows {
+                request_id,
+                rows,
+                part,
+                parts,
+            } => {
+                let whole = match rows {
+                    RowsResult::Ok(rows) => {
+                        // Not whole yet (or nobody waits): nothing to hand on.
+                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                            Pending::Rows(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        Ok(whole
+                            .into_iter()
+                            .flatten()
+                            .map(|r| Arc::new(RowData::from(r)))
+                            .collect())
+                    }
+                    RowsResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Rows(rows))) = self.waiting.remove(&request_id) {
+                    let _ = rows.reply.send(whole);
+                }
+                None
+            }
+            Message::Applied {
+                request_id,
+                error,
+                save_epoch,
+            } => {
+                if let Some((_, Pending::Applied(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(save_epoch), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::LostUpdates {
+                request_id,
+                result,
+                part,
+                parts,
+            } => {
+                let whole = match result {
+                    LostUpdatesResult::Ok(rows) => {
+                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                            Pending::LostUpdates(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        LostUpdatesResult::Ok(whole.into_iter().flatten().collect())
+                    }
+                    inexact @ LostUpdatesResult::Inexact(_) => inexact,
+                };
+                if let Some((_, Pending::LostUpdates(lost))) = self.waiting.remove(&request_id) {
+                    let _ = lost.reply.send(whole);
+                }
+                None
+            }
+            Message::DumpRows {
+                request_id,
+                rows,
+                part,
+                parts,
+            } => {
+                let whole = self.add_part(request_id, part, parts, rows, |p| match p {
+                    Pending::Dump(w) => Some(&mut w.parts),
+                    _ => None,
+                });
+                if let Some(whole) = whole {
+                    if let Some((_, Pending::Dump(dump))) = self.waiting.remove(&request_id) {
+                        let _ = dump
+                            .reply
+                            .send(rows_from_wire(whole.into_iter().flatten().collect()));
+                    }
+                }
+                None
+            }
+            Message::ShardHandedOff { request_id, result } => {
+                if let Some((_, Pending::HandedOff(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
+                }
+                None
+            }
+            Message::TookOver { request_id } => {
+                if let Some((_, Pending::TookOver(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(());
+                }
+                None
+            }
+            Message::ServerDrained { request_id } => {
+                if let Some((_, Pending::Drained(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(());
+                }
+                None
+            }
+            Message::ExecutorAdopted { request_id, error } => {
+                if let Some((_, Pending::Adopted(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::ExecutorSaved { request_id, result } => {
+                if let Some((_, Pending::ExecutorSaved(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
+                }
+                None
+            }
+            Message::ExecutorReleased {
+                request_id, result, ..
+            } => {
+                if let Some((_, Pending::Released(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(result);
+                }
+                None
+            }
+            Message::Distances {
+                request_id,
+                result,
+                part,
+                parts,
+            } => {
+                let whole = match result {
+                    DistancesResult::Ok(d) => {
+                        let whole = self.add_part(request_id, part, parts, d, |p| match p {
+                            Pending::Distances(w) => Some(&mut w.parts),
+                            _ => None,
+                        })?;
+                        Ok(whole
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, d)| (k.into(), d))
+                            .collect())
+                    }
+                    DistancesResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Distances(d))) = self.waiting.remove(&request_id) {
+                    let _ = d.reply.send(whole);
+                }
+                None
+            }
+            Message::Saved {
+                request_id,
+                result,
+                part: part_no,
+                parts,
+            } => {
+                let whole = match result {
+                    SaveResult::Ok {
+                        saved,
+                        not_owned,
+                        epoch,
+                    } => {
+                        let part = (saved, not_owned, epoch);
+                        let whole =
+                            self.add_part(request_id, part_no, parts, part, |p| match p {
+                                Pending::Saved(w) => Some(&mut w.parts),
+                                _ => None,
+                            })?;
+                        Ok(save_answer(whole))
+                    }
+                    SaveResult::Err(e) => Err(HarpError::Remote(e)),
+                };
+                if let Some((_, Pending::Saved(save))) = self.waiting.remove(&request_id) {
+                    let _ = save.reply.send(whole);
+                }
+                None
+            }
+            Message::ResetDone { request_id, error } => {
+                if let Some((_, Pending::ResetDone(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(error.map_or(Ok(()), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            Message::FlushCommitted { request_id, error } => {
+                if let Some((_, Pending::Committed(tx))) = self.waiting.remove(&request_id) {
+                    // The master needs no epoch: it keeps no record of lost updates.
+                    let _ = tx.send(error.map_or(Ok(None), |e| Err(HarpError::Remote(e))));
+                }
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// Adds part `part` of `parts` of the answer to `request_id` (whose pending reply
+    /// `parts_of` finds the parts of); every part, in order, once the last one is in. An
+    /// answer nobody waits for (any more), or for another kind of request, is dropped.
+    fn add_part<T>(
+        &self,
+        request_id: u64,
+        part: u32,
+        parts: u32,
+        item: T,
+        parts_of: impl FnOnce(&mut Pending) -> Option<&mut Parts<T>>,
+    ) -> Option<Vec<T>> {
+        let mut waiting = self.waiting.get_mut(&request_id)?;
+        parts_of(waiting.value_mut())?.add(part, parts, item)
+    }
+
+    /// A read or flush `request_id` could not be sent. One the link refused to carry (larger
+    /// than a message) is answered with that error at once, so its sender fails with the
+    /// reason instead of waiting out its deadline; on a lost link the reader fails every
+    /// waiter (an unreachable server, which server recovery handles).
+    pub(crate) fn unsent(&self, request_id: u64, error: HarpError) {
+        if !matches!(error, HarpError::Net(harp_net::NetError::Protocol { .. })) {
+            return;
+        }
+        match self.waiting.remove(&request_id) {
+            Some((_, Pending::Rows(rows))) => {
+                let _ = rows.reply.send(Err(error));
+            }
+            Some((_, Pending::Applied(applied))) => {
+                let _ = applied.send(Err(error));
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops waiting for the reply to `request_id` (it will never come).
+    pub(crate) fn forget(&self, request_id: u64) {
+        self.waiting.remove(&request_id);
+    }
+
+    /// How many replies are still awaited.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The link is gone: every waiter learns it (its sender is dropped).
+    pub(crate) fn fail_all(&self) {
+        self.waiting.clear();
+    }
+}

@@ -13,6 +13,11 @@ const PER_ROW_BYTES: usize = 64;
 /// Splits `rows` into runs of at most [`PART_BYTES`] (`bytes` of each row), in order; a row
 /// larger than that is a part of its own. Always at least one part (empty for no rows).
 pub fn split_rows<R>(rows: Vec<R>, bytes: impl Fn(&R) -> usize) -> Vec<Vec<R>> {
+    // Nearly always one part: keep the rows where they are.
+    let total: usize = rows.iter().map(|row| bytes(row) + PER_ROW_BYTES).sum();
+    if total <= PART_BYTES {
+        return vec![rows];
+    }
     let mut parts = vec![Vec::new()];
     let mut filled = 0;
     for row in rows {
@@ -65,6 +70,12 @@ mod tests {
         }
         let flat: Vec<_> = parts.into_iter().flatten().collect();
         assert_eq!(flat, rows, "the parts hold every row once, in order");
+    }
+
+    #[test]
+    fn rows_that_fit_one_part_are_that_part() {
+        let rows = vec![row(3), row(1000), row(0)];
+        assert_eq!(split_rows(rows.clone(), value_bytes), vec![rows]);
     }
 
     #[test]

@@ -188,7 +188,8 @@ impl JobControl {
     /// nodes resend what it never acknowledged. Answers with the recovery's report, whose
     /// [`ServerRecovery::lost`] measures what the failure cost. Refused (the job goes on)
     /// when the job keeps no running checkpoint (`JobConfig::scar`), `server` is not a live
-    /// server, it is the last one, or a scale event runs. In one process only.
+    /// server, no other server that takes load is left, or a running scale event moves a
+    /// shard from or to it. In one process only.
     pub async fn crash_server(&self, server: ServerId) -> Result<ServerRecovery, HarpError> {
         self.ask(|reply| ControlRequest::CrashServer { server, reply })
             .await

@@ -25,6 +25,8 @@ mod inject;
 mod moves;
 mod moves_under_recovery;
 mod recovery;
+#[cfg(test)]
+mod recovery_during_scale_tests;
 mod task_book;
 mod worker_recovery;
 
@@ -268,6 +270,9 @@ pub(crate) struct MasterState<A: App> {
     /// Shards that ever changed owner (a move or a recovery): a dead server's lost updates
     /// are known exactly only on shards it held from the start (`recovery.rs`).
     shards_moved: std::collections::BTreeSet<ShardId>,
+    /// Servers the latest scale event empties or emptied (they were not among its live
+    /// servers): a failed server's shards never go there (`recovery.rs`).
+    given_away: std::collections::BTreeSet<ServerId>,
     /// Dispatches held while injected faults are applied.
     held: Option<Held<A::Args>>,
     /// The iteration whose checkpoint round waits for the injections to end.
@@ -555,6 +560,7 @@ impl<A: App> Actor for MasterActor<A> {
             checkpoint,
             recoveries: Vec::new(),
             shards_moved: std::collections::BTreeSet::new(),
+            given_away: std::collections::BTreeSet::new(),
             held: None,
             deferred_iteration: None,
             injecting: false,

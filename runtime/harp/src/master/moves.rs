@@ -67,6 +67,8 @@ pub(crate) struct ScaleInProgress {
     /// The moves under way: the item moving → the whole move (`executor-3 from worker-0 to
     /// worker-1`).
     unfinished: BTreeMap<Moving, String>,
+    /// Each shard move of the plan: its old and new server.
+    shard_ends: BTreeMap<ShardId, (ServerId, ServerId)>,
     report: ScaleReport,
     first_error: Option<HarpError>,
     /// Taken when the event is answered.
@@ -93,11 +95,12 @@ impl From<ShardId> for Moving {
 }
 
 impl ScaleInProgress {
-    /// Whether a shard's move is under way.
-    pub(crate) fn moves_shards(&self) -> bool {
-        self.unfinished
-            .keys()
-            .any(|item| matches!(item, Moving::Shard(_)))
+    /// Whether a shard's move from or to `server` is under way.
+    pub(crate) fn moves_a_shard_of(&self, server: ServerId) -> bool {
+        self.shard_ends.iter().any(|(shard, (from, to))| {
+            (*from == server || *to == server)
+                && self.unfinished.contains_key(&Moving::Shard(*shard))
+        })
     }
 }
 
@@ -163,6 +166,12 @@ impl<A: App> MasterState<A> {
             let _ = reply.send(Err(e));
             return;
         }
+        let given_away = self
+            .servers
+            .keys()
+            .filter(|s| !live_servers.contains(s))
+            .copied()
+            .collect();
         // Shards move only where the master holds the servers (in one process for now).
         let shards_movable = !self.servers.is_empty();
         let input = RebalanceInput {
@@ -209,6 +218,11 @@ impl<A: App> MasterState<A> {
         let mut scale = ScaleInProgress {
             started: Instant::now(),
             unfinished: BTreeMap::new(),
+            shard_ends: plan
+                .shard_moves
+                .iter()
+                .map(|m| (m.item, (m.from, m.to)))
+                .collect(),
             report: ScaleReport::default(),
             first_error: None,
             reply: Some(reply),
@@ -236,6 +250,7 @@ impl<A: App> MasterState<A> {
             }
         }
         self.scale = Some(scale);
+        self.given_away = given_away;
         self.maybe_finish_scale();
     }
 
@@ -593,26 +608,36 @@ fn reply_to_master<A: App, T: Send + 'static>(
 mod tests {
     use super::*;
 
-    /// Server recovery waits out shard moves only (`recovery.rs`).
+    /// Server recovery waits out only a shard move from or to the failed server
+    /// (`recovery.rs`).
     #[test]
-    fn only_an_unfinished_shard_move_is_moving_shards() {
+    fn only_an_unfinished_shard_move_from_or_to_a_server_is_moving_its_shards() {
+        let (s0, s1, s2) = (ServerId(0), ServerId(1), ServerId(2));
         let mut scale = ScaleInProgress {
             started: Instant::now(),
             unfinished: BTreeMap::new(),
+            shard_ends: BTreeMap::from([(ShardId(1), (s0, s1)), (ShardId(4), (s2, s0))]),
             report: ScaleReport::default(),
             first_error: None,
             reply: None,
         };
-        assert!(!scale.moves_shards());
+        let moving = |scale: &ScaleInProgress| [s0, s1, s2].map(|s| scale.moves_a_shard_of(s));
+        assert_eq!(moving(&scale), [false; 3], "nothing unfinished");
         scale.unfinished.insert(
             ExecutorId(3).into(),
             "executor-3 from worker-0 to worker-1".into(),
         );
-        assert!(!scale.moves_shards());
+        assert_eq!(moving(&scale), [false; 3], "an executor move only");
         scale.unfinished.insert(
             ShardId(1).into(),
             "shard-1 from server-0 to server-1".into(),
         );
-        assert!(scale.moves_shards());
+        assert_eq!(moving(&scale), [true, true, false]);
+        scale.unfinished.remove(&ShardId(1).into());
+        scale.unfinished.insert(
+            ShardId(4).into(),
+            "shard-4 from server-2 to server-0".into(),
+        );
+        assert_eq!(moving(&scale), [true, false, true]);
     }
 }

@@ -17,7 +17,10 @@
 //! a server node that died across processes, rebuilt exactly from what the live nodes
 //! report it acknowledged after each row's save in the image (`node/lost_ledger.rs`): the
 //! saved value plus those updates, on shards the server held since the job started. A failure the job cannot recover from ends it with a clear error: no
-//! running checkpoint, no live server left, or a scale event in progress.
+//! running checkpoint, no live server left that takes load, or a shard of a running scale
+//! event on its way from or to the failed server. A scale event that moves executors, or
+//! shards between two other servers, goes on beside the recovery; the failed server's
+//! shards never go to a server the latest scale event empties or emptied.
 //!
 //! [`ShardMap::place_orphans`]: harp_core::ShardMap::place_orphans
 
@@ -66,19 +69,29 @@ impl<A: App> MasterState<A> {
         if !self.servers.contains_key(&server) {
             return refuse("it is not one of the job's live servers");
         }
-        if self.servers.len() < 2 {
-            return refuse("no other server is left to take its shards");
-        }
-        // Executor moves do not touch the shards: only a shard in motion, with rows on
-        // their way between two servers, stands in the way.
+        // Executor moves do not touch the shards, nor do shard moves between two other
+        // servers: only a shard on its way from or to this server stands in the way.
         if self
             .scale
             .as_ref()
-            .is_some_and(|scale| scale.moves_shards())
+            .is_some_and(|scale| scale.moves_a_shard_of(server))
         {
-            return refuse("a scale event was moving shards");
+            return refuse("a scale event was moving a shard from or to it");
+        }
+        if self.heirs(server).is_empty() {
+            return refuse("no other server that takes load is left to take its shards");
         }
         Ok(())
+    }
+
+    /// The live servers that may take `server`'s shards: every other one, except those the
+    /// latest scale event empties or emptied (they are to hold nothing).
+    fn heirs(&self, server: ServerId) -> Vec<ServerId> {
+        self.servers
+            .keys()
+            .copied()
+            .filter(|s| *s != server && !self.given_away.contains(s))
+            .collect()
     }
 
     /// `server` failed (`at_failure`: its rows at that point, if known, or what the nodes
@@ -117,9 +130,9 @@ impl<A: App> MasterState<A> {
                 reason: "the job keeps no SCAR running checkpoint".into(),
             });
         };
+        let heirs = self.heirs(server);
         self.servers.remove(&server);
-        let live: Vec<ServerId> = self.servers.keys().copied().collect();
-        let placements = self.shards.place_orphans(server, &live)?;
+        let placements = self.shards.place_orphans(server, &heirs)?;
         let mut saved_by_shard = checkpoint
             .saved_rows_by_shard(self.shards.num_shards(), |shard| {
                 placements.iter().any(|(lost, _)| *lost == shard)

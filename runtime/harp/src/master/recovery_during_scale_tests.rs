@@ -1,0 +1,185 @@
+//! The master recovering a failed server while a scale event moves a shard (`recovery.rs`):
+//! a shard move between two other servers does not stand in the way, the failed server's
+//! shards go only to a server the event keeps, and a server a shard is moving from or to
+//! cannot be recovered until the move ends. The move is held in flight for good: its old
+//! owner is a [`SilentServer`], which never answers the hand-off.
+
+use super::{MasterActor, MasterArgs, MasterMsg};
+use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
+use crate::error::HarpError;
+use crate::scar::{ScarOptions, ServerRecovery};
+use crate::server::{ServerActor, ServerMsg};
+use crate::test_support::{Idle, SilentServer};
+use crate::worker::WorkerMsg;
+use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
+use harp_core::scar::Selection;
+use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// An app whose driver dispatches one task, which its (quiet) worker never runs: the job
+/// runs until stopped.
+struct Running(TableSet);
+struct NeverDone;
+
+impl App for Running {
+    type Args = ();
+    type Output = ();
+    type Driver = NeverDone;
+    type Executor = Idle;
+    fn name(&self) -> &str {
+        "running"
+    }
+    fn tables(&self) -> &TableSet {
+        &self.0
+    }
+    fn create_driver(&self, _: &JobInfo) -> Result<NeverDone, AppError> {
+        Ok(NeverDone)
+    }
+    fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<Idle, AppError> {
+        Ok(Idle)
+    }
+}
+
+impl Driver<Running> for NeverDone {
+    fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
+        Ok(ctx.dispatch(ExecutorId(0), ())?)
+    }
+    fn handle_task_completion(
+        &mut self,
+        _: Completion<()>,
+        _: &mut DriverContext<'_, ()>,
+    ) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+impl Executor<Running> for Idle {
+    async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+/// A worker that takes every message and does nothing (no task is ever dispatched).
+struct QuietWorker;
+
+impl Actor for QuietWorker {
+    type Msg = WorkerMsg<Running>;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(())
+    }
+}
+
+/// A running master with one worker and three servers of one shard each (shard `i` on
+/// server `i`): servers 0 and 1 are real, server 2 never answers.
+async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
+    let tables = Arc::new(TableSet::new());
+    let (done, end) = oneshot::channel();
+    let args = MasterArgs::<Running> {
+        driver: NeverDone,
+        info: JobInfo {
+            num_executors: 1,
+            num_workers: 1,
+            num_servers: 3,
+        },
+        tables: tables.clone(),
+        scar: Some(ScarOptions {
+            period: 8,
+            fraction: 0.25,
+            selection: Selection::Priority,
+            ..ScarOptions::default()
+        }),
+        worker_recovery: false,
+        done,
+    };
+    let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)
+        .await
+        .unwrap();
+    let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
+    let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
+    for id in [0, 1] {
+        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
+            .await
+            .unwrap();
+        servers.insert(ServerId(id), server);
+    }
+    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+    servers.insert(ServerId(2), silent);
+    let ids: Vec<ServerId> = servers.keys().copied().collect();
+    master
+        .send_message(MasterMsg::Start {
+            workers: BTreeMap::from([(WorkerId(0), worker)]),
+            executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
+            servers,
+            shards: ShardMap::round_robin(3, &ids).unwrap(),
+            routes: Vec::new(),
+            server_places: Vec::new(),
+        })
+        .unwrap();
+    // Empty server 2: its shard goes to server 0 (a tie with server 1, broken by id), and
+    // the hand-off is never answered.
+    let (reply, _scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: vec![ServerId(0), ServerId(1)],
+            reply,
+        })
+        .unwrap();
+    std::mem::forget(_scaled); // the event never ends; its answer is never awaited
+    (master, end)
+}
+
+/// How the master's job ended (it must not, before the test stops it).
+type JobEnd = oneshot::Receiver<Result<super::MasterEnd<Running>, HarpError>>;
+
+async fn crash(
+    master: &ActorRef<MasterMsg<Running>>,
+    server: u32,
+) -> Result<ServerRecovery, HarpError> {
+    let (reply, answer) = oneshot::channel();
+    master
+        .send_message(MasterMsg::CrashServer {
+            server: ServerId(server),
+            reply,
+        })
+        .unwrap();
+    answer.await.expect("the master answers")
+}
+
+#[tokio::test]
+async fn a_server_is_recovered_while_a_shard_moves_between_two_others() {
+    let (master, mut end) = master_with_three_servers().await;
+    let report = crash(&master, 1).await.expect("recovered");
+    assert!(end.try_recv().is_err(), "the job goes on");
+    // Not to server 2, which the event empties.
+    assert_eq!(report.shards, vec![(1, 0)]);
+    master.stop(None);
+}
+
+#[tokio::test]
+async fn a_server_a_shard_moves_from_or_to_is_not_recovered_while_it_moves() {
+    let (master, mut end) = master_with_three_servers().await;
+    for server in [2, 0] {
+        match crash(&master, server).await {
+            Err(HarpError::Unrecoverable { reason, .. }) => {
+                assert!(reason.contains("moving a shard from or to it"), "{reason}")
+            }
+            other => panic!("server {server}: {other:?}"),
+        }
+    }
+    // The refusals changed nothing: server 1 is still recovered, onto server 0.
+    let report = crash(&master, 1).await.expect("recovered");
+    assert_eq!(report.shards, vec![(1, 0)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}

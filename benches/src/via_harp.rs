@@ -51,6 +51,8 @@ pub fn get_request(request_id: u64) -> Message {
             table: 0,
             row: request_id % 1024,
         }],
+        part: 0,
+        parts: 1,
     }
 }
 

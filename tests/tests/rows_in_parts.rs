@@ -7,7 +7,7 @@
 //! 128 MB answer), then adds the counter's increments to nearly every row (about 110–128 MB
 //! in one flush to the one server), and every round of the running checkpoint saves every
 //! row (128 MB). With 300 000 rows of one counter, the same answers are made of many small
-//! rows, more than one part holds. Either job must end with every row exact and no failed
+//! rows, more than one part holds, and the read's and the save's keys go in parts too. Either job must end with every row exact and no failed
 //! checkpoint round or save.
 
 use harp::{

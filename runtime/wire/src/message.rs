@@ -454,11 +454,15 @@ pub enum Message {
     },
 
     // ---- parameters ----
-    /// node → server node: read rows of `server`.
+    /// node → server node: read rows of `server`: part `part` of `parts` of the keys (more
+    /// keys than one bounded part holds go in parts, which may arrive in any order; the
+    /// server reads once every part is in).
     Get {
         request_id: u64,
         server: u32,
         keys: Vec<ParamKeyWire>,
+        part: u32,
+        parts: u32,
     },
     /// server node → node: part `part` of `parts` of the answer to [`Message::Get`]. Rows
     /// that fit one bounded part (nearly every read) are one part; a larger answer goes in
@@ -604,11 +608,14 @@ pub enum Message {
         parts: u32,
     },
     /// master → server node: make the current values of `keys` their saved values and send
-    /// them back (a checkpoint round's last step). Answered with [`Message::Saved`].
+    /// them back (a checkpoint round's last step). Answered with [`Message::Saved`]. Part
+    /// `part` of `parts` of the keys, as for [`Message::Get`]: one save once every part is in.
     CheckpointSave {
         request_id: u64,
         server: u32,
         keys: Vec<ParamKeyWire>,
+        part: u32,
+        parts: u32,
     },
     /// server node → master: part `part` of `parts` of the answer to
     /// [`Message::CheckpointSave`]. The saved rows go in parts of a bounded size, in key

@@ -8,6 +8,7 @@ use super::proxies::{
     answer_sized, send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy,
     ServerProxy,
 };
+use super::row_parts::KeysInParts;
 use super::state_transfer::{StateDialer, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
@@ -519,6 +520,7 @@ async fn serve_peer(
     local: Option<ActorRef<ServerMsg>>,
     outbox: Arc<StateOutbox>,
 ) {
+    let mut keys_in_parts = KeysInParts::default();
     while let Some(Ok(message)) = incoming.recv().await {
         match (message, &local) {
             (
@@ -529,7 +531,7 @@ async fn serve_peer(
                 _,
             ) => outbox.spawn_serve_fetch(&link, request_id, transfer),
             (message, Some(server)) => {
-                if !serve_server_request(&link, message, server) {
+                if !serve_server_request((&link, &mut keys_in_parts), message, server) {
                     return;
                 }
             }
@@ -819,6 +821,7 @@ async fn serve_master<A: App>(
 ) -> Result<(), HarpError> {
     let mut leave = std::pin::pin!(leave);
     let mut leaving = false;
+    let mut keys_in_parts = KeysInParts::default();
     loop {
         let next = tokio::select! {
             next = from_master.recv() => next,
@@ -970,7 +973,7 @@ async fn serve_master<A: App>(
             | Message::CommitFlush { .. }
             | Message::DropStaged { .. }) => match local_server {
                 Some(server) => {
-                    if !serve_server_request(master_link, message, server) {
+                    if !serve_server_request((master_link, &mut keys_in_parts), message, server) {
                         tracing::warn!(node = me, "the local server stopped");
                     }
                 }

@@ -6,7 +6,8 @@
 use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
 use super::pending::{Pending, PendingReplies};
 use super::row_parts::{
-    answer_distances, answer_rows, answer_save, reset_in_parts, send_dump, InParts,
+    answer_distances, answer_rows, answer_save, keys_in_parts, reset_in_parts, send_dump, InParts,
+    KeysInParts,
 };
 use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
@@ -124,13 +125,19 @@ impl Actor for ServerProxy {
             ServerMsg::Get { keys, reply } => {
                 let request_id = state.pending.register(Pending::Rows(InParts::new(reply)));
                 let keys = keys.into_iter().map(Into::into).collect();
-                let get = Message::Get {
+                // In order on the control stream, as every part of a flush sent after it.
+                let parts = keys_in_parts(keys, |keys, part, parts| Message::Get {
                     request_id,
                     server,
                     keys,
-                };
-                if let Err(e) = state.link.send(&get) {
-                    state.pending.unsent(request_id, e.into());
+                    part,
+                    parts,
+                });
+                for get in parts {
+                    if let Err(e) = state.link.send(&get) {
+                        state.pending.unsent(request_id, e.into());
+                        break;
+                    }
                 }
             }
             ServerMsg::Apply { updates, reply } => {
@@ -243,32 +250,32 @@ pub(crate) fn forward_on_link(
     server: ServerId,
     message: ServerMsg,
 ) {
-    let (request_id, wire) = match message {
+    let (request_id, messages) = match message {
         ServerMsg::Dump { reply } => {
             let request_id = pending.register(Pending::Dump(InParts::new(reply)));
             let server = server.0;
-            (request_id, Message::Dump { request_id, server })
+            (request_id, vec![Message::Dump { request_id, server }])
         }
         ServerMsg::Checkpoint(CheckpointRequest::Distances { reply }) => {
             let request_id = pending.register(Pending::Distances(InParts::new(reply)));
             let server = server.0;
             (
                 request_id,
-                Message::CheckpointDistances { request_id, server },
+                vec![Message::CheckpointDistances { request_id, server }],
             )
         }
         ServerMsg::Checkpoint(CheckpointRequest::Save { keys, reply }) => {
             let request_id = pending.register(Pending::Saved(InParts::new(reply)));
             let keys = keys.into_iter().map(Into::into).collect();
             let server = server.0;
-            (
+            let parts = keys_in_parts(keys, |keys, part, parts| Message::CheckpointSave {
                 request_id,
-                Message::CheckpointSave {
-                    request_id,
-                    server,
-                    keys,
-                },
-            )
+                server,
+                keys,
+                part,
+                parts,
+            });
+            (request_id, parts)
         }
         ServerMsg::Reset { rows, reply } => {
             let rows = rows
@@ -285,9 +292,12 @@ pub(crate) fn forward_on_link(
     };
     let (link, pending) = (link.clone(), pending.clone());
     crate::spawn::spawn(async move {
-        if send_sized(&link, wire).await.is_err() {
-            // The node is gone: its reader fails every waiter; this one at once.
-            pending.forget(request_id);
+        for message in messages {
+            if send_sized(&link, message).await.is_err() {
+                // The node is gone: its reader fails every waiter; this one at once.
+                pending.forget(request_id);
+                break;
+            }
         }
     });
 }
@@ -525,15 +535,22 @@ async fn server_answer<T>(answer: oneshot::Receiver<Result<T, HarpError>>) -> Re
 /// Serves one request that arrived on `link` with the local server `server`; `false` once
 /// that server stopped.
 pub(crate) fn serve_server_request(
-    link: &Link,
+    (link, keys_in_parts): (&Link, &mut KeysInParts),
     message: Message,
     server: &ActorRef<ServerMsg>,
 ) -> bool {
     let link = link.clone();
     match message {
         Message::Get {
-            request_id, keys, ..
+            request_id,
+            keys,
+            part,
+            parts,
+            ..
         } => {
+            let Some(keys) = keys_in_parts.add(request_id, part, parts, keys) else {
+                return true; // more parts to come
+            };
             let (tx, rx) = oneshot::channel();
             let keys = keys.into_iter().map(Into::into).collect();
             if server
@@ -653,8 +670,15 @@ pub(crate) fn serve_server_request(
             });
         }
         Message::CheckpointSave {
-            request_id, keys, ..
+            request_id,
+            keys,
+            part,
+            parts,
+            ..
         } => {
+            let Some(keys) = keys_in_parts.add(request_id, part, parts, keys) else {
+                return true; // more parts to come
+            };
             let (reply, rx) = oneshot::channel();
             let keys = keys.into_iter().map(Into::into).collect();
             let request = CheckpointRequest::Save { keys, reply };

@@ -5,6 +5,10 @@
 //! server node (`ResetRows`). A worker node's flush is split the same way before it leaves
 //! the node (`node::ParamStore`), since each part of it is acknowledged on its own.
 //!
+//! A request's keys go in parts too when there are very many ([`keys_in_parts`]; a read or
+//! a SCAR save of more than about 262 000 rows of one server), put together on the serving
+//! node ([`KeysInParts`]) before the request is served once.
+//!
 //! An answer's parts are numbered (`part` of `parts`) and each goes with [`send_in_parts`]
 //! (on a stream of its own unless small), so they may arrive in any order; [`Parts`] puts
 //! them back in order and hands them over once every part is in, each counted once. A
@@ -23,7 +27,7 @@ use harp_wire::{
     split_rows, DistancesResult, LostUpdatesResult, Message, ParamKeyWire, RowWire, RowsResult,
     SaveResult,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -202,6 +206,51 @@ pub(crate) async fn answer_lost_updates(
             .sum::<usize>()
     };
     answer_in_parts(link, lost, bytes, part, refused).await;
+}
+
+/// A request's keys as one message per part (`message(keys, part, parts)`): more keys than
+/// one part holds (about 262 000) go in several, which the serving node puts together with
+/// [`KeysInParts`] before it serves the request once.
+pub(crate) fn keys_in_parts(
+    keys: Vec<ParamKeyWire>,
+    message: impl Fn(Vec<ParamKeyWire>, u32, u32) -> Message,
+) -> Vec<Message> {
+    // A key's bytes are within the split's per-row allowance.
+    let split = split_rows(keys, |_| 0);
+    let count = split.len() as u32;
+    split
+        .into_iter()
+        .enumerate()
+        .map(|(part, keys)| message(keys, part as u32, count))
+        .collect()
+}
+
+/// The keys of requests arriving in parts on one link (a read, a checkpoint save), by
+/// request id, until every part is in.
+#[derive(Default)]
+pub(crate) struct KeysInParts(HashMap<u64, Parts<Vec<ParamKeyWire>>>);
+
+impl KeysInParts {
+    /// Adds part `part` of `parts` of request `request_id`'s keys; all of them, in order,
+    /// once every part is in (at once for a request of one part).
+    pub(crate) fn add(
+        &mut self,
+        request_id: u64,
+        part: u32,
+        parts: u32,
+        keys: Vec<ParamKeyWire>,
+    ) -> Option<Vec<ParamKeyWire>> {
+        if parts <= 1 {
+            return Some(keys);
+        }
+        let whole = self
+            .0
+            .entry(request_id)
+            .or_default()
+            .add(part, parts, keys)?;
+        self.0.remove(&request_id);
+        Some(whole.into_iter().flatten().collect())
+    }
 }
 
 /// The parts of one answer arriving in any order, one `T` per part, kept by number until
@@ -511,6 +560,40 @@ mod tests {
             Some(vec!["a", "b", "c"]),
             "in part order"
         );
+    }
+
+    #[test]
+    fn keys_split_into_parts_come_back_whole_and_in_order_from_any_order() {
+        let keys: Vec<ParamKeyWire> = (0..600_000)
+            .map(|row| ParamKeyWire { table: 2, row })
+            .collect();
+        let mut parts = keys_in_parts(keys.clone(), |keys, part, parts| Message::Get {
+            request_id: 9,
+            server: 0,
+            keys,
+            part,
+            parts,
+        });
+        assert_eq!(parts.len(), 3, "262 144 keys a part");
+        parts.reverse();
+        let mut assembly = KeysInParts::default();
+        let mut whole = None;
+        for message in parts {
+            let Message::Get {
+                request_id,
+                keys,
+                part,
+                parts,
+                ..
+            } = message
+            else {
+                panic!("not a read");
+            };
+            assert!(whole.is_none(), "whole only with the last part");
+            whole = assembly.add(request_id, part, parts, keys);
+        }
+        assert!(whole == Some(keys), "every key once, in order");
+        assert!(assembly.0.is_empty(), "nothing kept once whole");
     }
 
     #[test]

@@ -189,11 +189,18 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 unreachable_server,
             })
             .boxed(),
-        (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
-            .prop_map(|(request_id, server, keys)| Message::Get {
+        (
+            any::<u64>(),
+            any::<u32>(),
+            vec(arb_key(), 0..16),
+            (any::<u32>(), any::<u32>()),
+        )
+            .prop_map(|(request_id, server, keys, (part, parts))| Message::Get {
                 request_id,
                 server,
                 keys,
+                part,
+                parts,
             })
             .boxed(),
         (
@@ -420,12 +427,21 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 parts,
             })
             .boxed(),
-        (any::<u64>(), any::<u32>(), vec(arb_key(), 0..16))
-            .prop_map(|(request_id, server, keys)| Message::CheckpointSave {
-                request_id,
-                server,
-                keys,
-            })
+        (
+            any::<u64>(),
+            any::<u32>(),
+            vec(arb_key(), 0..16),
+            (any::<u32>(), any::<u32>()),
+        )
+            .prop_map(
+                |(request_id, server, keys, (part, parts))| Message::CheckpointSave {
+                    request_id,
+                    server,
+                    keys,
+                    part,
+                    parts,
+                },
+            )
             .boxed(),
         (
             any::<u64>(),

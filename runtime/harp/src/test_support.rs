@@ -1,10 +1,12 @@
 //! Stand-ins the crate's unit tests share: a server actor that never answers, and the
-//! smallest app (its driver reports iteration 1 and finishes; its executors do nothing).
+//! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
+//! and finishes; its executors do nothing).
 
 use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
 use crate::server::ServerMsg;
 use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::marker::PhantomData;
 
 /// A server that takes every request and never answers (a live but stuck peer): it keeps
 /// the requests, so their reply senders stay open and no one sees a hang-up.
@@ -34,24 +36,30 @@ impl Actor for SilentServer {
     }
 }
 
+/// The smallest app: no tables of its own, unit tasks, executors that do nothing, and the
+/// driver `D` (made with `Default`).
+pub(crate) struct TestApp<D>(pub TableSet, PhantomData<fn() -> D>);
+
 /// An app whose driver reports iteration 1 and finishes before dispatching anything.
-pub(crate) struct OneIteration(pub TableSet);
+pub(crate) type OneIteration = TestApp<FinishAtOnce>;
+
+#[derive(Default)]
 pub(crate) struct FinishAtOnce;
 pub(crate) struct Idle;
 
-impl App for OneIteration {
+impl<D: Driver<TestApp<D>> + Default> App for TestApp<D> {
     type Args = ();
     type Output = ();
-    type Driver = FinishAtOnce;
+    type Driver = D;
     type Executor = Idle;
     fn name(&self) -> &str {
-        "one-iteration"
+        "test-app"
     }
     fn tables(&self) -> &TableSet {
         &self.0
     }
-    fn create_driver(&self, _: &JobInfo) -> Result<FinishAtOnce, AppError> {
-        Ok(FinishAtOnce)
+    fn create_driver(&self, _: &JobInfo) -> Result<D, AppError> {
+        Ok(D::default())
     }
     fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<Idle, AppError> {
         Ok(Idle)
@@ -73,7 +81,7 @@ impl Driver<OneIteration> for FinishAtOnce {
     }
 }
 
-impl Executor<OneIteration> for Idle {
+impl<D: Driver<TestApp<D>> + Default> Executor<TestApp<D>> for Idle {
     async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
         Ok(())
     }

@@ -5,13 +5,13 @@
 //! owner is a [`SilentServer`], which never answers the hand-off.
 
 use super::{MasterActor, MasterArgs, MasterMsg};
-use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
+use crate::app::{Driver, DriverContext, JobInfo};
 use crate::error::HarpError;
 use crate::scar::{ScarOptions, ServerRecovery};
 use crate::server::{ServerActor, ServerMsg};
-use crate::test_support::{Idle, SilentServer};
+use crate::test_support::{SilentServer, TestApp};
 use crate::worker::WorkerMsg;
-use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
+use crate::{AppError, Completion, ExecutorId, TableSet};
 use harp_core::scar::Selection;
 use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -21,27 +21,10 @@ use tokio::sync::oneshot;
 
 /// An app whose driver dispatches one task, which its (quiet) worker never runs: the job
 /// runs until stopped.
-struct Running(TableSet);
-struct NeverDone;
+type Running = TestApp<NeverDone>;
 
-impl App for Running {
-    type Args = ();
-    type Output = ();
-    type Driver = NeverDone;
-    type Executor = Idle;
-    fn name(&self) -> &str {
-        "running"
-    }
-    fn tables(&self) -> &TableSet {
-        &self.0
-    }
-    fn create_driver(&self, _: &JobInfo) -> Result<NeverDone, AppError> {
-        Ok(NeverDone)
-    }
-    fn create_executor(&self, _: ExecutorId, _: &JobInfo) -> Result<Idle, AppError> {
-        Ok(Idle)
-    }
-}
+#[derive(Default)]
+struct NeverDone;
 
 impl Driver<Running> for NeverDone {
     fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
@@ -52,12 +35,6 @@ impl Driver<Running> for NeverDone {
         _: Completion<()>,
         _: &mut DriverContext<'_, ()>,
     ) -> Result<(), AppError> {
-        Ok(())
-    }
-}
-
-impl Executor<Running> for Idle {
-    async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
         Ok(())
     }
 }

@@ -294,6 +294,36 @@ pub fn spawn_nodes<A: harp::App>(
         .collect()
 }
 
+/// Runs `app` across nodes in this process: the master with `options` and one node per
+/// entry of `roles`, joining over QUIC on loopback (a runtime of 2 threads), and returns the
+/// job's outcome once every node ended.
+pub fn run_across_in_process<A: harp::App>(
+    app: &Arc<A>,
+    options: harp::ClusterOptions,
+    roles: &[harp::NodeRoles],
+) -> Result<harp::JobOutcome<A>, harp::HarpError> {
+    let creds = Arc::new(harp::JobCredentials::generate("in-process").unwrap());
+    runtime(Threads::Multi(2)).block_on(async {
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let master = {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                harp::run_job_across(app, &creds, &options, |addr| {
+                    let _ = addr_tx.send(addr);
+                })
+                .await
+            })
+        };
+        let addr = addr_rx.await.expect("the master listens");
+        let nodes = spawn_nodes(app, &creds, addr, roles);
+        let outcome = master.await.expect("the master's task");
+        for node in nodes {
+            let _ = node.await;
+        }
+        outcome
+    })
+}
+
 /// Waits (at most 30 s) for `child` to exit; a process that does not fails the test
 /// (`what` names it).
 pub fn wait_exit(child: &mut std::process::Child, what: &str) -> ExitStatus {

@@ -4,10 +4,9 @@
 
 use harp::{ClusterOptions, JobCredentials, NodeRoles};
 use harp_apps::counter::{CounterApp, CounterConfig};
-use harp_tests::{runtime, spawn_nodes, Threads};
+use harp_tests::{run_across_in_process, runtime, Threads};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// Runs a counter job across `roles.len()` nodes (in this process, over QUIC on loopback).
 fn run_with_roles(roles: &[NodeRoles]) -> Result<harp::JobOutcome<CounterApp>, harp::HarpError> {
@@ -18,7 +17,6 @@ fn run_with_roles(roles: &[NodeRoles]) -> Result<harp::JobOutcome<CounterApp>, h
         })
         .unwrap(),
     );
-    let creds = Arc::new(JobCredentials::generate("roles").unwrap());
     let options = ClusterOptions {
         nodes: roles.len() as u32,
         executors_per_worker: 4,
@@ -26,25 +24,7 @@ fn run_with_roles(roles: &[NodeRoles]) -> Result<harp::JobOutcome<CounterApp>, h
         join_timeout_ms: 10_000,
         ..ClusterOptions::default()
     };
-    runtime(Threads::Multi(2)).block_on(async {
-        let (addr_tx, addr_rx) = oneshot::channel();
-        let master = {
-            let (app, creds) = (app.clone(), creds.clone());
-            tokio::spawn(async move {
-                harp::run_job_across(app, &creds, &options, |addr| {
-                    let _ = addr_tx.send(addr);
-                })
-                .await
-            })
-        };
-        let addr = addr_rx.await.expect("the master listens");
-        let nodes = spawn_nodes(&app, &creds, addr, roles);
-        let outcome = master.await.unwrap();
-        for node in nodes {
-            let _ = node.await;
-        }
-        outcome
-    })
+    run_across_in_process(&app, options, roles)
 }
 
 #[test]

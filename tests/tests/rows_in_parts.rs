@@ -12,14 +12,13 @@
 
 use harp::{
     App, AppError, ClusterOptions, Completion, Driver, DriverContext, Executor, ExecutorId,
-    JobCredentials, JobInfo, NodeRoles, ParamClient, ScarOptions, Selection, TableSet,
+    JobInfo, NodeRoles, ParamClient, ScarOptions, Selection, TableSet,
 };
 use harp_apps::counter::{
     CounterApp, CounterArgs, CounterConfig, CounterDriver, CounterExecutor, CounterOutput,
 };
-use harp_tests::{runtime, spawn_nodes, Threads};
+use harp_tests::run_across_in_process;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
@@ -112,7 +111,6 @@ impl Executor<WholeTable> for WholeTableExecutor {
 fn run_whole_table(config: CounterConfig) -> harp::CheckpointStats {
     let counter = CounterApp::new(config.clone()).expect("a valid counter");
     let app = Arc::new(WholeTable(counter, config.clone()));
-    let creds = Arc::new(JobCredentials::generate("rows-in-parts").expect("credentials"));
     let options = ClusterOptions {
         nodes: 2,
         executors_per_worker: 1,
@@ -126,26 +124,8 @@ fn run_whole_table(config: CounterConfig) -> harp::CheckpointStats {
         }),
         ..ClusterOptions::default()
     };
-    let outcome = runtime(Threads::Multi(2)).block_on(async {
-        let (addr_tx, addr_rx) = oneshot::channel();
-        let master = {
-            let (app, creds) = (app.clone(), creds.clone());
-            tokio::spawn(async move {
-                harp::run_job_across(app, &creds, &options, |addr| {
-                    let _ = addr_tx.send(addr);
-                })
-                .await
-            })
-        };
-        let addr = addr_rx.await.expect("the master listens");
-        let roles = [NodeRoles::WORKER, NodeRoles::SERVER];
-        let nodes = spawn_nodes(&app, &creds, addr, &roles);
-        let outcome = master.await.expect("the master's task");
-        for node in nodes {
-            let _ = node.await;
-        }
-        outcome
-    });
+    let roles = [NodeRoles::WORKER, NodeRoles::SERVER];
+    let outcome = run_across_in_process(&app, options, &roles);
     let outcome = outcome.expect("the job runs");
     let params = outcome.params.as_ref().expect("parameters collected");
     let updated = outcome.driver.0.expected().len();

@@ -1,9 +1,10 @@
 //! Rows that may not fit one message between processes (a frame holds at most 64 MiB) go in
-//! parts of at most [`harp_wire::PART_BYTES`] of values each ([`split_rows`]): the answers a server node sends from its
-//! rows (a read's `Rows`, a SCAR round's `Saved`, a dump's `DumpRows`: the job's final
-//! parameters and a consistent checkpoint's rows) and the rows a resumed job puts into a
-//! server node (`ResetRows`). A worker node's flush is split the same way before it leaves
-//! the node (`node::ParamStore`), since each part of it is acknowledged on its own.
+//! parts of at most [`harp_wire::PART_BYTES`] of values each ([`split_rows`]): the answers
+//! a server node sends from its rows (a read's `Rows`, a SCAR round's `Distances` and
+//! `Saved`, a dump's `DumpRows`: the job's final parameters and a consistent checkpoint's
+//! rows), a node's `LostUpdates`, and the rows a resumed job puts into a server node
+//! (`ResetRows`). A worker node's flush is split the same way before it leaves the node
+//! (`node::ParamStore`), since each part of it is acknowledged on its own.
 //!
 //! A request's keys go in parts too when there are very many ([`keys_in_parts`]; a read or
 //! a SCAR save of more than about 262 000 rows of one server), put together on the serving
@@ -20,8 +21,7 @@ use super::proxies::send_sized;
 use crate::error::HarpError;
 use crate::node::lost_ledger::RowsByEpoch;
 use crate::server::SaveAnswer;
-use harp_core::ServerId;
-use harp_core::{ParamKey, RowData};
+use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::Link;
 use harp_wire::{
     split_rows, DistancesResult, LostUpdatesResult, Message, ParamKeyWire, RowWire, RowsResult,
@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-/// Sends `items` as one answer in parts of at most [`harp_wire::PART_BYTES`] (`bytes` of each item),
-/// `message(part, parts, items)` building each part, each sent with [`send_sized`] (a part
+/// Sends `items` as one answer in parts of at most [`harp_wire::PART_BYTES`] (`bytes` of
+/// each item), `message(part, parts, items)` building each part, each sent with [`send_sized`] (a part
 /// on a stream of its own unless it is small, so parts may arrive in any order: the
 /// receiver puts them back in order with [`Parts`]). Stops at the first part that cannot be
 /// sent, with its error.

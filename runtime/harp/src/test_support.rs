@@ -1,12 +1,17 @@
-//! Stand-ins the crate's unit tests share: a server actor that never answers, and the
+//! Stand-ins the crate's unit tests share: a server actor that never answers, a link
+//! between two endpoints of this process ([`link_pair`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
 
 use crate::app::{App, Driver, DriverContext, Executor, JobInfo};
 use crate::server::ServerMsg;
 use crate::{AppError, Completion, ExecutorId, ParamClient, TableSet};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_wire::{FrameLimits, Message};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::marker::PhantomData;
+use std::net::SocketAddr;
+use tokio::sync::mpsc;
 
 /// A server that takes every request and never answers (a live but stuck peer): it keeps
 /// the requests, so their reply senders stay open and no one sees a hang-up.
@@ -84,5 +89,47 @@ impl Driver<OneIteration> for FinishAtOnce {
 impl<D: Driver<TestApp<D>> + Default> Executor<TestApp<D>> for Idle {
     async fn run_task(&mut self, _: (), _: &mut ParamClient) -> Result<(), AppError> {
         Ok(())
+    }
+}
+
+/// Both ends of a link between two endpoints of this process, on loopback: the end of the
+/// node that dialled (it said `Heartbeat` first) and the end of the node that accepted, each
+/// with what arrives at it. The endpoints live as long as this does.
+pub(crate) struct LinkPair {
+    pub dialer: (Link, mpsc::UnboundedReceiver<Incoming>),
+    pub acceptor: (Link, mpsc::UnboundedReceiver<Incoming>),
+    _endpoints: (NetEndpoint, NetEndpoint),
+}
+
+pub(crate) async fn link_pair() -> LinkPair {
+    let creds = JobCredentials::generate("link-pair").unwrap();
+    let bind = || {
+        let identity = creds.issue_node().unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
+    };
+    let (dialing, accepting) = (bind(), bind());
+    let addr = accepting.local_addr().unwrap();
+    let dial = async {
+        let conn = dialing.connect(addr).await.unwrap();
+        let hello = Message::Heartbeat {
+            node_id: 1,
+            lease_seq: 0,
+        };
+        Link::open(conn, &hello, FrameLimits::default(), Default::default())
+            .await
+            .unwrap()
+    };
+    let accept = async {
+        let conn = accepting.accept().await.unwrap().unwrap();
+        Link::accept(conn, FrameLimits::default(), Default::default())
+            .await
+            .unwrap()
+    };
+    let (dialer, acceptor) = tokio::join!(dial, accept);
+    LinkPair {
+        dialer,
+        acceptor,
+        _endpoints: (dialing, accepting),
     }
 }

@@ -106,23 +106,23 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let whole = match rows {
+                let (waiting, answer) = match rows {
                     RowsResult::Ok(rows) => {
-                        // Not whole yet (or nobody waits): nothing to hand on.
-                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
-                            Pending::Rows(w) => Some(&mut w.parts),
-                            _ => None,
-                        })?;
-                        Ok(whole
-                            .into_iter()
-                            .flatten()
-                            .map(|r| Arc::new(RowData::from(r)))
-                            .collect())
+                        let (waiting, whole) =
+                            self.take_whole(request_id, (part, parts), rows, |p| match p {
+                                Pending::Rows(w) => Some(&mut w.parts),
+                                _ => None,
+                            })?;
+                        let rows = whole.into_iter().flatten();
+                        (
+                            waiting,
+                            Ok(rows.map(|r| Arc::new(RowData::from(r))).collect()),
+                        )
                     }
-                    RowsResult::Err(e) => Err(HarpError::Remote(e)),
+                    RowsResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
                 };
-                if let Some((_, Pending::Rows(rows))) = self.waiting.remove(&request_id) {
-                    let _ = rows.reply.send(whole);
+                if let Pending::Rows(rows) = waiting {
+                    let _ = rows.reply.send(answer);
                 }
                 None
             }
@@ -142,18 +142,22 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let whole = match result {
+                let (waiting, answer) = match result {
                     LostUpdatesResult::Ok(rows) => {
-                        let whole = self.add_part(request_id, part, parts, rows, |p| match p {
-                            Pending::LostUpdates(w) => Some(&mut w.parts),
-                            _ => None,
-                        })?;
-                        LostUpdatesResult::Ok(whole.into_iter().flatten().collect())
+                        let (waiting, whole) =
+                            self.take_whole(request_id, (part, parts), rows, |p| match p {
+                                Pending::LostUpdates(w) => Some(&mut w.parts),
+                                _ => None,
+                            })?;
+                        (
+                            waiting,
+                            LostUpdatesResult::Ok(whole.into_iter().flatten().collect()),
+                        )
                     }
-                    inexact @ LostUpdatesResult::Inexact(_) => inexact,
+                    inexact @ LostUpdatesResult::Inexact(_) => (self.take(request_id)?, inexact),
                 };
-                if let Some((_, Pending::LostUpdates(lost))) = self.waiting.remove(&request_id) {
-                    let _ = lost.reply.send(whole);
+                if let Pending::LostUpdates(lost) = waiting {
+                    let _ = lost.reply.send(answer);
                 }
                 None
             }
@@ -163,16 +167,15 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let whole = self.add_part(request_id, part, parts, rows, |p| match p {
-                    Pending::Dump(w) => Some(&mut w.parts),
-                    _ => None,
-                });
-                if let Some(whole) = whole {
-                    if let Some((_, Pending::Dump(dump))) = self.waiting.remove(&request_id) {
-                        let _ = dump
-                            .reply
-                            .send(rows_from_wire(whole.into_iter().flatten().collect()));
-                    }
+                let (waiting, whole) =
+                    self.take_whole(request_id, (part, parts), rows, |p| match p {
+                        Pending::Dump(w) => Some(&mut w.parts),
+                        _ => None,
+                    })?;
+                if let Pending::Dump(dump) = waiting {
+                    let _ = dump
+                        .reply
+                        .send(rows_from_wire(whole.into_iter().flatten().collect()));
                 }
                 None
             }
@@ -220,49 +223,47 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let whole = match result {
+                let (waiting, answer) = match result {
                     DistancesResult::Ok(d) => {
-                        let whole = self.add_part(request_id, part, parts, d, |p| match p {
-                            Pending::Distances(w) => Some(&mut w.parts),
-                            _ => None,
-                        })?;
-                        Ok(whole
-                            .into_iter()
-                            .flatten()
-                            .map(|(k, d)| (k.into(), d))
-                            .collect())
+                        let (waiting, whole) =
+                            self.take_whole(request_id, (part, parts), d, |p| match p {
+                                Pending::Distances(w) => Some(&mut w.parts),
+                                _ => None,
+                            })?;
+                        let d = whole.into_iter().flatten();
+                        (waiting, Ok(d.map(|(k, d)| (k.into(), d)).collect()))
                     }
-                    DistancesResult::Err(e) => Err(HarpError::Remote(e)),
+                    DistancesResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
                 };
-                if let Some((_, Pending::Distances(d))) = self.waiting.remove(&request_id) {
-                    let _ = d.reply.send(whole);
+                if let Pending::Distances(d) = waiting {
+                    let _ = d.reply.send(answer);
                 }
                 None
             }
             Message::Saved {
                 request_id,
                 result,
-                part: part_no,
+                part,
                 parts,
             } => {
-                let whole = match result {
+                let (waiting, answer) = match result {
                     SaveResult::Ok {
                         saved,
                         not_owned,
                         epoch,
                     } => {
-                        let part = (saved, not_owned, epoch);
-                        let whole =
-                            self.add_part(request_id, part_no, parts, part, |p| match p {
+                        let item = (saved, not_owned, epoch);
+                        let (waiting, whole) =
+                            self.take_whole(request_id, (part, parts), item, |p| match p {
                                 Pending::Saved(w) => Some(&mut w.parts),
                                 _ => None,
                             })?;
-                        Ok(save_answer(whole))
+                        (waiting, Ok(save_answer(whole)))
                     }
-                    SaveResult::Err(e) => Err(HarpError::Remote(e)),
+                    SaveResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
                 };
-                if let Some((_, Pending::Saved(save))) = self.waiting.remove(&request_id) {
-                    let _ = save.reply.send(whole);
+                if let Pending::Saved(save) = waiting {
+                    let _ = save.reply.send(answer);
                 }
                 None
             }
@@ -283,19 +284,33 @@ impl PendingReplies {
         }
     }
 
-    /// Adds part `part` of `parts` of the answer to `request_id` (whose pending reply
-    /// `parts_of` finds the parts of); every part, in order, once the last one is in. An
-    /// answer nobody waits for (any more), or for another kind of request, is dropped.
-    fn add_part<T>(
+    /// Adds part `part` of `parts` (`item`) of the answer to `request_id`, whose parts
+    /// `parts_of` finds in what waits for it; once every part is in, takes that out, with
+    /// every part in order. An answer of one part (nearly every one) takes one lookup. An
+    /// answer nobody waits for (any more), or one for another kind of request, is dropped.
+    fn take_whole<T>(
         &self,
         request_id: u64,
-        part: u32,
-        parts: u32,
+        (part, parts): (u32, u32),
         item: T,
-        parts_of: impl FnOnce(&mut Pending) -> Option<&mut Parts<T>>,
-    ) -> Option<Vec<T>> {
-        let mut waiting = self.waiting.get_mut(&request_id)?;
-        parts_of(waiting.value_mut())?.add(part, parts, item)
+        parts_of: fn(&mut Pending) -> Option<&mut Parts<T>>,
+    ) -> Option<(Pending, Vec<T>)> {
+        if parts <= 1 && part == 0 {
+            let kind_matches = |_: &u64, p: &mut Pending| parts_of(p).is_some();
+            let (_, waiting) = self.waiting.remove_if_mut(&request_id, kind_matches)?;
+            return Some((waiting, vec![item]));
+        }
+        let whole = {
+            let mut waiting = self.waiting.get_mut(&request_id)?;
+            parts_of(waiting.value_mut())?.add(part, parts, item)?
+        };
+        let (_, waiting) = self.waiting.remove(&request_id)?;
+        Some((waiting, whole))
+    }
+
+    /// Takes out what waits for `request_id` (its answer is an error, always one part).
+    fn take(&self, request_id: u64) -> Option<Pending> {
+        self.waiting.remove(&request_id).map(|(_, waiting)| waiting)
     }
 
     /// A read or flush `request_id` could not be sent. One the link refused to carry (larger

@@ -358,57 +358,27 @@ pub(crate) fn reset_in_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{link_pair, LinkPair};
     use harp_core::TableId;
-    use harp_net::{Incoming, JobCredentials, NetEndpoint, TransportConfig};
-    use harp_wire::{FrameLimits, WireCounters, FRAME_BYTES_MAX};
-    use std::net::SocketAddr;
-    use tokio::sync::mpsc;
+    use harp_wire::FRAME_BYTES_MAX;
 
-    /// Both ends of a link on loopback: the one that answers, the one that asks (with
-    /// what arrives at it), and the endpoints they live on.
+    /// Both ends of a link on loopback: the answering node's end is the acceptor's, the
+    /// asking node's is the dialer's, with its replies waited for in `asker`.
     struct Linked {
-        answerer: Link,
+        pair: LinkPair,
         asker: Arc<PendingReplies>,
-        arrived: mpsc::UnboundedReceiver<Incoming>,
-        _endpoints: (NetEndpoint, NetEndpoint),
     }
 
     async fn linked() -> Linked {
-        let creds = JobCredentials::generate("row-parts").unwrap();
-        let bind = || {
-            let identity = creds.issue_node().unwrap();
-            let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-            NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
-        };
-        let (dialer, acceptor) = (bind(), bind());
-        let addr = acceptor.local_addr().unwrap();
-        let counters = Arc::new(WireCounters::new());
-        let limits = FrameLimits::default();
-        let accepting = {
-            let counters = counters.clone();
-            async move {
-                let conn = acceptor.accept().await.unwrap().unwrap();
-                let link = Link::accept(conn, limits, counters).await.unwrap();
-                (link, acceptor)
-            }
-        };
-        let dialing = async {
-            let conn = dialer.connect(addr).await.unwrap();
-            let first = Message::Heartbeat {
-                node_id: 0,
-                lease_seq: 0,
-            };
-            Link::open(conn, &first, limits, counters.clone())
-                .await
-                .unwrap()
-        };
-        let (((answerer, _asked), acceptor), (_asker_link, arrived)) =
-            tokio::join!(accepting, dialing);
         Linked {
-            answerer,
+            pair: link_pair().await,
             asker: Arc::new(PendingReplies::default()),
-            arrived,
-            _endpoints: (dialer, acceptor),
+        }
+    }
+
+    impl Linked {
+        fn answerer(&self) -> &Link {
+            &self.pair.acceptor.0
         }
     }
 
@@ -418,7 +388,7 @@ mod tests {
             loop {
                 tokio::select! {
                     answer = &mut reply => return answer.expect("answered"),
-                    message = self.arrived.recv() => {
+                    message = self.pair.dialer.1.recv() => {
                         let message = message.expect("the link is open").expect("a valid frame");
                         assert!(self.asker.resolve(message).is_none(), "a reply");
                     }
@@ -454,7 +424,7 @@ mod tests {
         let (tx, rx) = oneshot::channel();
         let id = link.asker.register(Pending::Rows(InParts::new(tx)));
         let values = rows.iter().map(|(_, r)| Arc::new(r.clone())).collect();
-        answer_rows(&link.answerer, id, Ok(values)).await;
+        answer_rows(link.answerer(), id, Ok(values)).await;
         let got = link.answer_of(rx).await.expect("the rows");
         let want: Vec<RowData> = rows.into_iter().map(|(_, r)| r).collect();
         let got: Vec<RowData> = got.iter().map(|r| (**r).clone()).collect();
@@ -477,7 +447,7 @@ mod tests {
             not_owned: not_owned.clone(),
             epoch: 7,
         };
-        answer_save(&link.answerer, id, Ok(answer)).await;
+        answer_save(link.answerer(), id, Ok(answer)).await;
         let got = link.answer_of(rx).await.expect("the save");
         assert_eq!((got.epoch, got.not_owned), (7, not_owned));
         let got: Vec<(ParamKey, RowData)> =
@@ -494,7 +464,7 @@ mod tests {
             .collect();
         let (tx, rx) = oneshot::channel();
         let id = link.asker.register(Pending::LostUpdates(InParts::new(tx)));
-        answer_lost_updates(&link.answerer, id, Ok(lost.clone())).await;
+        answer_lost_updates(link.answerer(), id, Ok(lost.clone())).await;
         let LostUpdatesResult::Ok(got) = link.answer_of(rx).await else {
             panic!("an inexact answer");
         };
@@ -517,7 +487,7 @@ mod tests {
             .collect();
         let (tx, rx) = oneshot::channel();
         let id = link.asker.register(Pending::Distances(InParts::new(tx)));
-        answer_distances(&link.answerer, id, Ok(distances.clone())).await;
+        answer_distances(link.answerer(), id, Ok(distances.clone())).await;
         let got = link.answer_of(rx).await.expect("the distances");
         assert!(got == distances, "every distance, ascending by key");
     }
@@ -527,7 +497,7 @@ mod tests {
         let mut link = linked().await;
         let (tx, rx) = oneshot::channel();
         let id = link.asker.register(Pending::Rows(InParts::new(tx)));
-        answer_rows(&link.answerer, id, Err("server stopped".into())).await;
+        answer_rows(link.answerer(), id, Err("server stopped".into())).await;
         let got = link.answer_of(rx).await;
         assert!(
             matches!(&got, Err(HarpError::Remote(why)) if why == "server stopped"),

@@ -490,34 +490,7 @@ mod tests {
     /// A link from one endpoint to another (both in this process), as the releasing node
     /// sees it when the adopting node dialled it.
     async fn accepted_link() -> Link {
-        use harp_net::{JobCredentials, NetEndpoint, TransportConfig};
-        use harp_wire::FrameLimits;
-        let creds = JobCredentials::generate("outbox-test").unwrap();
-        let bind = || {
-            let identity = creds.issue_node().unwrap();
-            let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-            NetEndpoint::bind(addr, &creds, &identity, TransportConfig::default()).unwrap()
-        };
-        let (releasing, adopting) = (bind(), bind());
-        let addr = releasing.local_addr().unwrap();
-        let dial = async {
-            let conn = adopting.connect(addr).await.unwrap();
-            let hello = Message::Heartbeat {
-                node_id: 1,
-                lease_seq: 0,
-            };
-            Link::open(conn, &hello, FrameLimits::default(), Default::default())
-                .await
-                .unwrap()
-        };
-        let accept = async {
-            let conn = releasing.accept().await.unwrap().unwrap();
-            Link::accept(conn, FrameLimits::default(), Default::default())
-                .await
-                .unwrap()
-        };
-        let (_, (link, _incoming)) = tokio::join!(dial, accept);
-        link
+        crate::test_support::link_pair().await.acceptor.0
     }
 
     /// A fetch whose link fails mid-way is not retried, so the state it was sending is

@@ -538,12 +538,13 @@ fn resumes_that_cannot_work_are_refused_clearly() {
         &["executors per worker: checkpoint 1, this job 2"],
     );
     // Across processes the layout is the node processes': one node is one worker and one
-    // server, not the checkpoint's two of each (the node is told and exits).
+    // server, not the checkpoint's two of each (the node is told why and exits).
     refused(
         &counter(&["--resume", d, "--processes", "2"]),
         &[
             "cannot resume from checkpoint",
             "workers: checkpoint 2, this job 1",
+            "shut down by the master before the job started: cannot resume",
         ],
     );
     // A checkpoint directory that is a file; zero iterations between checkpoints.

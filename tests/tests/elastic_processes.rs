@@ -2,7 +2,8 @@
 //! started while the job runs is given load; `harp scale --remove` and SIGTERM make a node
 //! give its load away and exit 0; `harp scale --add` has the master start more nodes; every
 //! scale event lands in the metrics file; and through all of it every counter stays exact.
-//! (A node killed in the middle of a move: `elastic_mid_move.rs`.)
+//! After a node leaves, SCAR's rounds and consistent checkpoints go on over the nodes that
+//! stay. (A node killed in the middle of a move: `elastic_mid_move.rs`.)
 
 use harp::JobCredentials;
 use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, SplitMix};
@@ -376,4 +377,83 @@ fn executor_states_larger_than_a_frame_move_between_node_processes() {
             Some(2 * (STATE_BYTES + 16))
         );
     }
+}
+
+/// A node process leaving the job takes nothing from either kind of checkpoint: SCAR's
+/// running checkpoint goes on over the servers that stay, and so do consistent checkpoints.
+/// The master used to keep asking the departed server: every consistent checkpoint after the
+/// leave failed ("server-1 is unreachable"), and a SCAR round waited for its answer until
+/// the job ended, so no round ran after the leave.
+#[test]
+fn checkpoints_go_on_after_a_node_process_leaves() {
+    const EPOCHS: usize = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("ckpt");
+    let epochs = EPOCHS.to_string();
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "mlr",
+            "--processes",
+            "3",
+            "--data",
+            "synthetic:100000,200,10",
+            "--epochs",
+            &epochs,
+            "--checkpoint-dir",
+            checkpoints.to_str().unwrap(),
+            "--checkpoint-every",
+            "1",
+            "--scar-fraction",
+            "0.5",
+            "--scar-period",
+            "1",
+            "--quiet",
+        ],
+    );
+    master.wait_for_line(&["epoch   2 "]);
+    let out = master.scale(&["--remove", "1"]);
+    assert!(out.status.success(), "{}", out.describe());
+    let left = master.wait_for_line(&["scale: leave of node 1"]);
+    assert!(left.contains("done"), "{left}");
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+
+    let line = |prefix: &str| {
+        let found = stderr.lines().find(|l| l.starts_with(prefix));
+        found
+            .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{stderr}"))
+            .to_string()
+    };
+    let due = EPOCHS - 1; // the last iteration ends the job instead
+                          // `checkpoints: 29 written (N bytes), 0 failed, 0 skipped`: one due while another is
+                          // written is skipped.
+    let consistent = line("checkpoints: ");
+    let [written, failed, skipped] =
+        ["written", "failed", "skipped"].map(|what| count_before(&consistent, what));
+    assert_eq!(failed, 0, "{consistent}");
+    assert_eq!(written + skipped, due, "{consistent}");
+    // `scar: 29 checkpoint rounds (0 failed, 0 skipped), ...`
+    let scar = line("scar: ");
+    assert!(!scar.contains("unfinished"), "{scar}");
+    let [rounds, failed, skipped] =
+        ["checkpoint", "failed", "skipped"].map(|what| count_before(&scar, what));
+    assert_eq!(failed, 0, "{scar}");
+    assert_eq!(rounds + skipped, due, "{scar}");
+    assert!(
+        rounds >= due / 2,
+        "only {rounds} of {due} rounds ran: did rounds stop after the leave? {scar}"
+    );
+}
+
+/// The number right before the first ` WHAT` in `line` (`3 written` → 3).
+fn count_before(line: &str, what: &str) -> usize {
+    let at = line
+        .find(&format!(" {what}"))
+        .unwrap_or_else(|| panic!("no '{what}' in {line}"));
+    let number = line[..at].rsplit([' ', '(']).next().unwrap_or_default();
+    number
+        .parse()
+        .unwrap_or_else(|_| panic!("no count before '{what}' in {line}"))
 }

@@ -93,26 +93,51 @@ impl<A: App> super::MasterState<A> {
     /// ends the job. The driver has finished, so late completions, commands and failures
     /// change nothing (a command's reply is dropped, as after the end).
     pub(super) fn while_ending_after_round(&mut self, msg: MasterMsg<A>) {
-        let Some(checkpoint) = self.checkpoint.as_mut() else {
+        if self.checkpoint.is_none() {
             // Not reached: `finish` waits only for a running checkpoint's round.
             self.end(Ok(()));
             return;
-        };
+        }
         match msg {
             MasterMsg::CheckpointRoundDone(done) => {
-                checkpoint.round_done(done);
+                let done = without_departed(done, &self.servers);
+                if let Some(checkpoint) = self.checkpoint.as_mut() {
+                    checkpoint.round_done(done);
+                }
             }
             MasterMsg::RoundAtEndWaitOver => {
                 tracing::warn!(
                     waited_s = ROUND_AT_END_WAIT.as_secs_f64(),
                     "the job ended before its last checkpoint round did; that round is not counted"
                 );
-                checkpoint.round_unfinished();
+                if let Some(checkpoint) = self.checkpoint.as_mut() {
+                    checkpoint.round_unfinished();
+                }
             }
             _ => return,
         }
         self.end(Ok(()));
     }
+}
+
+/// `done` without the failures of servers that are no longer the job's (`servers`: those
+/// it has now): a server whose node left during the round, or that failed and whose shards
+/// were re-created elsewhere, holds none of the job's rows, so its missing save costs
+/// nothing (a recovery reports what a failed server lost).
+pub(super) fn without_departed(
+    mut done: RoundDone,
+    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+) -> RoundDone {
+    if let Ok(outcome) = &mut done.result {
+        outcome.failed.retain(|(server, error)| {
+            let ours = servers.contains_key(server);
+            if !ours {
+                tracing::debug!(%server, %error, "a server no longer in the job saved nothing in a checkpoint round");
+            }
+            ours
+        });
+    }
+    done
 }
 
 /// The running checkpoint's schedule, selector and image.

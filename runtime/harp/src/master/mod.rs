@@ -83,7 +83,8 @@ pub(crate) enum MasterMsg<A: App> {
         server: Option<harp_wire::ServerPlace>,
         reply: oneshot::Sender<Result<(), HarpError>>,
     },
-    /// A server node left the job: nodes that join later do not dial it.
+    /// A server node left the job: nodes that join later do not dial it, and checkpoint
+    /// rounds, consistent checkpoints and recoveries no longer count on it.
     ForgetServer(u32),
     /// Re-balance onto these workers and servers; the others give their load away.
     Rebalance {
@@ -344,6 +345,23 @@ impl<A: App> MasterState<A> {
             }
         }
         Ok(finish || self.in_flight == 0)
+    }
+
+    /// `server`'s node left the job (or never got ready): nodes that join later do not dial
+    /// it, and no checkpoint round, consistent checkpoint or recovery asks it for anything
+    /// (a round asked a server whose node had exited, and waited for good). One that still
+    /// holds a shard (its node died, and recovery did not re-create them) stays listed.
+    fn forget_server(&mut self, server: ServerId) {
+        self.server_places.remove(&server.0);
+        let holds = self.shards.shards_on(server);
+        if !holds.is_empty() {
+            tracing::warn!(%server, shards = holds.len(), "a server that left still holds shards: it stays listed");
+            return;
+        }
+        tracing::debug!(%server, "forgetting a server that left");
+        if let Some(proxy) = self.servers.remove(&server) {
+            proxy.stop(Some("its node left the job".into()));
+        }
     }
 
     /// Starts a checkpoint round if one is due after `iteration`.
@@ -628,7 +646,7 @@ impl<A: App> Actor for MasterActor<A> {
                 Ok(false)
             }
             MasterMsg::ForgetServer(server) => {
-                state.server_places.remove(&server);
+                state.forget_server(ServerId(server));
                 Ok(false)
             }
             MasterMsg::Rebalance {
@@ -674,6 +692,7 @@ impl<A: App> Actor for MasterActor<A> {
                 .on_executor_recreated(executor, on, result)
                 .map(|()| false),
             MasterMsg::CheckpointRoundDone(done) => {
+                let done = checkpoints::without_departed(done, &state.servers);
                 if let Some(checkpoint) = state.checkpoint.as_mut() {
                     let saves = checkpoint.round_done(done);
                     // Nodes of a job that recovers workers keep no ledger (staged parts are

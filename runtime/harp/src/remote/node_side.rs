@@ -39,6 +39,10 @@ async fn next_message(
         Ok(Some(Ok(Message::Refused { reason }))) => Err(HarpError::Remote(format!(
             "the master refused this node: {reason}"
         ))),
+        // The job will not run (its master could not set it up): the master's reason.
+        Ok(Some(Ok(Message::Shutdown { reason }))) => Err(HarpError::Remote(format!(
+            "shut down by the master before the job started: {reason}"
+        ))),
         Ok(Some(Ok(message))) => Ok(message),
         Ok(Some(Err(e))) => Err(e.into()),
         Ok(None) => Err(HarpError::Remote(format!(

@@ -13,7 +13,7 @@ use harp_wire::{
     DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult, Message, ParamKeyWire,
     ReleaseResult, RowWire, RowsResult, SaveResult,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -88,12 +88,21 @@ pub(crate) type SavedPart = (Vec<(ParamKeyWire, RowWire)>, Vec<ParamKeyWire>, u6
 pub(crate) struct PendingReplies {
     next: AtomicU64,
     waiting: DashMap<u64, Pending>,
+    /// The link is gone ([`Self::fail_all`]): nothing registered from now on is awaited.
+    closed: AtomicBool,
 }
 
 impl PendingReplies {
+    /// Awaits the answer to a new request; its id. On a link that is gone the waiter learns
+    /// it at once (its sender is dropped): a request sent on such a link may be queued
+    /// without an error, but its answer can never come, and nothing would fail it later.
     pub(crate) fn register(&self, pending: Pending) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.waiting.insert(id, pending);
+        // Checked after the insert: a `fail_all` that cleared before it has set the flag.
+        if self.closed.load(Ordering::SeqCst) {
+            self.waiting.remove(&id);
+        }
         id
     }
 
@@ -342,8 +351,39 @@ impl PendingReplies {
         self.waiting.len()
     }
 
-    /// The link is gone: every waiter learns it (its sender is dropped).
+    /// The link is gone, for good: every waiter learns it (its sender is dropped), and so
+    /// does every one registered later.
     pub(crate) fn fail_all(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         self.waiting.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request registered on a link that is gone fails at once: its answer can never come
+    /// (a checkpoint round asking a server whose node had left waited for it until the job
+    /// ended, and no round ran meanwhile).
+    #[tokio::test]
+    async fn a_request_registered_after_the_link_is_gone_fails_at_once() {
+        let pending = PendingReplies::default();
+        let (before, before_answer) = oneshot::channel();
+        pending.register(Pending::Adopted(before));
+        assert_eq!(pending.outstanding(), 1);
+        pending.fail_all();
+        assert!(
+            before_answer.await.is_err(),
+            "a waiter of the link outlived it"
+        );
+        let (after, after_answer) = oneshot::channel();
+        pending.register(Pending::Adopted(after));
+        assert_eq!(pending.outstanding(), 0);
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), after_answer).await;
+        assert!(
+            matches!(waited, Ok(Err(_))),
+            "a request registered after the link was gone is still awaited"
+        );
     }
 }

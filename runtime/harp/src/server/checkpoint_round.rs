@@ -8,10 +8,13 @@
 //! in-memory copy before answering, so training may go on as soon as the round returns; the
 //! returned rows are for the caller to write to storage in the background.
 //!
-//! **Failures.** The round fails, having saved nothing, if a server cannot be reached or
-//! cannot measure its rows, or if the selection refuses its input. Once saves are sent,
-//! rows some servers saved must reach storage even if another server fails, so a failed
-//! save is reported in [`RoundOutcome::failed`] instead of failing the round.
+//! **Failures.** A server that cannot be reached or cannot measure its rows is left out of
+//! the round: its rows are not candidates and keep their saved values, and it is listed in
+//! [`RoundOutcome::failed`], while the other servers' rows are measured and saved (a
+//! server that failed, or whose node left the job, costs no other server its save). The
+//! round fails, having saved nothing, only if no server could report, or if the selection
+//! refuses its input. Once saves are sent, rows some servers saved must reach storage even
+//! if another server fails, so a failed save is listed in [`RoundOutcome::failed`] too.
 //!
 //! **Shards that move during a round.** A shard handed off between the two steps may be
 //! reported by both its old and its new owner: its keys count once, at the larger distance,
@@ -44,7 +47,8 @@ pub(crate) struct RoundOutcome {
     pub saved: SavedRows,
     /// Selected keys no server saved (their shard moved away before the save), ascending.
     pub missed: Vec<ParamKey>,
-    /// Servers whose save failed (they saved none of their keys).
+    /// Servers that saved nothing: left out of the round (they could not report their
+    /// distances) or whose save failed.
     pub failed: Vec<(ServerId, HarpError)>,
     /// Each server that saved rows: the save epoch the save opened and the keys it saved
     /// (ascending), so that nodes can forget the deltas those saves hold.
@@ -70,23 +74,33 @@ pub(crate) async fn checkpoint_round(
 ) -> Result<RoundOutcome, HarpError> {
     selection_count(0, fraction).map_err(selection_error)?;
 
-    // Steps 1–2: every server's distances, asked of all at once.
+    // Steps 1–2: every server's distances, asked of all at once. One that cannot report is
+    // left out (listed in `failed`): the round goes on over the others.
+    let mut outcome = RoundOutcome::default();
     let mut asked = Vec::with_capacity(servers.len());
-    for (id, server) in servers {
+    for (index, (id, server)) in servers.iter().enumerate() {
         let (reply, answer) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Checkpoint(CheckpointRequest::Distances {
-                reply,
-            }))
-            .map_err(|_| HarpError::ServerUnreachable(*id))?;
-        asked.push((*id, answer));
+        let request = ServerMsg::Checkpoint(CheckpointRequest::Distances { reply });
+        match server.send_message(request) {
+            Ok(()) => asked.push((index, *id, answer)),
+            Err(_) => outcome
+                .failed
+                .push((*id, HarpError::ServerUnreachable(*id))),
+        }
     }
     let mut reports = Vec::new();
-    for (index, (id, answer)) in asked.into_iter().enumerate() {
-        let distances = answer
-            .await
-            .map_err(|_| HarpError::ServerUnreachable(id))??;
-        reports.extend(distances.into_iter().map(|(key, d)| (key, d, index)));
+    for (index, id, answer) in asked {
+        match answer.await {
+            Ok(Ok(distances)) => {
+                reports.extend(distances.into_iter().map(|(key, d)| (key, d, index)))
+            }
+            Ok(Err(e)) => outcome.failed.push((id, e)),
+            Err(_) => outcome.failed.push((id, HarpError::ServerUnreachable(id))),
+        }
+    }
+    if !servers.is_empty() && outcome.failed.len() == servers.len() {
+        let (_, first) = outcome.failed.swap_remove(0);
+        return Err(first);
     }
     let (candidates, reporters) = merge_reports(reports);
 
@@ -96,10 +110,7 @@ pub(crate) async fn checkpoint_round(
         .map_err(selection_error)?;
 
     // Step 4: each server saves the picked keys it reported.
-    let mut outcome = RoundOutcome {
-        candidates: candidates.len(),
-        ..RoundOutcome::default()
-    };
+    outcome.candidates = candidates.len();
     let mut saving = Vec::new();
     for (index, keys) in route(&selected, &reporters, servers.len())
         .into_iter()
@@ -454,6 +465,58 @@ pub(super) mod tests {
         }
         assert_eq!(seen, keys.into_iter().collect());
         assert!(all_distances(&servers).await.values().all(|d| *d == 0.0));
+    }
+
+    /// A server that cannot report (here: stopped, as a proxy of a node that left or died)
+    /// is left out of the round, and the others' rows are measured and saved.
+    #[tokio::test]
+    async fn a_server_that_cannot_report_is_left_out_and_the_others_save() {
+        let set = one_table();
+        let servers = spawn_servers(3, &set).await;
+        spread_rows(&servers, 30, 30).await;
+        let gone = servers[1].1.clone();
+        gone.stop(None);
+        while gone.get_status() != ractor::ActorStatus::Stopped {
+            tokio::task::yield_now().await;
+        }
+        let live = vec![servers[0].clone(), servers[2].clone()];
+        let before = all_distances(&live).await;
+        let mut selector = CheckpointSelector::new(Selection::Full);
+        let outcome = checkpoint_round(&servers, &mut selector, 1.0)
+            .await
+            .expect("the other servers' round");
+
+        assert_eq!(outcome.candidates, before.len());
+        let saved: Vec<ParamKey> = outcome.saved.iter().map(|(k, _)| *k).collect();
+        assert_eq!(saved, before.keys().copied().collect::<Vec<_>>());
+        assert!(!saved.is_empty());
+        let failed: Vec<ServerId> = outcome.failed.iter().map(|(id, _)| *id).collect();
+        assert_eq!(failed, [ServerId(1)]);
+        assert!(matches!(
+            outcome.failed[0].1,
+            HarpError::ServerUnreachable(ServerId(1))
+        ));
+        assert!(all_distances(&live).await.values().all(|d| *d == 0.0));
+    }
+
+    /// A round in which no server could report fails, and says why.
+    #[tokio::test]
+    async fn a_round_no_server_reports_to_fails() {
+        let set = one_table();
+        let servers = spawn_servers(2, &set).await;
+        for (_, server) in &servers {
+            server.stop(None);
+            while server.get_status() != ractor::ActorStatus::Stopped {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut selector = CheckpointSelector::new(Selection::Full);
+        let err = checkpoint_round(&servers, &mut selector, 1.0).await;
+        assert!(
+            matches!(err, Err(HarpError::ServerUnreachable(_))),
+            "{err:?}"
+        );
+        assert_eq!(selector.rounds(), 0);
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! give its load away and exit 0; `harp scale --add` has the master start more nodes; every
 //! scale event lands in the metrics file; and through all of it every counter stays exact.
 //! After a node leaves, SCAR's rounds and consistent checkpoints go on over the nodes that
-//! stay. (A node killed in the middle of a move: `elastic_mid_move.rs`.)
+//! stay, and a node that dies later is recovered onto them. (A node killed in the middle of
+//! a move: `elastic_mid_move.rs`.)
 
 use harp::JobCredentials;
 use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, SplitMix};
@@ -456,4 +457,69 @@ fn count_before(line: &str, what: &str) -> usize {
     number
         .parse()
         .unwrap_or_else(|_| panic!("no count before '{what}' in {line}"))
+}
+
+/// A node that dies after another one left has its executors and shards re-created on the
+/// nodes that are still in the job. The departed node had none left, so it was the least
+/// loaded worker: its executors went there, could not be created ("the node creating
+/// executor-1 went away"), and the job failed.
+#[test]
+fn a_node_that_dies_after_another_left_is_recovered_onto_the_nodes_that_stay() {
+    let run_args = [
+        "run",
+        "mlr",
+        "--data",
+        "synthetic:100000,200,10",
+        "--epochs",
+        "60",
+        "--recover-workers",
+        "--scar-fraction",
+        "1",
+        "--scar-period",
+        "1",
+        "--lease-timeout-ms",
+        "1000",
+        "--quiet",
+    ];
+    let mut master_args = run_args.to_vec();
+    master_args.extend(["--nodes", "3"]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let mut nodes: Vec<Child> = (0..3).map(|_| node_process(&master, &run_args)).collect();
+    master.wait_for_line(&["epoch   2 "]);
+
+    let out = master.scale(&["--remove", "0"]);
+    assert!(out.status.success(), "{}", out.describe());
+    // The node that left exits 0; SIGKILL one of the two that stay.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        let exited = nodes
+            .iter_mut()
+            .position(|n| n.try_wait().unwrap().is_some());
+        if let Some(i) = exited {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "the removed node never exited");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(wait_exit(&mut nodes[left], "the node that left").success());
+    let victim = (left + 1) % nodes.len();
+    nodes[victim].kill().unwrap();
+    let _ = nodes[victim].wait();
+
+    let (status, stderr) = master.finish();
+    for node in nodes.iter_mut() {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+    assert!(status.success(), "the master failed: {stderr}");
+    assert!(stderr.contains("done: 60 epochs"), "{stderr}");
+    let recovered = stderr
+        .lines()
+        .find(|l| l.starts_with("worker recovery: node"))
+        .unwrap_or_else(|| panic!("no worker recovery in:\n{stderr}"));
+    assert!(!recovered.contains("-> worker 0"), "{recovered}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("recovery: server")),
+        "no server recovery in:\n{stderr}"
+    );
 }

@@ -83,9 +83,9 @@ pub(crate) enum MasterMsg<A: App> {
         server: Option<harp_wire::ServerPlace>,
         reply: oneshot::Sender<Result<(), HarpError>>,
     },
-    /// A server node left the job: nodes that join later do not dial it, and checkpoint
-    /// rounds, consistent checkpoints and recoveries no longer count on it.
-    ForgetServer(u32),
+    /// A node left the job (or died, or never got ready): nodes that join later do not
+    /// dial its server, and nothing of the master counts on its worker or server any more.
+    ForgetNode(u32),
     /// Re-balance onto these workers and servers; the others give their load away.
     Rebalance {
         live_workers: Vec<WorkerId>,
@@ -347,20 +347,29 @@ impl<A: App> MasterState<A> {
         Ok(finish || self.in_flight == 0)
     }
 
-    /// `server`'s node left the job (or never got ready): nodes that join later do not dial
-    /// it, and no checkpoint round, consistent checkpoint or recovery asks it for anything
-    /// (a round asked a server whose node had exited, and waited for good). One that still
-    /// holds a shard (its node died, and recovery did not re-create them) stays listed.
-    fn forget_server(&mut self, server: ServerId) {
-        self.server_places.remove(&server.0);
-        let holds = self.shards.shards_on(server);
-        if !holds.is_empty() {
-            tracing::warn!(%server, shards = holds.len(), "a server that left still holds shards: it stays listed");
-            return;
+    /// Node `node` left the job (or died, or never got ready): nodes that join later do not
+    /// dial its server, and the master stops counting on its worker and server. No
+    /// checkpoint round, consistent checkpoint or recovery asks that server for anything (a
+    /// round asked a server whose node had left, and waited for good), and no worker
+    /// recovery re-creates executors on that worker (they were re-created on a worker whose
+    /// node had left, and the job failed). A worker or server that still holds executors or
+    /// shards (a node that died, whose recovery has not moved them yet) stays listed: its
+    /// recovery takes it out.
+    fn forget_node(&mut self, node: u32) {
+        self.server_places.remove(&node);
+        let server = ServerId(node);
+        if self.shards.shards_on(server).is_empty() {
+            if let Some(proxy) = self.servers.remove(&server) {
+                tracing::debug!(%server, "the master forgets a server that is gone");
+                proxy.stop(Some("its node left the job".into()));
+            }
         }
-        tracing::debug!(%server, "forgetting a server that left");
-        if let Some(proxy) = self.servers.remove(&server) {
-            proxy.stop(Some("its node left the job".into()));
+        let worker = WorkerId(node);
+        if self.executors.executors_on(worker).is_empty() {
+            if let Some(proxy) = self.workers.remove(&worker) {
+                tracing::debug!(%worker, "the master forgets a worker that is gone");
+                proxy.stop(Some("its node left the job".into()));
+            }
         }
     }
 
@@ -645,8 +654,8 @@ impl<A: App> Actor for MasterActor<A> {
                 let _ = reply.send(state.add_node(link, assignment, server));
                 Ok(false)
             }
-            MasterMsg::ForgetServer(server) => {
-                state.forget_server(ServerId(server));
+            MasterMsg::ForgetNode(node) => {
+                state.forget_node(node);
                 Ok(false)
             }
             MasterMsg::Rebalance {

@@ -117,7 +117,7 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     if ctx.server_recovery && (server_only || worker_recovered) {
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
         // Nodes that join later must not dial it.
-        let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
+        let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
         if ctx.worker_recovery {
             let _ = ctx.master.send_message(MasterMsg::ServerLost {
                 server: ServerId(node),

@@ -995,7 +995,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::AddWorker(..)
             | MasterMsg::AddServer(..)
             | MasterMsg::AddNode { .. }
-            | MasterMsg::ForgetServer(..)
+            | MasterMsg::ForgetNode(..)
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
             | MasterMsg::ExecutorAdopted { .. }

@@ -207,14 +207,14 @@ async fn admit<A: App>(
     if let Err(e) = wait_ready(id, &mut incoming, ctx.join_timeout_ms).await {
         tracing::warn!(node = id, error = %e, "a joining node did not get ready; it gets no load");
         lock(&ctx.roster).depart(id);
-        let _ = ctx.master.send_message(MasterMsg::ForgetServer(id));
+        let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
         link.close("not ready");
         return;
     }
     if let Err(e) = enlist(ctx, id, link, incoming, roles, listen_addr).await {
         tracing::warn!(node = id, error = %e, "could not take a joining node in");
         lock(&ctx.roster).depart(id);
-        let _ = ctx.master.send_message(MasterMsg::ForgetServer(id));
+        let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
         return;
     }
     let worker = roles.worker.then_some(WorkerId(id));
@@ -367,7 +367,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     }
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
-    let _ = ctx.master.send_message(MasterMsg::ForgetServer(node));
+    let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
     {
         let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
         let _ = view.handle_leave(NodeId(node), now_ms(ctx.started));

@@ -37,4 +37,4 @@ pub use message::{
     ServerPlace, ShardPlace, ShardRowWire, StateFetch, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED,
     STATE_FROM_MASTER,
 };
-pub use parts::{split_rows, PART_BYTES};
+pub use parts::{split_rows, KEYS_PER_PART, PART_BYTES};

@@ -10,6 +10,10 @@ pub const PART_BYTES: usize = 16 << 20;
 /// Wire bytes a row's key and framing take besides its values (an estimate on the safe side).
 const PER_ROW_BYTES: usize = 64;
 
+/// The most keys one part carries when a message holds keys only (a message of keys split
+/// by [`split_rows`] with no values holds as many).
+pub const KEYS_PER_PART: usize = PART_BYTES / PER_ROW_BYTES;
+
 /// Splits `rows` into runs of at most [`PART_BYTES`] (`bytes` of each row), in order; a row
 /// larger than that is a part of its own. Always at least one part (empty for no rows).
 pub fn split_rows<R>(rows: Vec<R>, bytes: impl Fn(&R) -> usize) -> Vec<Vec<R>> {

@@ -21,6 +21,8 @@ mod checkpoints;
 mod consistent;
 #[cfg(test)]
 mod end_wait_tests;
+#[cfg(test)]
+mod forget_node_tests;
 mod inject;
 mod moves;
 mod moves_under_recovery;
@@ -78,6 +80,7 @@ pub(crate) enum MasterMsg<A: App> {
     /// and route shard moves to it from now on. Done here, in order with the reroutes and
     /// with other joins, so no node misses a reroute or a server.
     AddNode {
+        node: u32,
         link: harp_net::Link,
         assignment: harp_wire::Assignment,
         server: Option<harp_wire::ServerPlace>,
@@ -170,7 +173,11 @@ type Rebalance = (
 /// process (told with `Message::Reroute`).
 pub(crate) enum RouteTarget {
     Local(Arc<ParamStore>),
-    Remote(harp_net::Link),
+    /// Node `node`'s process, over its link.
+    Remote {
+        node: u32,
+        link: harp_net::Link,
+    },
 }
 
 impl RouteTarget {
@@ -178,7 +185,7 @@ impl RouteTarget {
     fn reroute(&self, shard: ShardId, server: ServerId) -> Result<(), HarpError> {
         match self {
             RouteTarget::Local(store) => store.reroute(shard, server),
-            RouteTarget::Remote(link) => {
+            RouteTarget::Remote { link, .. } => {
                 // A node that is gone no longer routes anything.
                 let _ = link.send(&harp_wire::Message::Reroute {
                     shard: shard.0,
@@ -193,14 +200,20 @@ impl RouteTarget {
     /// process may forget the deltas it keeps of what `server` applied to them before it
     /// (`node/lost_ledger.rs`). Nodes in this process keep none: an in-process failure is
     /// injected, and its values at the failure are read from the server.
+    /// The keys go in parts (each a message of its own, as many as a round's save needs),
+    /// so no save is too large for one message.
     fn rows_saved(&self, server: ServerId, epoch: u64, keys: &[harp_core::ParamKey]) {
-        if let RouteTarget::Remote(link) = self {
-            // A node that is gone no longer keeps anything.
-            let _ = link.send(&harp_wire::Message::RowsSaved {
-                server: server.0,
-                epoch,
-                keys: keys.iter().map(|k| (*k).into()).collect(),
-            });
+        if let RouteTarget::Remote { link, .. } = self {
+            for part in keys.chunks(harp_wire::KEYS_PER_PART) {
+                let message = harp_wire::Message::RowsSaved {
+                    server: server.0,
+                    epoch,
+                    keys: part.iter().map(|k| (*k).into()).collect(),
+                };
+                if link.send(&message).is_err() {
+                    return; // a node that is gone no longer keeps anything
+                }
+            }
         }
     }
 
@@ -210,7 +223,7 @@ impl RouteTarget {
             RouteTarget::Local(store) => store.forget_server(server),
             // After the reroutes, on the same ordered stream. A node that is gone no longer
             // routes anything.
-            RouteTarget::Remote(link) => {
+            RouteTarget::Remote { link, .. } => {
                 let _ = link.send(&harp_wire::Message::ServerLost { server: server.0 });
             }
         }
@@ -357,6 +370,10 @@ impl<A: App> MasterState<A> {
     /// recovery takes it out.
     fn forget_node(&mut self, node: u32) {
         self.server_places.remove(&node);
+        // Nothing is routed to a node that is gone (told every reroute and save, the routes
+        // of departed nodes added up over a long elastic job).
+        self.routes
+            .retain(|route| !matches!(route, RouteTarget::Remote { node: n, .. } if *n == node));
         let server = ServerId(node);
         if self.shards.shards_on(server).is_empty() {
             if let Some(proxy) = self.servers.remove(&server) {
@@ -487,6 +504,7 @@ impl<A: App> MasterState<A> {
 
     fn add_node(
         &mut self,
+        node: u32,
         link: harp_net::Link,
         assignment: harp_wire::Assignment,
         server: Option<harp_wire::ServerPlace>,
@@ -513,7 +531,7 @@ impl<A: App> MasterState<A> {
         };
         if new_server {
             for route in &self.routes {
-                if let RouteTarget::Remote(other) = route {
+                if let RouteTarget::Remote { link: other, .. } = route {
                     // A node that is gone no longer needs it.
                     let _ = other.send(&harp_wire::Message::Placement(placement.clone()));
                 }
@@ -521,7 +539,7 @@ impl<A: App> MasterState<A> {
         }
         link.send(&harp_wire::Message::Assign(assignment))?;
         link.send(&harp_wire::Message::Placement(placement))?;
-        self.routes.push(RouteTarget::Remote(link));
+        self.routes.push(RouteTarget::Remote { node, link });
         Ok(())
     }
 
@@ -646,12 +664,13 @@ impl<A: App> Actor for MasterActor<A> {
                 Ok(false)
             }
             MasterMsg::AddNode {
+                node,
                 link,
                 assignment,
                 server,
                 reply,
             } => {
-                let _ = reply.send(state.add_node(link, assignment, server));
+                let _ = reply.send(state.add_node(node, link, assignment, server));
                 Ok(false)
             }
             MasterMsg::ForgetNode(node) => {

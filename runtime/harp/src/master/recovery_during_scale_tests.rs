@@ -21,10 +21,10 @@ use tokio::sync::oneshot;
 
 /// An app whose driver dispatches one task, which its (quiet) worker never runs: the job
 /// runs until stopped.
-type Running = TestApp<NeverDone>;
+pub(super) type Running = TestApp<NeverDone>;
 
 #[derive(Default)]
-struct NeverDone;
+pub(super) struct NeverDone;
 
 impl Driver<Running> for NeverDone {
     fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
@@ -40,7 +40,7 @@ impl Driver<Running> for NeverDone {
 }
 
 /// A worker that takes every message and does nothing (no task is ever dispatched).
-struct QuietWorker;
+pub(super) struct QuietWorker;
 
 impl Actor for QuietWorker {
     type Msg = WorkerMsg<Running>;
@@ -117,9 +117,9 @@ async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
 }
 
 /// How the master's job ended (it must not, before the test stops it).
-type JobEnd = oneshot::Receiver<Result<super::MasterEnd<Running>, HarpError>>;
+pub(super) type JobEnd = oneshot::Receiver<Result<super::MasterEnd<Running>, HarpError>>;
 
-async fn crash(
+pub(super) async fn crash(
     master: &ActorRef<MasterMsg<Running>>,
     server: u32,
 ) -> Result<ServerRecovery, HarpError> {

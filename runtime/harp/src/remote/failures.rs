@@ -112,6 +112,8 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     entry.pending.fail_all();
     entry.link.close("declared dead");
     if worker_lost && !entry.roles.server {
+        // After `WorkerLost`: its executors have new workers by then.
+        let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
         return;
     }
     if ctx.server_recovery && (server_only || worker_recovered) {

@@ -404,7 +404,10 @@ async fn run_across<A: App>(
             let proxy = spawn(ServerNodeProxy, (id, node.link.clone(), pending.clone())).await?;
             servers.insert(id, proxy);
         }
-        routes.push(RouteTarget::Remote(node.link.clone()));
+        routes.push(RouteTarget::Remote {
+            node: node.id,
+            link: node.link.clone(),
+        });
         let incoming = std::mem::replace(&mut node.incoming, mpsc::unbounded_channel().1);
         roster::lock(&ctx.roster).insert(NodeEntry {
             id: node.id,

@@ -194,6 +194,7 @@ async fn admit<A: App>(
     };
     let (tx, rx) = oneshot::channel();
     let asked = ctx.master.send_message(MasterMsg::AddNode {
+        node: id,
         link: link.clone(),
         assignment,
         server,

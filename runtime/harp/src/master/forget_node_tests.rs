@@ -1,0 +1,205 @@
+//! The master forgetting a node that left the job (`MasterMsg::ForgetNode`): its server is
+//! no longer one of the job's (a checkpoint round or a recovery does not count on it) and
+//! stops, nothing is routed to its process any more, and a server that still holds shards
+//! stays listed. Also: the saves a round tells the nodes about go in parts of keys.
+
+use super::recovery_during_scale_tests::{crash, JobEnd, NeverDone, QuietWorker, Running};
+use super::{MasterActor, MasterArgs, MasterMsg, RouteTarget, ScaleReport};
+use crate::app::JobInfo;
+use crate::error::HarpError;
+use crate::scar::ScarOptions;
+use crate::server::{ServerActor, ServerMsg};
+use crate::test_support::link_pair;
+use crate::TableSet;
+use harp_core::scar::Selection;
+use harp_core::{ExecutorMap, ParamKey, ServerId, ShardMap, TableId, WorkerId};
+use harp_net::Incoming;
+use harp_wire::Message;
+use ractor::{Actor, ActorRef, ActorStatus};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// A running master with one (quiet) worker and `n` servers of one shard each (shard `i` on
+/// server `i`), routing to `routes`; the servers too.
+async fn master_with_servers(
+    n: u32,
+    routes: Vec<RouteTarget>,
+) -> (
+    ActorRef<MasterMsg<Running>>,
+    JobEnd,
+    Vec<ActorRef<ServerMsg>>,
+) {
+    let tables = Arc::new(TableSet::new());
+    let (done, end) = oneshot::channel();
+    let args = MasterArgs::<Running> {
+        driver: NeverDone,
+        info: JobInfo {
+            num_executors: 1,
+            num_workers: 1,
+            num_servers: n,
+        },
+        tables: tables.clone(),
+        scar: Some(ScarOptions {
+            period: 8,
+            fraction: 0.25,
+            selection: Selection::Priority,
+            ..ScarOptions::default()
+        }),
+        worker_recovery: false,
+        done,
+    };
+    let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)
+        .await
+        .unwrap();
+    let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
+    let mut servers = BTreeMap::new();
+    for id in 0..n {
+        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
+            .await
+            .unwrap();
+        servers.insert(ServerId(id), server);
+    }
+    let ids: Vec<ServerId> = servers.keys().copied().collect();
+    let actors = servers.values().cloned().collect();
+    master
+        .send_message(MasterMsg::Start {
+            workers: BTreeMap::from([(WorkerId(0), worker)]),
+            executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
+            servers,
+            shards: ShardMap::round_robin(n, &ids).unwrap(),
+            routes,
+            server_places: Vec::new(),
+        })
+        .unwrap();
+    (master, end, actors)
+}
+
+/// A scale event that leaves the load on `servers` (and the one worker).
+async fn rebalance_onto(
+    master: &ActorRef<MasterMsg<Running>>,
+    servers: &[u32],
+) -> Result<ScaleReport, HarpError> {
+    let (reply, answer) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: servers.iter().copied().map(ServerId).collect(),
+            reply,
+        })
+        .unwrap();
+    answer.await.expect("the master answers")
+}
+
+/// The next `Reroute` that reaches `incoming` within a few seconds, if any.
+async fn next_reroute(incoming: &mut mpsc::UnboundedReceiver<Incoming>) -> Option<(u32, u32)> {
+    let wait = Duration::from_secs(5);
+    while let Ok(Some(message)) = tokio::time::timeout(wait, incoming.recv()).await {
+        if let Ok(Message::Reroute { shard, server }) = message {
+            return Some((shard, server));
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() {
+    let mut node_1 = link_pair().await;
+    let mut node_2 = link_pair().await;
+    let routes = vec![
+        RouteTarget::Remote {
+            node: 1,
+            link: node_1.dialer.0.clone(),
+        },
+        RouteTarget::Remote {
+            node: 2,
+            link: node_2.dialer.0.clone(),
+        },
+    ];
+    let (master, mut end, servers) = master_with_servers(3, routes).await;
+
+    // Node 1 leaves: its shard moves away and both nodes hear of it.
+    let report = rebalance_onto(&master, &[0, 2]).await.expect("scaled in");
+    assert_eq!(report.shards_moved, 1);
+    assert_eq!(next_reroute(&mut node_1.acceptor.1).await, Some((1, 0)));
+    assert_eq!(next_reroute(&mut node_2.acceptor.1).await, Some((1, 0)));
+    master.send_message(MasterMsg::ForgetNode(1)).unwrap();
+
+    // Its server is no longer the job's, and it stops.
+    match crash(&master, 1).await {
+        Err(HarpError::Unrecoverable { reason, .. }) => {
+            assert!(
+                reason.contains("not one of the job's live servers"),
+                "{reason}"
+            )
+        }
+        other => panic!("server 1 is still the job's: {other:?}"),
+    }
+    let stopped = async {
+        while servers[1].get_status() != ActorStatus::Stopped {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), stopped)
+        .await
+        .expect("the forgotten server stops");
+
+    // Nothing is routed to node 1 any more: the next move reaches node 2 only.
+    let report = rebalance_onto(&master, &[0]).await.expect("scaled in");
+    assert_eq!(report.shards_moved, 1);
+    assert_eq!(next_reroute(&mut node_2.acceptor.1).await, Some((2, 0)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        node_1.acceptor.1.try_recv().is_err(),
+        "a node that left was still told a reroute"
+    );
+
+    // A server that still holds shards stays listed when its node is forgotten.
+    master.send_message(MasterMsg::ForgetNode(0)).unwrap();
+    match crash(&master, 0).await {
+        Err(HarpError::Unrecoverable { reason, .. }) => assert!(
+            reason.contains("no other server that takes load"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(servers[0].get_status(), ActorStatus::Running);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+/// A round's saves reach a node process in parts of keys, so that no save is too large for
+/// one message (600 000 keys were about 9.6 MB of keys in one message, and a save of more
+/// than about 4 million was refused by the link, silently).
+#[tokio::test]
+async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
+    let mut pair = link_pair().await;
+    let route = RouteTarget::Remote {
+        node: 1,
+        link: pair.dialer.0.clone(),
+    };
+    let keys: Vec<ParamKey> = (0..600_000).map(|r| ParamKey::new(TableId(2), r)).collect();
+    route.rows_saved(ServerId(3), 7, &keys);
+    let mut told = Vec::new();
+    let mut sizes = Vec::new();
+    while told.len() < keys.len() {
+        let wait = tokio::time::timeout(Duration::from_secs(10), pair.acceptor.1.recv());
+        match wait.await.expect("every part arrives") {
+            Some(Ok(Message::RowsSaved {
+                server: 3,
+                epoch: 7,
+                keys: part,
+            })) => {
+                sizes.push(part.len());
+                told.extend(part.into_iter().map(ParamKey::from));
+            }
+            // The dialler's hello.
+            Some(Ok(Message::Heartbeat { .. })) => {}
+            other => panic!("not a save of server 3 at epoch 7: {other:?}"),
+        }
+    }
+    let per_part = harp_wire::KEYS_PER_PART;
+    assert_eq!(sizes, [per_part, per_part, keys.len() - 2 * per_part]);
+    assert_eq!(told, keys);
+}

@@ -342,6 +342,11 @@ fn invalid_cluster_shapes() {
         mlr_default(&["--workers", "4294967295", "--executors-per-worker", "2"]),
         &["too many"],
     );
+    // Node processes are started on this machine: a typo must not start thousands.
+    refused(
+        counter(&["--processes", "100000"]),
+        &["--processes 100000: a master starts at most 256 node processes"],
+    );
 }
 
 #[test]

@@ -147,7 +147,8 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
 }
 
 /// `harp scale --add` on a master that starts its own nodes, then `--remove`; refusals for an
-/// unknown node and for the last worker; the counter stays exact.
+/// unknown node, the last worker, a node named twice and too many processes at once; the
+/// counter stays exact.
 #[test]
 fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,6 +183,24 @@ fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
         "{}",
         out.describe()
     );
+    // A typo does not flood the machine with processes, and a command refused for one of
+    // its words changes nothing: node 0 does not leave.
+    let out = master.scale(&["--add", "100000", "--remove", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr
+            .contains("cannot start 100000 node processes at once: a master starts at most 256"),
+        "{}",
+        out.describe()
+    );
+    let out = master.scale(&["--remove", "0", "--remove", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("node 0 is named twice"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(master.nodes(), Some(BTreeSet::from([0])));
     let out = master.scale(&["--add", "2"]);
     assert!(out.status.success(), "{}", out.describe());
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));

@@ -447,6 +447,10 @@ impl ClusterArgs {
             (Some(p), None) if p < 2 => {
                 bail!("--processes counts the master too: it needs at least 2")
             }
+            (Some(p), None) if p - 1 > harp::NODES_STARTED_MAX => bail!(
+                "--processes {p}: a master starts at most {} node processes on its machine",
+                harp::NODES_STARTED_MAX
+            ),
             (Some(p), None) => Ok(Some(p - 1)),
             (None, Some(0)) => bail!("--nodes must be at least 1"),
             (None, n) => Ok(n),

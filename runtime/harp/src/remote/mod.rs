@@ -57,7 +57,7 @@ pub use master_side::{
     ClusterOptions, NodeFailure,
 };
 pub use node_side::{run_node, run_node_leaving, run_node_with, STAGED_REPORT_DELAY_VAR};
-pub use roster::NodeLauncher;
+pub use roster::{NodeLauncher, NODES_STARTED_MAX};
 pub use scale_client::{send_scale_command, ScaleError};
 
 use harp_net::JobCredentials;

@@ -112,8 +112,13 @@ impl Roster {
     }
 }
 
+/// The most node processes a master's launcher is asked to start at once (`harp scale
+/// --add N`, one step towards a desired size): a launcher starts them on the master's
+/// machine, and a typo (`--add 100000`) must not flood it with processes.
+pub const NODES_STARTED_MAX: u32 = 256;
+
 /// Starts `n` more node processes (e.g. `harp node --join` children of the master); what
-/// `harp scale --add N` calls.
+/// `harp scale --add N` calls, with `n` at most [`NODES_STARTED_MAX`].
 #[derive(Clone)]
 pub struct NodeLauncher(pub Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>);
 

@@ -15,7 +15,7 @@
 //!
 //! [`ClusterOptions::desired_nodes`]: crate::ClusterOptions::desired_nodes
 
-use super::{leave, lock, report, Roster, RosterContext};
+use super::{leave, lock, report, NodeLauncher, Roster, RosterContext, NODES_STARTED_MAX};
 use crate::app::App;
 use crate::control::ScaleEvent;
 use crate::error::HarpError;
@@ -142,12 +142,27 @@ async fn apply<A: App>(ctx: &Arc<RosterContext<A>>, desired: u32, mut joins: wat
 
 /// Starts `count` node processes with the master's launcher, as `harp scale --add` does.
 pub(super) fn launch<A: App>(ctx: &RosterContext<A>, count: u32) -> Result<(), HarpError> {
+    let launcher = can_launch(ctx, count)?;
+    (launcher.0)(count).map_err(HarpError::Remote)
+}
+
+/// The master's launcher, if it may start `count` node processes: it has one, and `count`
+/// is at most [`NODES_STARTED_MAX`]; why not otherwise.
+pub(super) fn can_launch<A: App>(
+    ctx: &RosterContext<A>,
+    count: u32,
+) -> Result<&NodeLauncher, HarpError> {
     let Some(launcher) = &ctx.launcher else {
         return Err(HarpError::InvalidConfig(
             "this master does not start node processes (it was started with --nodes): start them with `harp node --join`".into(),
         ));
     };
-    (launcher.0)(count).map_err(HarpError::Remote)
+    if count > NODES_STARTED_MAX {
+        return Err(HarpError::InvalidConfig(format!(
+            "cannot start {count} node processes at once: a master starts at most {NODES_STARTED_MAX} at a time on its machine"
+        )));
+    }
+    Ok(launcher)
 }
 
 /// Passes every scale event the roster reports on to `events` and counts the joins of nodes

@@ -160,6 +160,20 @@ pub(crate) async fn scale_command<A: App>(
             )));
         }
     }
+    // Refused before any node leaves: a command is carried out whole or not at all, as far
+    // as its own words can tell.
+    if let Some(twice) = remove
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| remove[..i].contains(n).then_some(n))
+    {
+        return Err(HarpError::InvalidConfig(format!(
+            "node {twice} is named twice"
+        )));
+    }
+    if add > 0 {
+        desired::can_launch(ctx, add)?;
+    }
     let mut done = Vec::new();
     for node in remove {
         leave(ctx, node).await?;

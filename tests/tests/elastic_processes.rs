@@ -542,3 +542,64 @@ fn a_node_that_dies_after_another_left_is_recovered_onto_the_nodes_that_stay() {
         "no server recovery in:\n{stderr}"
     );
 }
+
+/// A node started with other tables than the job's (here: counters of width 3 where the
+/// job's are 4) says so and exits, and the job it tried to join goes on: a node joining
+/// later gets load and every counter ends exact. Such a node used to join and corrupt the
+/// job; refused, it then took the job down, since the other nodes failed to reach its server.
+#[test]
+fn a_node_whose_tables_differ_from_the_jobs_is_refused_and_the_job_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let master = MasterProcess::start(
+        harp_binary!(),
+        &[
+            "run",
+            "counter",
+            "--processes",
+            "2",
+            "--tasks",
+            "8000",
+            "--task-sleep-us",
+            "1000",
+            "--executors-per-worker",
+            "2",
+            "--threads",
+            "2",
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
+    master.wait_for_nodes(&BTreeSet::from([0]));
+    let misfit = Command::new(harp_binary!())
+        .args(["node", "--join", &master.addr, "--credentials"])
+        .arg(&master.credentials)
+        .args(["--", "run", "counter", "--tasks", "8000", "--width", "3"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&misfit.stderr);
+    assert!(!misfit.status.success(), "{said}");
+    assert!(
+        said.contains("this node's parameter tables differ from the job's")
+            && said.contains("width 4")
+            && said.contains("width 3"),
+        "{said}"
+    );
+    let refused = master.wait_for_line(&["did not get ready", "tables differ"]);
+    assert!(refused.contains("node=1"), "{refused}");
+
+    let out = master.scale(&["--add", "1"]);
+    assert!(out.status.success(), "{}", out.describe());
+    master.wait_for_nodes(&BTreeSet::from([0, 2]));
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let records = read_json_lines(&metrics);
+    assert_eq!(records.last().unwrap()["exact"], true);
+    let joins: Vec<String> = records
+        .iter()
+        .filter(|r| r["event"] == "scale")
+        .map(|r| format!("{}:{}:{}", r["cause"].as_str().unwrap(), r["node"], r["ok"]))
+        .collect();
+    assert_eq!(joins, ["join:2:true"]);
+}

@@ -11,7 +11,7 @@ use crate::message::{Hello, JobId, Message, NodeRole, Welcome};
 
 /// The version of this wire format. Bump it whenever a message's layout or a kind number
 /// changes; peers of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Accepts `hello` only if it speaks our protocol version and belongs to `expected_job`.
 pub fn check_hello(hello: &Hello, expected_job: JobId) -> Result<(), WireError> {
@@ -110,6 +110,7 @@ mod tests {
             job_id: other,
             assigned_node_id: 1,
             app_name: "mlr".into(),
+            app_tables: vec!["'weights' (table 0)".into()],
             lease_timeout_ms: 3000,
             heartbeat_interval_ms: 500,
         };

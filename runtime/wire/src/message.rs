@@ -64,6 +64,9 @@ pub struct Welcome {
     pub assigned_node_id: u32,
     /// The app the job runs; a node running another app refuses to go on.
     pub app_name: String,
+    /// The app's parameter tables, one line each; a node whose tables differ refuses to go
+    /// on.
+    pub app_tables: Vec<String>,
     /// A node whose lease is not renewed within this time is declared dead.
     pub lease_timeout_ms: u64,
     /// How often the node sends [`Message::Heartbeat`].

@@ -2,6 +2,7 @@
 //! runs the driver, watches the nodes' leases, and collects the parameters at the end.
 
 use super::failures::{node_died, report_after_verdict};
+use super::identity::AppIdentity;
 use super::job_id;
 use super::pending::{Pending, PendingReplies};
 use super::proxies::{completions_from_wire, ServerNodeProxy, WorkerLink, WorkerProxy};
@@ -26,7 +27,7 @@ use harp_core::{
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
     check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, NodeRole, Placement,
-    ServerPlace, ShardPlace, Welcome, WireCounters, NODE_ID_UNASSIGNED, PROTOCOL_VERSION,
+    ServerPlace, ShardPlace, WireCounters, NODE_ID_UNASSIGNED,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -203,7 +204,8 @@ async fn run_across<A: App>(
     let job = job_id(creds);
     let counters = Arc::new(WireCounters::new());
     let courier = master_courier(&endpoint, job, &counters)?;
-    let nodes = accept_nodes(&endpoint, app.name(), job, options, &counters).await?;
+    let identity = AppIdentity::of(&*app);
+    let nodes = accept_nodes(&endpoint, &identity, job, options, &counters).await?;
     // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
     let accepting =
         roster::Accepting::<A>::start(endpoint.clone(), job, counters, courier.outbox.clone());
@@ -364,7 +366,7 @@ async fn run_across<A: App>(
         control: control.handle(),
         membership: Arc::new(Mutex::new(view)),
         started,
-        app_name: app.name().to_string(),
+        identity,
         job,
         job_info: JobInfoWire {
             num_executors: info.num_executors,
@@ -615,7 +617,7 @@ async fn adopt_saved_executors<A: App>(
 
 async fn accept_nodes(
     endpoint: &NetEndpoint,
-    app_name: &str,
+    identity: &AppIdentity,
     job: harp_wire::JobId,
     options: &ClusterOptions,
     counters: &Arc<WireCounters>,
@@ -660,14 +662,7 @@ async fn accept_nodes(
             continue;
         }
         let id = nodes.len() as u32;
-        link.send(&Message::Welcome(Welcome {
-            protocol_version: PROTOCOL_VERSION,
-            job_id: job,
-            assigned_node_id: id,
-            app_name: app_name.to_string(),
-            lease_timeout_ms: options.lease_timeout_ms,
-            heartbeat_interval_ms: (options.lease_timeout_ms / 6).max(50),
-        }))?;
+        link.send(&identity.welcome(job, id, options.lease_timeout_ms))?;
         tracing::info!(node = id, addr = %link.remote_addr(), "node joined");
         nodes.push(JoinedNode {
             id,

@@ -43,6 +43,7 @@
 
 pub(crate) mod codec;
 mod failures;
+mod identity;
 mod master_side;
 mod node_side;
 mod pending;

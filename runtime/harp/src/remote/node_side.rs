@@ -3,6 +3,7 @@
 //! also serves the executor states it parked for a move to the nodes that fetch them
 //! ([`super::state_transfer`]).
 
+use super::identity::AppIdentity;
 use super::job_id;
 use super::proxies::{
     answer_sized, send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy,
@@ -51,6 +52,23 @@ async fn next_message(
         Err(_) => Err(HarpError::Remote(format!(
             "no {what} from the master within 30 s"
         ))),
+    }
+}
+
+/// How long a node that cannot start waits for the master to hang up after telling it why.
+const FAILED_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// Tells the master why this node cannot take part (`error`), and waits a bounded time for it
+/// to hang up, which it does once it has read that: a process that exits at once may take
+/// the message with it, and the master then waits out its join deadline not knowing why.
+async fn tell_master_failed(master_link: &Link, error: &HarpError) {
+    let failed = Message::Failed {
+        message: error.to_string(),
+        unreachable_server: None,
+    };
+    if master_link.send(&failed).is_ok() {
+        let closed = master_link.connection().quic().closed();
+        let _ = tokio::time::timeout(FAILED_ACK_WAIT, closed).await;
     }
 }
 
@@ -136,12 +154,9 @@ pub async fn run_node_leaving<A: App>(
         }
     };
     check_welcome(&welcome, job).map_err(|e| HarpError::Remote(e.to_string()))?;
-    if welcome.app_name != app.name() {
-        return Err(HarpError::Remote(format!(
-            "the job runs app '{}', this node was started for '{}'",
-            welcome.app_name,
-            app.name()
-        )));
+    if let Err(e) = AppIdentity::of(&*app).check(&welcome) {
+        tell_master_failed(&master_link, &e).await;
+        return Err(e);
     }
     let me = welcome.assigned_node_id;
     joined(me);
@@ -186,10 +201,7 @@ pub async fn run_node_leaving<A: App>(
     let (worker, servers, store) = match started {
         Ok(parts) => parts,
         Err(e) => {
-            let _ = master_link.send(&Message::Failed {
-                message: e.to_string(),
-                unreachable_server: None,
-            });
+            tell_master_failed(&master_link, &e).await;
             return Err(e);
         }
     };
@@ -430,23 +442,32 @@ impl Dialer {
 
 /// A placement sent after start names the servers that joined since: reach each new one (in
 /// order with the master's later orders, so a shard is never rerouted to an unknown server).
+/// One that cannot be reached is passed over: the master announces a joining node's server
+/// before that node is ready, and a node that fails to start (its tables differ from the
+/// job's, its data is missing) exits and gets no load. Reaching it used to be an error that
+/// ended this node, and with it a job that was running well.
 async fn reach_new_servers(
     placement: &Placement,
     store: &ParamStore,
     servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
     dialer: &Dialer,
-) -> Result<(), HarpError> {
+) {
     for place in &placement.servers {
         let id = ServerId(place.server);
         if servers.contains_key(&id) {
             continue;
         }
-        let proxy = dialer.connect(id, &place.listen_addr).await?;
-        store.add_server(id, proxy.clone());
-        servers.insert(id, proxy);
-        tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined");
+        match dialer.connect(id, &place.listen_addr).await {
+            Ok(proxy) => {
+                store.add_server(id, proxy.clone());
+                servers.insert(id, proxy);
+                tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined");
+            }
+            Err(e) => {
+                tracing::warn!(server = %id, addr = %place.listen_addr, error = %e, "could not reach a server that joined; passed over")
+            }
+        }
     }
-    Ok(())
 }
 
 /// `server` failed and its shards are on other servers now (the master rerouted them
@@ -987,7 +1008,7 @@ async fn serve_master<A: App>(
                 }
             },
             Message::Placement(placement) => {
-                reach_new_servers(&placement, store, servers, dialer).await?;
+                reach_new_servers(&placement, store, servers, dialer).await;
             }
             Message::DrainServer { request_id, server } => {
                 drain_server(servers, master_link, request_id, ServerId(server));

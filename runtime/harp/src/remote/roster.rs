@@ -17,6 +17,7 @@ mod scale_clients;
 pub(crate) use accepting::Accepting;
 pub(crate) use desired::{count_joins, follow_desired};
 
+use super::identity::AppIdentity;
 use super::pending::{Pending, PendingReplies};
 use super::proxies::{ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::state_transfer::MasterCourier;
@@ -27,7 +28,7 @@ use crate::job::spawn;
 use crate::master::MasterMsg;
 use harp_core::{MemberInfo, MembershipView, NodeId, NodeRoles, ServerId, WorkerId};
 use harp_net::{Incoming, Link};
-use harp_wire::{Assignment, JobInfoWire, Message, ServerPlace, Welcome, PROTOCOL_VERSION};
+use harp_wire::{Assignment, JobInfoWire, Message, ServerPlace};
 use ractor::ActorRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -135,7 +136,8 @@ pub(crate) struct RosterContext<A: App> {
     pub control: JobControl,
     pub membership: Arc<Mutex<MembershipView>>,
     pub started: Instant,
-    pub app_name: String,
+    /// The app every node must run: in each `Welcome`.
+    pub identity: AppIdentity,
     pub job: harp_wire::JobId,
     pub job_info: JobInfoWire,
     pub lease_timeout_ms: u64,
@@ -176,14 +178,7 @@ async fn admit<A: App>(
         node_id: id,
         listen_addr: listen_addr.clone(),
     });
-    let welcome = Message::Welcome(Welcome {
-        protocol_version: PROTOCOL_VERSION,
-        job_id: ctx.job,
-        assigned_node_id: id,
-        app_name: ctx.app_name.clone(),
-        lease_timeout_ms: ctx.lease_timeout_ms,
-        heartbeat_interval_ms: (ctx.lease_timeout_ms / 6).max(50),
-    });
+    let welcome = ctx.identity.welcome(ctx.job, id, ctx.lease_timeout_ms);
     if link.send(&welcome).is_err() {
         return;
     }

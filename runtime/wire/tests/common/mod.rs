@@ -64,6 +64,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
         any::<[u8; 16]>(),
         any::<u32>(),
         arb_string(),
+        vec(arb_string(), 0..4),
         any::<u64>(),
         any::<u64>(),
     )
@@ -73,6 +74,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
                 job_id,
                 assigned_node_id,
                 app_name,
+                app_tables,
                 lease_timeout_ms,
                 heartbeat_interval_ms,
             )| Welcome {
@@ -80,6 +82,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
                 job_id,
                 assigned_node_id,
                 app_name,
+                app_tables,
                 lease_timeout_ms,
                 heartbeat_interval_ms,
             },

@@ -1,0 +1,142 @@
+//! What a node process must share with the job's master to take part: the app's name and
+//! its parameter tables ([`AppIdentity`]). The master puts both in its `Welcome`; a node
+//! started for another app, or for the same app with other tables (`--rows 200` where the
+//! job has 100, a counter of width 3 where the job's is 4, another seed of a table's random
+//! initial values), refuses to go on and says which table differs. Such a node used to
+//! join, and its reads and updates of rows of another shape corrupted the job or failed it
+//! later with a consistency violation.
+
+use crate::app::App;
+use crate::error::HarpError;
+use crate::table::TableSet;
+use harp_wire::{JobId, Message, Welcome, PROTOCOL_VERSION};
+
+/// An app as the nodes of one job must all see it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct AppIdentity {
+    pub name: String,
+    /// One line per table: its name, number, kind, width, update rule, initial values and
+    /// norm.
+    pub tables: Vec<String>,
+}
+
+impl AppIdentity {
+    pub(crate) fn of<A: App>(app: &A) -> Self {
+        Self {
+            name: app.name().to_string(),
+            tables: describe(app.tables()),
+        }
+    }
+
+    /// The master's `Welcome` to node `node` of job `job`.
+    pub(crate) fn welcome(&self, job: JobId, node: u32, lease_timeout_ms: u64) -> Message {
+        Message::Welcome(Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            job_id: job,
+            assigned_node_id: node,
+            app_name: self.name.clone(),
+            app_tables: self.tables.clone(),
+            lease_timeout_ms,
+            heartbeat_interval_ms: (lease_timeout_ms / 6).max(50),
+        })
+    }
+
+    /// Whether a node of this app may join the job whose master sent `welcome`; why not.
+    pub(crate) fn check(&self, welcome: &Welcome) -> Result<(), HarpError> {
+        if welcome.app_name != self.name {
+            return Err(HarpError::Remote(format!(
+                "the job runs app '{}', this node was started for '{}'",
+                welcome.app_name, self.name
+            )));
+        }
+        if welcome.app_tables == self.tables {
+            return Ok(());
+        }
+        let job = &welcome.app_tables;
+        let differs = (0..job.len().max(self.tables.len()))
+            .find(|&i| job.get(i) != self.tables.get(i))
+            .unwrap_or(0);
+        let shown = |line: Option<&String>| line.map_or("no such table".to_string(), Clone::clone);
+        Err(HarpError::Remote(format!(
+            "this node's parameter tables differ from the job's (start it with the job's run \
+             arguments): the job has [{}], this node [{}]",
+            shown(job.get(differs)),
+            shown(self.tables.get(differs))
+        )))
+    }
+}
+
+/// One line per table of `tables`, in table order.
+fn describe(tables: &TableSet) -> Vec<String> {
+    tables
+        .iter()
+        .map(|t| {
+            format!(
+                "'{}' (table {}): {:?} rows of width {}, {:?}, initial {:?}, norm {:?}",
+                t.name, t.id.0, t.kind, t.width, t.rule, t.init, t.norm
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{Init, UpdateRule};
+
+    fn identity(width: usize, seed: u64) -> AppIdentity {
+        let mut tables = TableSet::new();
+        tables
+            .dense_f32("w", 4, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        tables
+            .dense_f32(
+                "b",
+                width,
+                UpdateRule::Add,
+                Init::Uniform { scale: 1.0, seed },
+            )
+            .unwrap();
+        AppIdentity {
+            name: "app".into(),
+            tables: describe(&tables),
+        }
+    }
+
+    fn welcome_of(master: &AppIdentity) -> Welcome {
+        match master.welcome(JobId::default(), 1, 3000) {
+            Message::Welcome(w) => w,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_node_with_the_jobs_tables_joins() {
+        let master = identity(3, 7);
+        assert!(master.check(&welcome_of(&master)).is_ok());
+    }
+
+    #[test]
+    fn a_node_whose_tables_differ_names_the_table() {
+        let master = welcome_of(&identity(3, 7));
+        for (node, differs) in [(identity(2, 7), "width 2"), (identity(3, 8), "seed: 8")] {
+            let error = node.check(&master).unwrap_err().to_string();
+            assert!(error.contains("tables differ from the job's"), "{error}");
+            assert!(error.contains("'b' (table 1)"), "{error}");
+            assert!(error.contains(differs), "{error}");
+        }
+        let mut fewer = identity(3, 7);
+        fewer.tables.pop();
+        let error = fewer.check(&master).unwrap_err().to_string();
+        assert!(error.contains("this node [no such table]"), "{error}");
+    }
+
+    #[test]
+    fn a_node_of_another_app_is_refused() {
+        let master = welcome_of(&identity(3, 7));
+        let mut other = identity(3, 7);
+        other.name = "other".into();
+        let error = other.check(&master).unwrap_err().to_string();
+        assert!(error.contains("the job runs app 'app'"), "{error}");
+    }
+}

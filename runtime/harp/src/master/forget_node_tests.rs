@@ -3,26 +3,20 @@
 //! stops, nothing is routed to its process any more, and a server that still holds shards
 //! stays listed. Also: the saves a round tells the nodes about go in parts of keys.
 
-use super::recovery_during_scale_tests::{crash, JobEnd, NeverDone, QuietWorker, Running};
-use super::{MasterActor, MasterArgs, MasterMsg, RouteTarget, ScaleReport};
-use crate::app::JobInfo;
+use super::recovery_during_scale_tests::{crash, real_servers, start_master, JobEnd, Running};
+use super::{MasterMsg, RouteTarget, ScaleReport};
 use crate::error::HarpError;
-use crate::scar::ScarOptions;
-use crate::server::{ServerActor, ServerMsg};
+use crate::server::ServerMsg;
 use crate::test_support::link_pair;
-use crate::TableSet;
-use harp_core::scar::Selection;
-use harp_core::{ExecutorMap, ParamKey, ServerId, ShardMap, TableId, WorkerId};
+use harp_core::{ParamKey, ServerId, TableId, WorkerId};
 use harp_net::Incoming;
 use harp_wire::Message;
-use ractor::{Actor, ActorRef, ActorStatus};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use ractor::{ActorRef, ActorStatus};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// A running master with one (quiet) worker and `n` servers of one shard each (shard `i` on
-/// server `i`), routing to `routes`; the servers too.
+/// A running master with `n` real servers of one shard each (shard `i` on server `i`),
+/// routing to `routes`; the servers too.
 async fn master_with_servers(
     n: u32,
     routes: Vec<RouteTarget>,
@@ -31,48 +25,9 @@ async fn master_with_servers(
     JobEnd,
     Vec<ActorRef<ServerMsg>>,
 ) {
-    let tables = Arc::new(TableSet::new());
-    let (done, end) = oneshot::channel();
-    let args = MasterArgs::<Running> {
-        driver: NeverDone,
-        info: JobInfo {
-            num_executors: 1,
-            num_workers: 1,
-            num_servers: n,
-        },
-        tables: tables.clone(),
-        scar: Some(ScarOptions {
-            period: 8,
-            fraction: 0.25,
-            selection: Selection::Priority,
-            ..ScarOptions::default()
-        }),
-        worker_recovery: false,
-        done,
-    };
-    let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)
-        .await
-        .unwrap();
-    let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
-    let mut servers = BTreeMap::new();
-    for id in 0..n {
-        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
-            .await
-            .unwrap();
-        servers.insert(ServerId(id), server);
-    }
-    let ids: Vec<ServerId> = servers.keys().copied().collect();
+    let servers = real_servers(n).await;
     let actors = servers.values().cloned().collect();
-    master
-        .send_message(MasterMsg::Start {
-            workers: BTreeMap::from([(WorkerId(0), worker)]),
-            executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
-            servers,
-            shards: ShardMap::round_robin(n, &ids).unwrap(),
-            routes,
-            server_places: Vec::new(),
-        })
-        .unwrap();
+    let (master, end) = start_master(servers, routes).await;
     (master, end, actors)
 }
 

@@ -56,19 +56,21 @@ impl Actor for QuietWorker {
     }
 }
 
-/// A running master with one worker and three servers of one shard each (shard `i` on
-/// server `i`): servers 0 and 1 are real, server 2 never answers.
-async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
-    let tables = Arc::new(TableSet::new());
+/// A running master of a job with a SCAR running checkpoint, one (quiet) worker and
+/// `servers`, one shard each (shard `i` on the `i`-th), routing to `routes`.
+pub(super) async fn start_master(
+    servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    routes: Vec<super::RouteTarget>,
+) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
     let (done, end) = oneshot::channel();
     let args = MasterArgs::<Running> {
         driver: NeverDone,
         info: JobInfo {
             num_executors: 1,
             num_workers: 1,
-            num_servers: 3,
+            num_servers: servers.len() as u32,
         },
-        tables: tables.clone(),
+        tables: Arc::new(TableSet::new()),
         scar: Some(ScarOptions {
             period: 8,
             fraction: 0.25,
@@ -82,26 +84,40 @@ async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
         .await
         .unwrap();
     let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
-    let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
-    for id in [0, 1] {
-        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
-            .await
-            .unwrap();
-        servers.insert(ServerId(id), server);
-    }
-    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
-    servers.insert(ServerId(2), silent);
     let ids: Vec<ServerId> = servers.keys().copied().collect();
     master
         .send_message(MasterMsg::Start {
             workers: BTreeMap::from([(WorkerId(0), worker)]),
             executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
             servers,
-            shards: ShardMap::round_robin(3, &ids).unwrap(),
-            routes: Vec::new(),
+            shards: ShardMap::round_robin(ids.len() as u32, &ids).unwrap(),
+            routes,
             server_places: Vec::new(),
         })
         .unwrap();
+    (master, end)
+}
+
+/// Real servers `0..n` of a job without tables.
+pub(super) async fn real_servers(n: u32) -> BTreeMap<ServerId, ActorRef<ServerMsg>> {
+    let tables = Arc::new(TableSet::new());
+    let mut servers = BTreeMap::new();
+    for id in 0..n {
+        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
+            .await
+            .unwrap();
+        servers.insert(ServerId(id), server);
+    }
+    servers
+}
+
+/// A running master with one worker and three servers of one shard each (shard `i` on
+/// server `i`): servers 0 and 1 are real, server 2 never answers.
+async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
+    let mut servers = real_servers(2).await;
+    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+    servers.insert(ServerId(2), silent);
+    let (master, end) = start_master(servers, Vec::new()).await;
     // Empty server 2: its shard goes to server 0 (a tie with server 1, broken by id), and
     // the hand-off is never answered.
     let (reply, _scaled) = oneshot::channel();

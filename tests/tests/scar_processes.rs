@@ -107,6 +107,11 @@ impl App for Watched {
         self.inner.tables()
     }
 
+    // Its nodes run the plain counter: the same settings, or they refuse to join.
+    fn settings(&self) -> Vec<String> {
+        self.inner.settings()
+    }
+
     fn create_driver(&self, job: &JobInfo) -> Result<WatchedDriver, AppError> {
         Ok(WatchedDriver {
             inner: self.inner.create_driver(job)?,

@@ -231,6 +231,19 @@ impl App for CnnApp {
         "cnn"
     }
 
+    fn settings(&self) -> Vec<String> {
+        let c = &self.config;
+        vec![
+            format!("epochs {}", c.epochs),
+            format!("batch {}", c.batch),
+            format!("lr {:?}", c.lr),
+            format!("seed {}", c.seed),
+            format!("max batches {:?}", c.max_batches),
+            format!("training images {}", self.train.rows()),
+            format!("held-out images {}", self.test.rows()),
+        ]
+    }
+
     fn tables(&self) -> &TableSet {
         &self.tables
     }

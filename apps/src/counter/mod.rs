@@ -104,6 +104,18 @@ impl App for CounterApp {
         "counter"
     }
 
+    fn settings(&self) -> Vec<String> {
+        let c = &self.config;
+        vec![
+            format!("tasks {}", c.tasks),
+            format!("updates per task {}", c.updates_per_task),
+            format!("window {}", c.window),
+            format!("seed {}", c.seed),
+            format!("task sleep {} us", c.task_sleep_us),
+            format!("state bytes {}", c.state_bytes),
+        ]
+    }
+
     fn tables(&self) -> &TableSet {
         &self.tables
     }

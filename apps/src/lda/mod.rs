@@ -369,6 +369,20 @@ impl App for LdaApp {
         "lda"
     }
 
+    fn settings(&self) -> Vec<String> {
+        let c = &self.config;
+        vec![
+            format!("alpha {:?}", c.alpha),
+            format!("beta {:?}", c.beta),
+            format!("iterations {}", c.iterations),
+            format!("seed {}", c.seed),
+            format!("sampler {:?}", c.sampler),
+            format!("recover {}", c.recover),
+            format!("documents {}", self.corpus.num_docs()),
+            format!("tokens {}", self.corpus.num_tokens()),
+        ]
+    }
+
     fn tables(&self) -> &TableSet {
         &self.tables
     }

@@ -218,6 +218,19 @@ impl App for MfApp {
         "mf"
     }
 
+    fn settings(&self) -> Vec<String> {
+        let c = &self.config;
+        vec![
+            format!("lambda {:?}", c.lambda),
+            format!("solver {:?}", c.solver),
+            format!("iterations {}", c.iterations),
+            format!("init scale {:?}", c.init_scale),
+            format!("seed {}", c.seed),
+            format!("training ratings {}", self.train.len()),
+            format!("held-out ratings {}", self.test.len()),
+        ]
+    }
+
     fn tables(&self) -> &TableSet {
         &self.tables
     }

@@ -241,6 +241,18 @@ impl App for MlrApp {
         "mlr"
     }
 
+    fn settings(&self) -> Vec<String> {
+        let c = &self.config;
+        vec![
+            format!("epochs {}", c.epochs),
+            format!("lr {:?}", c.lr),
+            format!("batch {}", c.batch),
+            format!("staleness {}", c.staleness),
+            format!("training rows {}", self.train.rows()),
+            format!("held-out rows {}", self.test.rows()),
+        ]
+    }
+
     fn tables(&self) -> &TableSet {
         &self.tables
     }

@@ -51,6 +51,13 @@ pub trait App: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Every parameter table the app reads or updates.
     fn tables(&self) -> &TableSet;
+    /// What every node of a job across processes must share with the master besides the
+    /// tables (hyperparameters its executors use, the size of its input), one line each,
+    /// such as `lr 0.5`. A node whose settings differ from the job's refuses to join and
+    /// names the first that differs. None by default.
+    fn settings(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Creates the driver (on the master).
     fn create_driver(&self, job: &JobInfo) -> Result<Self::Driver, AppError>;
     /// Creates executor `id` on the worker that hosts it (typically: loads its input partition).

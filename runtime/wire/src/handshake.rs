@@ -111,6 +111,7 @@ mod tests {
             assigned_node_id: 1,
             app_name: "mlr".into(),
             app_tables: vec!["'weights' (table 0)".into()],
+            app_settings: vec!["lr 0.5".into()],
             lease_timeout_ms: 3000,
             heartbeat_interval_ms: 500,
         };

@@ -67,6 +67,8 @@ pub struct Welcome {
     /// The app's parameter tables, one line each; a node whose tables differ refuses to go
     /// on.
     pub app_tables: Vec<String>,
+    /// The app's settings (`App::settings`), one line each; likewise.
+    pub app_settings: Vec<String>,
     /// A node whose lease is not renewed within this time is declared dead.
     pub lease_timeout_ms: u64,
     /// How often the node sends [`Message::Heartbeat`].

@@ -1,10 +1,11 @@
-//! What a node process must share with the job's master to take part: the app's name and
-//! its parameter tables ([`AppIdentity`]). The master puts both in its `Welcome`; a node
-//! started for another app, or for the same app with other tables (`--rows 200` where the
-//! job has 100, a counter of width 3 where the job's is 4, another seed of a table's random
-//! initial values), refuses to go on and says which table differs. Such a node used to
-//! join, and its reads and updates of rows of another shape corrupted the job or failed it
-//! later with a consistency violation.
+//! What a node process must share with the job's master to take part: the app's name, its
+//! parameter tables and its settings ([`AppIdentity`]). The master puts them in its
+//! `Welcome`; a node started for another app, for the same app with other tables (`--rows
+//! 200` where the job has 100, a counter of width 3 where the job's is 4, another seed of a
+//! table's random initial values) or with other settings (`App::settings`: `--lr 5` where
+//! the job's is 0.5) refuses to go on and says which table or setting differs. Such a node
+//! used to join, and its reads and updates of rows of another shape corrupted the job or
+//! failed it later with a consistency violation; other settings trained it differently.
 
 use crate::app::App;
 use crate::error::HarpError;
@@ -18,6 +19,8 @@ pub(crate) struct AppIdentity {
     /// One line per table: its name, number, kind, width, update rule, initial values and
     /// norm.
     pub tables: Vec<String>,
+    /// [`App::settings`].
+    pub settings: Vec<String>,
 }
 
 impl AppIdentity {
@@ -25,6 +28,7 @@ impl AppIdentity {
         Self {
             name: app.name().to_string(),
             tables: describe(app.tables()),
+            settings: app.settings(),
         }
     }
 
@@ -36,6 +40,7 @@ impl AppIdentity {
             assigned_node_id: node,
             app_name: self.name.clone(),
             app_tables: self.tables.clone(),
+            app_settings: self.settings.clone(),
             lease_timeout_ms,
             heartbeat_interval_ms: (lease_timeout_ms / 6).max(50),
         })
@@ -49,21 +54,39 @@ impl AppIdentity {
                 welcome.app_name, self.name
             )));
         }
-        if welcome.app_tables == self.tables {
-            return Ok(());
-        }
-        let job = &welcome.app_tables;
-        let differs = (0..job.len().max(self.tables.len()))
-            .find(|&i| job.get(i) != self.tables.get(i))
-            .unwrap_or(0);
-        let shown = |line: Option<&String>| line.map_or("no such table".to_string(), Clone::clone);
-        Err(HarpError::Remote(format!(
-            "this node's parameter tables differ from the job's (start it with the job's run \
-             arguments): the job has [{}], this node [{}]",
-            shown(job.get(differs)),
-            shown(self.tables.get(differs))
-        )))
+        first_difference(
+            "parameter tables",
+            "no such table",
+            &welcome.app_tables,
+            &self.tables,
+        )?;
+        first_difference(
+            "settings",
+            "no such setting",
+            &welcome.app_settings,
+            &self.settings,
+        )
     }
+}
+
+/// Whether the job's lines of `what` equal this node's; an error naming the first line that
+/// differs (`missing` where one side has no such line) otherwise.
+fn first_difference(
+    what: &str,
+    missing: &str,
+    job: &[String],
+    node: &[String],
+) -> Result<(), HarpError> {
+    let Some(differs) = (0..job.len().max(node.len())).find(|&i| job.get(i) != node.get(i)) else {
+        return Ok(());
+    };
+    let shown = |line: Option<&String>| line.map_or(missing.to_string(), Clone::clone);
+    Err(HarpError::Remote(format!(
+        "this node's {what} differ from the job's (start it with the job's run arguments): \
+         the job has [{}], this node [{}]",
+        shown(job.get(differs)),
+        shown(node.get(differs))
+    )))
 }
 
 /// One line per table of `tables`, in table order.
@@ -100,6 +123,7 @@ mod tests {
         AppIdentity {
             name: "app".into(),
             tables: describe(&tables),
+            settings: vec!["lr 0.5".into(), "batch 100".into()],
         }
     }
 
@@ -129,6 +153,22 @@ mod tests {
         fewer.tables.pop();
         let error = fewer.check(&master).unwrap_err().to_string();
         assert!(error.contains("this node [no such table]"), "{error}");
+    }
+
+    #[test]
+    fn a_node_whose_settings_differ_names_the_setting() {
+        let master = welcome_of(&identity(3, 7));
+        let mut node = identity(3, 7);
+        node.settings[1] = "batch 10".into();
+        let error = node.check(&master).unwrap_err().to_string();
+        assert!(
+            error.contains("this node's settings differ from the job's")
+                && error.contains("the job has [batch 100], this node [batch 10]"),
+            "{error}"
+        );
+        node.settings.truncate(1);
+        let error = node.check(&master).unwrap_err().to_string();
+        assert!(error.contains("this node [no such setting]"), "{error}");
     }
 
     #[test]

@@ -65,6 +65,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
         any::<u32>(),
         arb_string(),
         vec(arb_string(), 0..4),
+        vec(arb_string(), 0..4),
         any::<u64>(),
         any::<u64>(),
     )
@@ -75,6 +76,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
                 assigned_node_id,
                 app_name,
                 app_tables,
+                app_settings,
                 lease_timeout_ms,
                 heartbeat_interval_ms,
             )| Welcome {
@@ -83,6 +85,7 @@ pub fn arb_welcome() -> impl Strategy<Value = Welcome> {
                 assigned_node_id,
                 app_name,
                 app_tables,
+                app_settings,
                 lease_timeout_ms,
                 heartbeat_interval_ms,
             },

@@ -284,3 +284,37 @@ impl App for MlrApp {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::synthetic_classification;
+
+    fn app(config: MlrConfig, rows: usize) -> MlrApp {
+        let data = synthetic_classification(rows, 8, 3, 1).unwrap();
+        let (train, test) = data.split_tail(rows / 5).unwrap();
+        MlrApp::new(config, Arc::new(train), Arc::new(test), Arc::new(Quiet)).unwrap()
+    }
+
+    /// A node's settings must equal the master's to join (`App::settings`): the same run
+    /// arguments give the same lines; a learning rate or a dataset size of its own does not.
+    #[test]
+    fn settings_name_the_learning_rate_and_the_dataset_size() {
+        let base = app(MlrConfig::default(), 100).settings();
+        assert_eq!(base, app(MlrConfig::default(), 100).settings());
+        assert!(base.contains(&"lr 0.5".to_string()), "{base:?}");
+        let faster = MlrConfig {
+            lr: 5.0,
+            ..MlrConfig::default()
+        };
+        let other = app(faster, 100).settings();
+        let differ: Vec<_> = base.iter().zip(&other).filter(|(a, b)| a != b).collect();
+        assert_eq!(differ, [(&"lr 0.5".to_string(), &"lr 5.0".to_string())]);
+        let larger = app(MlrConfig::default(), 200).settings();
+        assert!(
+            larger.contains(&"training rows 160".to_string()),
+            "{larger:?}"
+        );
+        assert_ne!(base, larger);
+    }
+}

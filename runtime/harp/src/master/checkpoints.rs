@@ -508,6 +508,31 @@ mod tests {
         assert_eq!(stats.rounds_failed, 0, "{stats:?}");
     }
 
+    /// A save that failed because its server is no longer the job's (its node left during
+    /// the round) is not counted; one of a server still in the job is.
+    #[tokio::test]
+    async fn a_failed_save_of_a_server_no_longer_in_the_job_is_not_counted() {
+        let mut ckpt = running(8, 0.25);
+        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let mut done = round.await;
+        done.result = Ok(RoundOutcome {
+            failed: vec![
+                (ServerId(0), HarpError::ServerUnreachable(ServerId(0))),
+                (ServerId(1), HarpError::ServerUnreachable(ServerId(1))),
+            ],
+            ..RoundOutcome::default()
+        });
+        let tables = Arc::new(crate::table::TableSet::new());
+        let (server, _) =
+            ractor::Actor::spawn(None, crate::server::ServerActor, (ServerId(0), tables))
+                .await
+                .unwrap();
+        let servers = BTreeMap::from([(ServerId(0), server.clone())]);
+        ckpt.round_done(without_departed(done, &servers));
+        assert_eq!(ckpt.stats().saves_failed, 1, "{:?}", ckpt.stats());
+        server.stop(None);
+    }
+
     #[test]
     fn invalid_options_are_refused() {
         for (period, fraction) in [(0, 0.5), (8, 0.0), (8, 1.01), (8, f64::NAN)] {

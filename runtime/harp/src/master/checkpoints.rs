@@ -100,10 +100,7 @@ impl<A: App> super::MasterState<A> {
         }
         match msg {
             MasterMsg::CheckpointRoundDone(done) => {
-                let done = without_departed(done, &self.servers);
-                if let Some(checkpoint) = self.checkpoint.as_mut() {
-                    checkpoint.round_done(done);
-                }
+                self.checkpoint_round_ended(done);
             }
             MasterMsg::RoundAtEndWaitOver => {
                 tracing::warn!(
@@ -120,11 +117,27 @@ impl<A: App> super::MasterState<A> {
     }
 }
 
+impl<A: App> super::MasterState<A> {
+    /// A checkpoint round ended: what it saved goes into the image. Returns each server's
+    /// save epoch and the keys it saved (empty when the round failed). A failed save of a
+    /// server that is no longer the job's is not counted ([`without_departed`]).
+    pub(super) fn checkpoint_round_ended(
+        &mut self,
+        done: RoundDone,
+    ) -> Vec<(ServerId, u64, Vec<ParamKey>)> {
+        let done = without_departed(done, &self.servers);
+        match self.checkpoint.as_mut() {
+            Some(checkpoint) => checkpoint.round_done(done),
+            None => Vec::new(),
+        }
+    }
+}
+
 /// `done` without the failures of servers that are no longer the job's (`servers`: those
 /// it has now): a server whose node left during the round, or that failed and whose shards
 /// were re-created elsewhere, holds none of the job's rows, so its missing save costs
 /// nothing (a recovery reports what a failed server lost).
-pub(super) fn without_departed(
+fn without_departed(
     mut done: RoundDone,
     servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
 ) -> RoundDone {
@@ -488,20 +501,34 @@ mod tests {
         assert_eq!(ckpt.stats().rounds_skipped, 0);
     }
 
+    /// The round due at iteration 2 of `ckpt`, run over no server, as if the saves of
+    /// `failed` had failed in it.
+    async fn round_with_failed_saves(
+        ckpt: &mut RunningCheckpoint,
+        failed: Vec<(ServerId, HarpError)>,
+    ) -> RoundDone {
+        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let mut done = round.await;
+        done.result = Ok(RoundOutcome {
+            failed,
+            ..RoundOutcome::default()
+        });
+        done
+    }
+
     /// A round that ran but in which a server's save failed is a round, and the failed
     /// save is counted (its rows keep their previous saved values).
     #[tokio::test]
     async fn a_failed_server_save_within_a_round_is_counted() {
         let mut ckpt = running(8, 0.25);
-        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
-        let mut done = round.await;
-        done.result = Ok(RoundOutcome {
-            failed: vec![
+        let done = round_with_failed_saves(
+            &mut ckpt,
+            vec![
                 (ServerId(0), HarpError::ServerUnreachable(ServerId(0))),
                 (ServerId(1), HarpError::Remote("the answer was lost".into())),
             ],
-            ..RoundOutcome::default()
-        });
+        )
+        .await;
         ckpt.round_done(done);
         let stats = ckpt.stats();
         assert_eq!((stats.rounds, stats.saves_failed), (1, 2), "{stats:?}");
@@ -513,15 +540,8 @@ mod tests {
     #[tokio::test]
     async fn a_failed_save_of_a_server_no_longer_in_the_job_is_not_counted() {
         let mut ckpt = running(8, 0.25);
-        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
-        let mut done = round.await;
-        done.result = Ok(RoundOutcome {
-            failed: vec![
-                (ServerId(0), HarpError::ServerUnreachable(ServerId(0))),
-                (ServerId(1), HarpError::ServerUnreachable(ServerId(1))),
-            ],
-            ..RoundOutcome::default()
-        });
+        let unreachable = |id| (ServerId(id), HarpError::ServerUnreachable(ServerId(id)));
+        let done = round_with_failed_saves(&mut ckpt, vec![unreachable(0), unreachable(1)]).await;
         let tables = Arc::new(crate::table::TableSet::new());
         let (server, _) =
             ractor::Actor::spawn(None, crate::server::ServerActor, (ServerId(0), tables))

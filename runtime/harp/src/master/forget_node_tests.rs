@@ -3,7 +3,7 @@
 //! stops, nothing is routed to its process any more, and a server that still holds shards
 //! stays listed. Also: the saves a round tells the nodes about go in parts of keys.
 
-use super::recovery_during_scale_tests::{crash, real_servers, start_master, JobEnd, Running};
+use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
 use super::{MasterMsg, RouteTarget, ScaleReport};
 use crate::error::HarpError;
 use crate::server::ServerMsg;
@@ -135,7 +135,7 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
         link: pair.dialer.0.clone(),
     };
     let keys: Vec<ParamKey> = (0..600_000).map(|r| ParamKey::new(TableId(2), r)).collect();
-    route.rows_saved(ServerId(3), 7, &keys);
+    route.tell(&super::rows_saved_messages(ServerId(3), 7, &keys));
     let mut told = Vec::new();
     let mut sizes = Vec::new();
     while told.len() < keys.len() {

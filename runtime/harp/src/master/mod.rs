@@ -30,6 +30,8 @@ mod recovery;
 #[cfg(test)]
 mod recovery_during_scale_tests;
 mod task_book;
+#[cfg(test)]
+mod test_master;
 mod worker_recovery;
 
 pub(crate) use consistent::{ConsistentEnd, ConsistentSetup, ResumeStart, WriteSetup};
@@ -196,21 +198,13 @@ impl RouteTarget {
         }
     }
 
-    /// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: a node
-    /// process may forget the deltas it keeps of what `server` applied to them before it
-    /// (`node/lost_ledger.rs`). Nodes in this process keep none: an in-process failure is
-    /// injected, and its values at the failure are read from the server.
-    /// The keys go in parts (each a message of its own, as many as a round's save needs),
-    /// so no save is too large for one message.
-    fn rows_saved(&self, server: ServerId, epoch: u64, keys: &[harp_core::ParamKey]) {
+    /// Sends a node process `messages` (those [`rows_saved_messages`] makes). Nodes in this
+    /// process keep no ledger: an in-process failure is injected, and its values at the
+    /// failure are read from the server.
+    fn tell(&self, messages: &[harp_wire::Message]) {
         if let RouteTarget::Remote { link, .. } = self {
-            for part in keys.chunks(harp_wire::KEYS_PER_PART) {
-                let message = harp_wire::Message::RowsSaved {
-                    server: server.0,
-                    epoch,
-                    keys: part.iter().map(|k| (*k).into()).collect(),
-                };
-                if link.send(&message).is_err() {
+            for message in messages {
+                if link.send(message).is_err() {
                     return; // a node that is gone no longer keeps anything
                 }
             }
@@ -228,6 +222,24 @@ impl RouteTarget {
             }
         }
     }
+}
+
+/// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: a node process
+/// may forget the deltas it keeps of what `server` applied to them before it
+/// (`node/lost_ledger.rs`). The keys go in parts of [`harp_wire::KEYS_PER_PART`], each a
+/// message of its own, so no save is too large for one message.
+pub(crate) fn rows_saved_messages(
+    server: ServerId,
+    epoch: u64,
+    keys: &[harp_core::ParamKey],
+) -> Vec<harp_wire::Message> {
+    keys.chunks(harp_wire::KEYS_PER_PART)
+        .map(|part| harp_wire::Message::RowsSaved {
+            server: server.0,
+            epoch,
+            keys: part.iter().map(|k| (*k).into()).collect(),
+        })
+        .collect()
 }
 
 /// What the master hands back when the job ends.
@@ -720,19 +732,15 @@ impl<A: App> Actor for MasterActor<A> {
                 .on_executor_recreated(executor, on, result)
                 .map(|()| false),
             MasterMsg::CheckpointRoundDone(done) => {
-                let done = checkpoints::without_departed(done, &state.servers);
-                if let Some(checkpoint) = state.checkpoint.as_mut() {
-                    let saves = checkpoint.round_done(done);
-                    // Nodes of a job that recovers workers keep no ledger (staged parts are
-                    // applied at their commit): nothing to tell them.
-                    let saves = if state.worker_recovery.is_none() {
-                        saves
-                    } else {
-                        Vec::new()
-                    };
+                let saves = state.checkpoint_round_ended(done);
+                // Nodes of a job that recovers workers keep no ledger (staged parts are
+                // applied at their commit): nothing to tell them.
+                if state.worker_recovery.is_none() {
                     for (server, epoch, keys) in saves {
+                        // Made once for every node.
+                        let told = rows_saved_messages(server, epoch, &keys);
                         for route in &state.routes {
-                            route.rows_saved(server, epoch, &keys);
+                            route.tell(&told);
                         }
                     }
                 }

@@ -4,112 +4,13 @@
 //! cannot be recovered until the move ends. The move is held in flight for good: its old
 //! owner is a [`SilentServer`], which never answers the hand-off.
 
-use super::{MasterActor, MasterArgs, MasterMsg};
-use crate::app::{Driver, DriverContext, JobInfo};
+use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
+use super::MasterMsg;
 use crate::error::HarpError;
-use crate::scar::{ScarOptions, ServerRecovery};
-use crate::server::{ServerActor, ServerMsg};
-use crate::test_support::{SilentServer, TestApp};
-use crate::worker::WorkerMsg;
-use crate::{AppError, Completion, ExecutorId, TableSet};
-use harp_core::scar::Selection;
-use harp_core::{ExecutorMap, ServerId, ShardMap, WorkerId};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use crate::test_support::SilentServer;
+use harp_core::{ServerId, WorkerId};
+use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
-
-/// An app whose driver dispatches one task, which its (quiet) worker never runs: the job
-/// runs until stopped.
-pub(super) type Running = TestApp<NeverDone>;
-
-#[derive(Default)]
-pub(super) struct NeverDone;
-
-impl Driver<Running> for NeverDone {
-    fn dispatch_initial_tasks(&mut self, ctx: &mut DriverContext<'_, ()>) -> Result<(), AppError> {
-        Ok(ctx.dispatch(ExecutorId(0), ())?)
-    }
-    fn handle_task_completion(
-        &mut self,
-        _: Completion<()>,
-        _: &mut DriverContext<'_, ()>,
-    ) -> Result<(), AppError> {
-        Ok(())
-    }
-}
-
-/// A worker that takes every message and does nothing (no task is ever dispatched).
-pub(super) struct QuietWorker;
-
-impl Actor for QuietWorker {
-    type Msg = WorkerMsg<Running>;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _: ActorRef<Self::Msg>,
-        _: (),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(())
-    }
-}
-
-/// A running master of a job with a SCAR running checkpoint, one (quiet) worker and
-/// `servers`, one shard each (shard `i` on the `i`-th), routing to `routes`.
-pub(super) async fn start_master(
-    servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    routes: Vec<super::RouteTarget>,
-) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
-    let (done, end) = oneshot::channel();
-    let args = MasterArgs::<Running> {
-        driver: NeverDone,
-        info: JobInfo {
-            num_executors: 1,
-            num_workers: 1,
-            num_servers: servers.len() as u32,
-        },
-        tables: Arc::new(TableSet::new()),
-        scar: Some(ScarOptions {
-            period: 8,
-            fraction: 0.25,
-            selection: Selection::Priority,
-            ..ScarOptions::default()
-        }),
-        worker_recovery: false,
-        done,
-    };
-    let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)
-        .await
-        .unwrap();
-    let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
-    let ids: Vec<ServerId> = servers.keys().copied().collect();
-    master
-        .send_message(MasterMsg::Start {
-            workers: BTreeMap::from([(WorkerId(0), worker)]),
-            executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
-            servers,
-            shards: ShardMap::round_robin(ids.len() as u32, &ids).unwrap(),
-            routes,
-            server_places: Vec::new(),
-        })
-        .unwrap();
-    (master, end)
-}
-
-/// Real servers `0..n` of a job without tables.
-pub(super) async fn real_servers(n: u32) -> BTreeMap<ServerId, ActorRef<ServerMsg>> {
-    let tables = Arc::new(TableSet::new());
-    let mut servers = BTreeMap::new();
-    for id in 0..n {
-        let (server, _) = Actor::spawn(None, ServerActor, (ServerId(id), tables.clone()))
-            .await
-            .unwrap();
-        servers.insert(ServerId(id), server);
-    }
-    servers
-}
 
 /// A running master with one worker and three servers of one shard each (shard `i` on
 /// server `i`): servers 0 and 1 are real, server 2 never answers.
@@ -130,23 +31,6 @@ async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
         .unwrap();
     std::mem::forget(_scaled); // the event never ends; its answer is never awaited
     (master, end)
-}
-
-/// How the master's job ended (it must not, before the test stops it).
-pub(super) type JobEnd = oneshot::Receiver<Result<super::MasterEnd<Running>, HarpError>>;
-
-pub(super) async fn crash(
-    master: &ActorRef<MasterMsg<Running>>,
-    server: u32,
-) -> Result<ServerRecovery, HarpError> {
-    let (reply, answer) = oneshot::channel();
-    master
-        .send_message(MasterMsg::CrashServer {
-            server: ServerId(server),
-            reply,
-        })
-        .unwrap();
-    answer.await.expect("the master answers")
 }
 
 #[tokio::test]

@@ -162,11 +162,8 @@ pub(crate) async fn scale_command<A: App>(
     }
     // Refused before any node leaves: a command is carried out whole or not at all, as far
     // as its own words can tell.
-    if let Some(twice) = remove
-        .iter()
-        .enumerate()
-        .find_map(|(i, n)| remove[..i].contains(n).then_some(n))
-    {
+    let mut named = std::collections::BTreeSet::new();
+    if let Some(twice) = remove.iter().find(|n| !named.insert(**n)) {
         return Err(HarpError::InvalidConfig(format!(
             "node {twice} is named twice"
         )));

@@ -83,6 +83,30 @@ pub(crate) type DumpReply = oneshot::Sender<Vec<(ParamKey, RowData)>>;
 /// and the save's epoch.
 pub(crate) type SavedPart = (Vec<(ParamKeyWire, RowWire)>, Vec<ParamKeyWire>, u64);
 
+/// For [`PendingReplies::answer_in_parts`]: where a waiter of kind `$kind` (an
+/// [`InParts`]) keeps the parts received so far, and its sender once it is taken out.
+macro_rules! in_parts {
+    ($kind:path) => {
+        (
+            (|waiting: &mut Pending| match waiting {
+                $kind(w) => Some(&mut w.parts),
+                _ => None,
+            }) as fn(&mut Pending) -> Option<&mut Parts<_>>,
+            (|waiting: Pending| match waiting {
+                $kind(w) => Some(w.reply),
+                _ => None,
+            }) as fn(Pending) -> Option<_>,
+        )
+    };
+}
+
+/// Where a waiter of an answer in parts keeps the parts received so far, and its sender once
+/// it is taken out ([`in_parts`]).
+type InPartsOf<T, R> = (
+    fn(&mut Pending) -> Option<&mut Parts<T>>,
+    fn(Pending) -> Option<oneshot::Sender<R>>,
+);
+
 /// Replies in flight on one link.
 #[derive(Default)]
 pub(crate) struct PendingReplies {
@@ -115,24 +139,16 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let (waiting, answer) = match rows {
-                    RowsResult::Ok(rows) => {
-                        let (waiting, whole) =
-                            self.take_whole(request_id, (part, parts), rows, |p| match p {
-                                Pending::Rows(w) => Some(&mut w.parts),
-                                _ => None,
-                            })?;
-                        let rows = whole.into_iter().flatten();
-                        (
-                            waiting,
-                            Ok(rows.map(|r| Arc::new(RowData::from(r))).collect()),
-                        )
-                    }
-                    RowsResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
+                let part_or_error = match rows {
+                    RowsResult::Ok(rows) => Ok(rows),
+                    RowsResult::Err(e) => Err(Err(HarpError::Remote(e))),
                 };
-                if let Pending::Rows(rows) = waiting {
-                    let _ = rows.reply.send(answer);
-                }
+                let kind = in_parts!(Pending::Rows);
+                let whole = |whole: Vec<Vec<RowWire>>| {
+                    let rows = whole.into_iter().flatten();
+                    Ok(rows.map(|r| Arc::new(RowData::from(r))).collect())
+                };
+                self.answer_in_parts(request_id, (part, parts), part_or_error, kind, whole);
                 None
             }
             Message::Applied {
@@ -151,23 +167,15 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let (waiting, answer) = match result {
-                    LostUpdatesResult::Ok(rows) => {
-                        let (waiting, whole) =
-                            self.take_whole(request_id, (part, parts), rows, |p| match p {
-                                Pending::LostUpdates(w) => Some(&mut w.parts),
-                                _ => None,
-                            })?;
-                        (
-                            waiting,
-                            LostUpdatesResult::Ok(whole.into_iter().flatten().collect()),
-                        )
-                    }
-                    inexact @ LostUpdatesResult::Inexact(_) => (self.take(request_id)?, inexact),
+                let part_or_inexact = match result {
+                    LostUpdatesResult::Ok(rows) => Ok(rows),
+                    inexact @ LostUpdatesResult::Inexact(_) => Err(inexact),
                 };
-                if let Pending::LostUpdates(lost) = waiting {
-                    let _ = lost.reply.send(answer);
-                }
+                let kind = in_parts!(Pending::LostUpdates);
+                let whole = |whole: Vec<Vec<LostRowWire>>| {
+                    LostUpdatesResult::Ok(whole.into_iter().flatten().collect())
+                };
+                self.answer_in_parts(request_id, (part, parts), part_or_inexact, kind, whole);
                 None
             }
             Message::DumpRows {
@@ -176,16 +184,10 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let (waiting, whole) =
-                    self.take_whole(request_id, (part, parts), rows, |p| match p {
-                        Pending::Dump(w) => Some(&mut w.parts),
-                        _ => None,
-                    })?;
-                if let Pending::Dump(dump) = waiting {
-                    let _ = dump
-                        .reply
-                        .send(rows_from_wire(whole.into_iter().flatten().collect()));
-                }
+                let kind = in_parts!(Pending::Dump);
+                let whole =
+                    |whole: Vec<Vec<_>>| rows_from_wire(whole.into_iter().flatten().collect());
+                self.answer_in_parts(request_id, (part, parts), Ok(rows), kind, whole);
                 None
             }
             Message::ShardHandedOff { request_id, result } => {
@@ -232,21 +234,16 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let (waiting, answer) = match result {
-                    DistancesResult::Ok(d) => {
-                        let (waiting, whole) =
-                            self.take_whole(request_id, (part, parts), d, |p| match p {
-                                Pending::Distances(w) => Some(&mut w.parts),
-                                _ => None,
-                            })?;
-                        let d = whole.into_iter().flatten();
-                        (waiting, Ok(d.map(|(k, d)| (k.into(), d)).collect()))
-                    }
-                    DistancesResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
+                let part_or_error = match result {
+                    DistancesResult::Ok(d) => Ok(d),
+                    DistancesResult::Err(e) => Err(Err(HarpError::Remote(e))),
                 };
-                if let Pending::Distances(d) = waiting {
-                    let _ = d.reply.send(answer);
-                }
+                let kind = in_parts!(Pending::Distances);
+                let whole = |whole: Vec<Vec<(ParamKeyWire, f64)>>| {
+                    let d = whole.into_iter().flatten();
+                    Ok(d.map(|(k, d)| (k.into(), d)).collect())
+                };
+                self.answer_in_parts(request_id, (part, parts), part_or_error, kind, whole);
                 None
             }
             Message::Saved {
@@ -255,25 +252,17 @@ impl PendingReplies {
                 part,
                 parts,
             } => {
-                let (waiting, answer) = match result {
+                let part_or_error = match result {
                     SaveResult::Ok {
                         saved,
                         not_owned,
                         epoch,
-                    } => {
-                        let item = (saved, not_owned, epoch);
-                        let (waiting, whole) =
-                            self.take_whole(request_id, (part, parts), item, |p| match p {
-                                Pending::Saved(w) => Some(&mut w.parts),
-                                _ => None,
-                            })?;
-                        (waiting, Ok(save_answer(whole)))
-                    }
-                    SaveResult::Err(e) => (self.take(request_id)?, Err(HarpError::Remote(e))),
+                    } => Ok((saved, not_owned, epoch)),
+                    SaveResult::Err(e) => Err(Err(HarpError::Remote(e))),
                 };
-                if let Pending::Saved(save) = waiting {
-                    let _ = save.reply.send(answer);
-                }
+                let kind = in_parts!(Pending::Saved);
+                let whole = |whole| Ok(save_answer(whole));
+                self.answer_in_parts(request_id, (part, parts), part_or_error, kind, whole);
                 None
             }
             Message::ResetDone { request_id, error } => {
@@ -291,6 +280,30 @@ impl PendingReplies {
             }
             other => Some(other),
         }
+    }
+
+    /// Part `at` of an answer that comes in parts: `Ok(item)`, a part, or `Err(answer)`, the
+    /// whole answer at once (an error is always one part). Once every part is in, the
+    /// waiter gets `whole(parts)`, in order, or that answer: `parts_of` finds the parts in
+    /// what waits for `request_id` and `reply_of` its sender, once taken out (`kind`, made by
+    /// [`in_parts`]). An answer nobody waits for, or one of another kind, is dropped.
+    fn answer_in_parts<T, R>(
+        &self,
+        request_id: u64,
+        at: (u32, u32),
+        part_or_answer: Result<T, R>,
+        (parts_of, reply_of): InPartsOf<T, R>,
+        whole: impl FnOnce(Vec<T>) -> R,
+    ) -> Option<()> {
+        let (waiting, answer) = match part_or_answer {
+            Ok(item) => {
+                let (waiting, parts) = self.take_whole(request_id, at, item, parts_of)?;
+                (waiting, whole(parts))
+            }
+            Err(answer) => (self.take(request_id)?, answer),
+        };
+        let _ = reply_of(waiting)?.send(answer);
+        Some(())
     }
 
     /// Adds part `part` of `parts` (`item`) of the answer to `request_id`, whose parts

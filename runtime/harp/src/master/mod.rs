@@ -17,6 +17,8 @@
 //! completion is handed over, to run again those of a dead worker node whose updates were
 //! not committed.
 
+#[cfg(test)]
+mod add_node_tests;
 mod checkpoints;
 mod consistent;
 #[cfg(test)]
@@ -75,12 +77,16 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// A worker joined the running job (it hosts nothing until a re-balancing).
     AddWorker(WorkerId, ActorRef<WorkerMsg<A>>),
-    /// A server joined the running job (it holds nothing until a re-balancing).
+    /// A server joined the running job (it holds nothing until a re-balancing). A joining
+    /// node process's server is announced to the other nodes now, once that node is ready
+    /// (see `AddNode`).
     AddServer(ServerId, ActorRef<ServerMsg>),
     /// A node process joined the running job: send it its (empty) assignment and the
-    /// current placement, tell the other nodes about its server (`server`, if it has one),
-    /// and route shard moves to it from now on. Done here, in order with the reroutes and
-    /// with other joins, so no node misses a reroute or a server.
+    /// current placement (its own server included), and route shard moves to it from now
+    /// on. Done here, in order with the reroutes and with other joins, so no node misses a
+    /// reroute or a server. The other nodes learn of its server only with `AddServer`,
+    /// after the node said it is ready: one that never gets ready (its data is missing, its
+    /// tables differ) is never dialled by them.
     AddNode {
         node: u32,
         link: harp_net::Link,
@@ -280,6 +286,9 @@ pub(crate) struct MasterState<A: App> {
     placement_epoch: u64,
     /// Where each server node of the job listens (jobs across processes).
     server_places: BTreeMap<u32, harp_wire::ServerPlace>,
+    /// The servers of joining node processes that are not ready yet: told only to their
+    /// own node until then.
+    joining_places: BTreeMap<u32, harp_wire::ServerPlace>,
     moving: BTreeMap<ExecutorId, ExecutorInMotion<A>>,
     /// Executors a new worker was asked to adopt, until it answers.
     adopting: BTreeMap<ExecutorId, moves::Adopting>,
@@ -382,6 +391,7 @@ impl<A: App> MasterState<A> {
     /// recovery takes it out.
     fn forget_node(&mut self, node: u32) {
         self.server_places.remove(&node);
+        self.joining_places.remove(&node);
         // Nothing is routed to a node that is gone (told every reroute and save, the routes
         // of departed nodes added up over a long elastic job).
         self.routes
@@ -521,13 +531,41 @@ impl<A: App> MasterState<A> {
         assignment: harp_wire::Assignment,
         server: Option<harp_wire::ServerPlace>,
     ) -> Result<(), HarpError> {
-        let new_server = server.is_some();
+        let own = server.clone().into_iter();
+        let servers = self.server_places.values().cloned().chain(own).collect();
+        let placement = self.placement(servers);
         if let Some(place) = server {
-            self.server_places.insert(place.server, place);
+            self.joining_places.insert(place.server, place);
         }
-        let servers = self.server_places.values().cloned().collect();
+        link.send(&harp_wire::Message::Assign(assignment))?;
+        link.send(&harp_wire::Message::Placement(placement))?;
+        self.routes.push(RouteTarget::Remote { node, link });
+        Ok(())
+    }
+
+    /// A joining node's server is ready: every other node process learns where it listens
+    /// (the node itself knew from its own placement).
+    fn announce_joined_server(&mut self, server: ServerId) {
+        let Some(place) = self.joining_places.remove(&server.0) else {
+            return; // a server of the job's start, or one of a job in one process
+        };
+        self.server_places.insert(place.server, place);
+        let placement = self.placement(self.server_places.values().cloned().collect());
+        let message = harp_wire::Message::Placement(placement);
+        for route in &self.routes {
+            if let RouteTarget::Remote { node, link } = route {
+                if *node != server.0 {
+                    // A node that is gone no longer needs it.
+                    let _ = link.send(&message);
+                }
+            }
+        }
+    }
+
+    /// The shards' owners and where `servers` listen, under a new epoch.
+    fn placement(&mut self, servers: Vec<harp_wire::ServerPlace>) -> harp_wire::Placement {
         self.placement_epoch += 1;
-        let placement = harp_wire::Placement {
+        harp_wire::Placement {
             epoch: self.placement_epoch,
             num_shards: self.shards.num_shards(),
             shards: (0..self.shards.num_shards())
@@ -540,19 +578,7 @@ impl<A: App> MasterState<A> {
                 })
                 .collect(),
             servers,
-        };
-        if new_server {
-            for route in &self.routes {
-                if let RouteTarget::Remote { link: other, .. } = route {
-                    // A node that is gone no longer needs it.
-                    let _ = other.send(&harp_wire::Message::Placement(placement.clone()));
-                }
-            }
         }
-        link.send(&harp_wire::Message::Assign(assignment))?;
-        link.send(&harp_wire::Message::Placement(placement))?;
-        self.routes.push(RouteTarget::Remote { node, link });
-        Ok(())
     }
 
     fn end(&mut self, result: Result<(), HarpError>) {
@@ -606,6 +632,7 @@ impl<A: App> Actor for MasterActor<A> {
             routes: Vec::new(),
             placement_epoch: 1,
             server_places: BTreeMap::new(),
+            joining_places: BTreeMap::new(),
             moving: BTreeMap::new(),
             adopting: BTreeMap::new(),
             scale: None,
@@ -673,6 +700,7 @@ impl<A: App> Actor for MasterActor<A> {
             }
             MasterMsg::AddServer(id, actor) => {
                 state.servers.insert(id, actor);
+                state.announce_joined_server(id);
                 Ok(false)
             }
             MasterMsg::AddNode {

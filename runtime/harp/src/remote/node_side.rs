@@ -442,10 +442,10 @@ impl Dialer {
 
 /// A placement sent after start names the servers that joined since: reach each new one (in
 /// order with the master's later orders, so a shard is never rerouted to an unknown server).
-/// One that cannot be reached is passed over: the master announces a joining node's server
-/// before that node is ready, and a node that fails to start (its tables differ from the
-/// job's, its data is missing) exits and gets no load. Reaching it used to be an error that
-/// ended this node, and with it a job that was running well.
+/// One that cannot be reached is passed over (with a warning): the master announces a
+/// joining node's server only once that node is ready, but it may still die before this
+/// node dials it, and reaching it used to be an error that ended this node, and with it a
+/// job that was running well.
 async fn reach_new_servers(
     placement: &Placement,
     store: &ParamStore,

@@ -157,8 +157,9 @@ pub(crate) struct RosterContext<A: App> {
 /// How long the master waits for the other nodes to drain a leaving server.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
 
-/// A node joins the running job: it gets an empty assignment and the placement, the other
-/// nodes learn its server, and once it is ready a re-balancing gives it load.
+/// A node joins the running job: it gets an empty assignment and the placement; once it is
+/// ready the other nodes learn its server (`MasterMsg::AddServer`, sent by [`enlist`]) and
+/// a re-balancing gives it load.
 async fn admit<A: App>(
     ctx: &Arc<RosterContext<A>>,
     link: Link,

@@ -650,6 +650,9 @@ pub enum Message {
     /// after their [`Message::Reroute`]s): stop waiting for its answers, so what it left
     /// unanswered goes to the new owners, and forget it.
     ServerLost { server: u32 },
+    /// master → every node: `server`'s node left the job (its shards were moved away and
+    /// every node drained what it had sent there): stop the link to it and forget it.
+    ServerLeft { server: u32 },
 
     // ---- worker recovery: staged flushes committed by the master ----
     /// worker node → master: every part of flush `flush_id` is staged (on `servers`); the
@@ -837,6 +840,7 @@ impl Message {
             Message::ResetRows { .. } => MessageKind::ResetRows,
             Message::ResetDone { .. } => MessageKind::ResetDone,
             Message::ServerLost { .. } => MessageKind::ServerLost,
+            Message::ServerLeft { .. } => MessageKind::ServerLeft,
             Message::FlushStaged { .. } => MessageKind::FlushStaged,
             Message::CommitFlush { .. } => MessageKind::CommitFlush,
             Message::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -913,6 +917,7 @@ impl ArchivedMessage {
             ArchivedMessage::ResetRows { .. } => MessageKind::ResetRows,
             ArchivedMessage::ResetDone { .. } => MessageKind::ResetDone,
             ArchivedMessage::ServerLost { .. } => MessageKind::ServerLost,
+            ArchivedMessage::ServerLeft { .. } => MessageKind::ServerLeft,
             ArchivedMessage::FlushStaged { .. } => MessageKind::FlushStaged,
             ArchivedMessage::CommitFlush { .. } => MessageKind::CommitFlush,
             ArchivedMessage::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -995,11 +1000,12 @@ pub enum MessageKind {
     LostUpdates = 50,
     SaveExecutor = 51,
     ExecutorSaved = 52,
+    ServerLeft = 53,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 52;
+    pub const COUNT: usize = 53;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -1055,6 +1061,7 @@ impl MessageKind {
         MessageKind::LostUpdates,
         MessageKind::SaveExecutor,
         MessageKind::ExecutorSaved,
+        MessageKind::ServerLeft,
     ];
 
     /// The kind a header byte names, if any.
@@ -1127,6 +1134,7 @@ impl MessageKind {
             MessageKind::LostUpdates => "lost_updates",
             MessageKind::SaveExecutor => "save_executor",
             MessageKind::ExecutorSaved => "executor_saved",
+            MessageKind::ServerLeft => "server_left",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The master forgetting a node that left the job (`MasterMsg::ForgetNode`): its server is
 //! no longer one of the job's (a checkpoint round or a recovery does not count on it) and
-//! stops, nothing is routed to its process any more, and a server that still holds shards
+//! stops, nothing is routed to its process any more, the other node processes are told to
+//! close their links to it (`Message::ServerLeft`), and a server that still holds shards
 //! stays listed. Also: the saves a round tells the nodes about go in parts of keys.
 
 use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
@@ -58,6 +59,19 @@ async fn next_reroute(incoming: &mut mpsc::UnboundedReceiver<Incoming>) -> Optio
     None
 }
 
+/// The server of the next `ServerLeft` that reaches `incoming` within `wait`, if any.
+async fn next_server_left(
+    incoming: &mut mpsc::UnboundedReceiver<Incoming>,
+    wait: Duration,
+) -> Option<u32> {
+    while let Ok(Some(message)) = tokio::time::timeout(wait, incoming.recv()).await {
+        if let Ok(Message::ServerLeft { server }) = message {
+            return Some(server);
+        }
+    }
+    None
+}
+
 #[tokio::test]
 async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() {
     let mut node_1 = link_pair().await;
@@ -80,6 +94,15 @@ async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() 
     assert_eq!(next_reroute(&mut node_1.acceptor.1).await, Some((1, 0)));
     assert_eq!(next_reroute(&mut node_2.acceptor.1).await, Some((1, 0)));
     master.send_message(MasterMsg::ForgetNode(1)).unwrap();
+
+    // Node 2 is told to close its link to server 1; node 1, which left, is told nothing.
+    let long = Duration::from_secs(5);
+    let quiet = Duration::from_millis(300);
+    assert_eq!(
+        next_server_left(&mut node_2.acceptor.1, long).await,
+        Some(1)
+    );
+    assert_eq!(next_server_left(&mut node_1.acceptor.1, quiet).await, None);
 
     // Its server is no longer the job's, and it stops.
     match crash(&master, 1).await {
@@ -110,8 +133,10 @@ async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() 
         "a node that left was still told a reroute"
     );
 
-    // A server that still holds shards stays listed when its node is forgotten.
+    // A server that still holds shards stays listed when its node is forgotten, and no node
+    // is told it left.
     master.send_message(MasterMsg::ForgetNode(0)).unwrap();
+    assert_eq!(next_server_left(&mut node_2.acceptor.1, quiet).await, None);
     match crash(&master, 0).await {
         Err(HarpError::Unrecoverable { reason, .. }) => assert!(
             reason.contains("no other server that takes load"),

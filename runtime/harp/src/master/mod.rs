@@ -204,9 +204,9 @@ impl RouteTarget {
         }
     }
 
-    /// Sends a node process `messages` (those [`rows_saved_messages`] makes). Nodes in this
-    /// process keep no ledger: an in-process failure is injected, and its values at the
-    /// failure are read from the server.
+    /// Sends a node process `messages` (those [`rows_saved_messages`] makes, or that a
+    /// server left). Nodes in this process keep no ledger (an in-process failure is
+    /// injected, and its values at the failure are read from the server) and hold no links.
     fn tell(&self, messages: &[harp_wire::Message]) {
         if let RouteTarget::Remote { link, .. } = self {
             for message in messages {
@@ -401,6 +401,12 @@ impl<A: App> MasterState<A> {
             if let Some(proxy) = self.servers.remove(&server) {
                 tracing::debug!(%server, "the master forgets a server that is gone");
                 proxy.stop(Some("its node left the job".into()));
+                // The node processes stop their links to it too (after the reroutes of its
+                // shards, on the same ordered streams).
+                let left = [harp_wire::Message::ServerLeft { server: node }];
+                for route in &self.routes {
+                    route.tell(&left);
+                }
             }
         }
         let worker = WorkerId(node);

@@ -470,9 +470,10 @@ async fn reach_new_servers(
     }
 }
 
-/// `server` failed and its shards are on other servers now (the master rerouted them
-/// first): forget it and stop its proxy, which drops every reply still awaited from it, so
-/// the reads and flush parts it left unanswered go to the new owners.
+/// `server` failed or left and its shards are on other servers now (the master rerouted
+/// them first): forget it and stop its proxy, which closes the link and drops every reply
+/// still awaited from it, so the reads and flush parts a failed server left unanswered go
+/// to the new owners (a server that left has none: the nodes drained it first).
 fn forget_server(
     store: &ParamStore,
     servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
@@ -480,9 +481,8 @@ fn forget_server(
 ) {
     store.forget_server(server);
     if let Some(proxy) = servers.remove(&server) {
-        proxy.stop(Some("server lost".into()));
+        proxy.stop(Some("server gone".into()));
     }
-    tracing::warn!(%server, "a server failed; its shards were re-created on the others");
 }
 
 /// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered.
@@ -975,7 +975,14 @@ async fn serve_master<A: App>(
             Message::Reroute { shard, server } => {
                 store.reroute(ShardId(shard), ServerId(server))?;
             }
-            Message::ServerLost { server } => forget_server(store, servers, ServerId(server)),
+            Message::ServerLost { server } => {
+                tracing::warn!(%server, "a server failed; its shards were re-created on the others");
+                forget_server(store, servers, ServerId(server));
+            }
+            Message::ServerLeft { server } => {
+                tracing::debug!(%server, "a server left the job; its link is closed");
+                forget_server(store, servers, ServerId(server));
+            }
             Message::RowsSaved {
                 server,
                 epoch,

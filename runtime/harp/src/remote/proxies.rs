@@ -101,15 +101,15 @@ impl Actor for ServerProxy {
         })
     }
 
-    /// A proxy stops when its server failed: closing the link ends the reader, which drops
-    /// every awaited reply, so the requests see an unreachable server (and, with server
-    /// recovery, go to the shards' new owners).
+    /// A proxy stops when its server failed or left the job: closing the link ends the
+    /// reader, which drops every awaited reply, so the requests see an unreachable server
+    /// (and, with server recovery, go to the shards' new owners).
     async fn post_stop(
         &self,
         _myself: ActorRef<ServerMsg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        state.link.close("server lost");
+        state.link.close("server gone");
         state.pending.fail_all();
         Ok(())
     }

@@ -488,6 +488,9 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         any::<u32>()
             .prop_map(|server| Message::ServerLost { server })
             .boxed(),
+        any::<u32>()
+            .prop_map(|server| Message::ServerLeft { server })
+            .boxed(),
         (
             any::<u64>(),
             vec(any::<u32>(), 0..4),

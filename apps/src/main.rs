@@ -13,7 +13,8 @@ fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("error: {}", describe(&e));
-        std::process::exit(1);
+        // A job stopped by a signal ends as if the signal had ended it.
+        std::process::exit(harp_apps::cli::stopped_by().map_or(1, |signal| 128 + signal));
     }
 }
 

@@ -10,6 +10,7 @@
 //! | `elastic_processes.rs` | node processes joining and leaving a running job (`harp scale`, SIGTERM), large executor states moving node to node, Litz's priority scenario |
 //! | `elastic_mid_move.rs` | a node killed in the middle of an executor's move: a clean failure, or with `--recover-workers` a recovery after which every counter is exact |
 //! | `elastic_etcd.rs` | the job's desired size in etcd grows and shrinks it |
+//! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
 //!

@@ -148,6 +148,16 @@ impl MasterProcess {
         }
     }
 
+    /// Sends the master process signal `name` (`TERM`, `INT`, ...).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} failed");
+    }
+
     /// Waits for the master to exit; its status and the rest of its stderr, every line of
     /// it: the stream is read to its end (which comes once every process writing to it, the
     /// master and the nodes it started, has exited).

@@ -5,7 +5,8 @@
 //! before; another app's checkpoints, a missing directory and another layout are refused
 //! with clear messages. Across processes (`--processes 3`: the master and two node
 //! processes, each a worker and a server) the master is the process killed, and the resumed
-//! job's counter rows are exact and its MLR accuracy is the uninterrupted one's.
+//! job's counter rows are exact and its MLR accuracy is the uninterrupted one's. A job
+//! stopped by Ctrl-C (SIGINT) says how to resume it, and the resume ends exact.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -105,6 +106,19 @@ fn refused(args: &[OsString], needles: &[&str]) {
 
 fn path_arg(path: &Path) -> &str {
     path.to_str().expect("temporary paths are UTF-8")
+}
+
+/// The first line of `lines` that holds `needle`, waiting at most 60 s.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line with {needle:?}"),
+        }
+    }
 }
 
 /// `harp run counter` with 20 000 tasks on 2 workers x 1 executor, each task waiting 200 µs
@@ -557,5 +571,53 @@ fn resumes_that_cannot_work_are_refused_clearly() {
     refused(
         &counter(&["--checkpoint-dir", d, "--checkpoint-every", "0"]),
         &["--checkpoint-every must be at least 1"],
+    );
+}
+
+/// Ctrl-C (SIGINT) on a job that writes checkpoints stops it: the job says it was stopped,
+/// after how many micro-tasks, and how to go on (`--resume DIR`), and exits with 128 + 2.
+/// Running the same command with that `--resume` ends with every counter exact. Before,
+/// SIGINT killed the process on the spot, in the middle of whatever it was writing.
+#[test]
+fn counter_stopped_by_sigint_says_how_to_resume_and_the_resume_is_exact() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let d = path_arg(&dir);
+    let mut command = Command::new(harp_binary!());
+    command.args(counter(&[
+        "--task-sleep-us",
+        "200",
+        "--checkpoint-dir",
+        d,
+        "--checkpoint-every",
+        "500",
+    ]));
+    command.env_remove("HARP_LOG");
+    let (mut child, lines, reader) = harp_tests::spawn_reading_stderr(&mut command);
+    while committed(&dir).is_empty() {
+        if let Some(status) = child.try_wait().expect("poll harp") {
+            panic!("the job ended ({status}) before it could be stopped after a checkpoint");
+        }
+        std::thread::sleep(Duration::from_millis(5)); // polling interval, not a synchronization
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let said = wait_for_line(&lines, "the job was stopped (the master got SIGINT) after");
+    let status = harp_tests::wait_exit(&mut child, "the stopped job");
+    reader.join().expect("the stderr reader");
+    assert_eq!(status.code(), Some(128 + 2), "{status}: {said}");
+    assert!(
+        said.contains(&format!("run the same command with --resume {d}")),
+        "{said}"
+    );
+
+    let out = succeeded(&counter(&["--resume", d, "--checkpoint-every", "500"]));
+    assert!(
+        out.stderr.contains("counter: 20000 tasks, 500 rows exact"),
+        "{}",
+        out.describe()
     );
 }

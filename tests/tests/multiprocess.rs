@@ -1,7 +1,8 @@
 //! Jobs across processes: `harp run APP --processes N` starts N-1 `harp node` processes that
 //! talk to the master and to each other over QUIC. The counter stays exact, MLR reaches the
-//! accuracy of the in-process run, and a node killed with SIGKILL is reported (which node,
-//! what it held) and the master exits non-zero instead of hanging.
+//! accuracy of the in-process run, a node killed with SIGKILL is reported (which node,
+//! what it held) and the master exits non-zero instead of hanging, and SIGTERM on the
+//! master stops the job and its nodes cleanly.
 
 use harp_tests::{read_json_lines, resolve_binary, run_process};
 use std::path::PathBuf;
@@ -188,4 +189,51 @@ fn killed_node_is_reported(extra: &[&str]) {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// SIGTERM on the master (a scheduler taking the job's machines back) stops the job
+/// cleanly: the master says why and after how much work, every node process it started is
+/// told the job ended and exits (the master's stderr, which they share, ends only then),
+/// the job's temporary credentials are removed, and the exit status is 128 + 15, as if the
+/// signal had ended it. Before, the master died silently, its nodes found out only when
+/// the link broke, and the credentials stayed in the temporary directory.
+#[test]
+fn a_master_stopped_by_sigterm_ends_its_nodes_and_cleans_up() {
+    let master = harp_tests::MasterProcess::start(
+        harp(),
+        &[
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "100000000",
+            "--task-sleep-us",
+            "200",
+            "--threads",
+            "2",
+        ],
+    );
+    master.wait_for_nodes(&[0, 1].into());
+    let credentials = master.credentials.clone();
+    assert!(credentials.exists());
+    master.signal("TERM");
+    let (status, stderr) = master.finish();
+    assert_eq!(status.code(), Some(128 + 15), "{status}: {stderr}");
+    assert!(
+        stderr.contains("the job was stopped (the master got SIGTERM) after"),
+        "{stderr}"
+    );
+    let told = stderr
+        .lines()
+        .filter(|l| l.contains("the master ended the job: the job was stopped"))
+        .count();
+    assert_eq!(told, 2, "each node hears why the job ended: {stderr}");
+    assert!(!stderr.contains("lost the master"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !credentials.exists(),
+        "{} was left behind",
+        credentials.display()
+    );
 }

@@ -10,6 +10,7 @@ mod run_lda;
 mod run_mf;
 mod run_mlr;
 mod scar_report;
+mod signals;
 
 use crate::metrics;
 
@@ -23,6 +24,7 @@ pub use run_counter::CounterCliArgs;
 pub use run_lda::LdaCliArgs;
 pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
+pub use signals::stopped_by;
 
 /// Sends the runtime's log to stderr, filtered by `HARP_LOG` (a `tracing` filter; default
 /// `warn`), coloured only when stderr is a terminal. For the `harp` command and the

@@ -28,17 +28,61 @@ pub fn execute<A: App>(
     let runtime = cluster.runtime()?;
     cluster.validate_scar()?;
     cluster.validate_worker_recovery()?;
-    let Some(nodes) = cluster.node_count()? else {
-        let job: JobConfig = cluster.job_config(collect_params);
-        return Ok(match consistent {
-            Some(options) => {
-                let (outcome, report) =
-                    runtime.block_on(harp::run_job_consistent(app, &job, options))?;
-                (outcome, Some(report))
-            }
-            None => (runtime.block_on(harp::run_job(app, &job))?, None),
-        });
+    let (control, inbox) = harp::job_control();
+    let signals = runtime.spawn(super::signals::stop_on_signals(control));
+    let result = match cluster.node_count()? {
+        None => {
+            let job: JobConfig = cluster.job_config(collect_params);
+            let options = consistent.cloned().unwrap_or_default();
+            runtime
+                .block_on(harp::run_job_consistent_controlled(
+                    app, &job, &options, inbox,
+                ))
+                .map_err(|e| with_resume_hint(e, consistent))
+                .map(|(outcome, report)| (outcome, consistent.map(|_| report)))
+        }
+        Some(nodes) => across(
+            app,
+            cluster,
+            nodes,
+            &runtime,
+            collect_params,
+            on_scale,
+            consistent,
+            inbox,
+        ),
     };
+    signals.abort();
+    result
+}
+
+/// A stopped job that wrote checkpoints says how to go on from them.
+fn with_resume_hint(
+    error: harp::HarpError,
+    consistent: Option<&ConsistentOptions>,
+) -> anyhow::Error {
+    let dir = consistent.and_then(|c| c.checkpoint_dir.as_ref());
+    match (&error, dir) {
+        (harp::HarpError::Stopped { .. }, Some(dir)) => anyhow!(
+            "{error}; to go on from the newest checkpoint in {dir}, run the same command with --resume {dir}",
+            dir = dir.display()
+        ),
+        _ => error.into(),
+    }
+}
+
+/// [`execute`] across processes: `nodes` node processes.
+#[allow(clippy::too_many_arguments)]
+fn across<A: App>(
+    app: Arc<A>,
+    cluster: &ClusterArgs,
+    nodes: u32,
+    runtime: &tokio::runtime::Runtime,
+    collect_params: bool,
+    on_scale: impl Fn(&ScaleEvent) + Send + 'static,
+    consistent: Option<&ConsistentOptions>,
+    control: harp::ControlInbox,
+) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
     let (creds, creds_dir, own_dir) = match &cluster.credentials {
         Some(dir) => (JobCredentials::load(dir)?, dir.clone(), false),
         None => {
@@ -76,7 +120,7 @@ pub fn execute<A: App>(
             on_scale(&event);
         }
     });
-    let failures = watch_etcd(&runtime, cluster, &creds, desired_tx)?;
+    let failures = watch_etcd(runtime, cluster, &creds, desired_tx)?;
     let listening = |addr: SocketAddr| {
         let mut children = lock(&children);
         children.master = Some(addr);
@@ -98,7 +142,7 @@ pub fn execute<A: App>(
         }
     };
     let result = runtime.block_on(harp::run_job_across_consistent(
-        app, &creds, &options, listening, failures,
+        app, &creds, &options, listening, failures, control,
     ));
     drop(options);
     // Every event was sent before the job ended; let the reporter write them out.
@@ -114,7 +158,7 @@ pub fn execute<A: App>(
     if let Some(e) = spawn_error {
         return Err(e);
     }
-    let (outcome, report) = result?;
+    let (outcome, report) = result.map_err(|e| with_resume_hint(e, consistent))?;
     Ok((outcome, consistent.map(|_| report)))
 }
 
@@ -155,7 +199,8 @@ fn launcher(children: Arc<Mutex<Children>>, creds_dir: PathBuf) -> NodeLauncher 
 fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
     let exe = std::env::current_exe().context("cannot find the harp executable to start nodes")?;
     let args: Vec<String> = std::env::args().skip(1).collect();
-    Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg("node")
         .arg("--join")
         .arg(addr.to_string())
@@ -163,9 +208,12 @@ fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
         .arg(creds_dir)
         .arg("--")
         .args(args)
-        .stdin(Stdio::null())
-        .spawn()
-        .context("cannot start a node process")
+        .stdin(Stdio::null());
+    // A Ctrl-C in the terminal goes to the master only, which ends the nodes through the
+    // job (`signals.rs`).
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    command.spawn().context("cannot start a node process")
 }
 
 /// Waits a little for the nodes to exit after the job, then stops the stragglers, and says
@@ -363,7 +411,7 @@ async fn node_with_membership<A: App>(
         EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
     };
     let Some(endpoint) = &cluster.etcd else {
-        return harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, sigterm())
+        return harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal())
             .await
             .map_err(|e| anyhow!("node: {e}"));
     };
@@ -385,7 +433,8 @@ async fn node_with_membership<A: App>(
     let joined = move |id| {
         let _ = id_tx.send(id);
     };
-    let result = harp::run_node_leaving(app, creds, join, bind, roles, joined, sigterm()).await;
+    let result =
+        harp::run_node_leaving(app, creds, join, bind, roles, joined, leave_on_signal()).await;
     if let Ok(Ok((_backend, lease))) = registration.await {
         if result.is_ok() {
             let _ = lease.leave().await;
@@ -406,23 +455,17 @@ async fn node_with_membership<A: App>(
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd`");
     }
-    harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, sigterm())
+    harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal())
         .await
         .map_err(|e| anyhow!("node: {e}"))
 }
 
-/// Completes when the process gets SIGTERM: the node then leaves the job gracefully (its
-/// load moves to the other nodes) and exits 0. Never completes where signals are unavailable.
-async fn sigterm() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            term.recv().await;
-            return;
-        }
-    }
-    std::future::pending::<()>().await
+/// Completes when the process gets SIGTERM or SIGINT: the node then leaves the job
+/// gracefully (its load moves to the other nodes) and exits 0; the same signal again ends it
+/// at once. Never completes where signals are unavailable.
+async fn leave_on_signal() {
+    let (_, name) = super::signals::first_stop_signal().await;
+    eprintln!("harp node: got {name}: leaving the job (send it again to end at once)");
 }
 
 /// `harp scale`: asks the master at `job` to start `add` more nodes and to let `remove` go.

@@ -1,10 +1,12 @@
-//! Driving a running in-process job from outside: grow it, shrink it, re-balance it.
+//! Driving a running job from outside: grow it, shrink it, re-balance it, stop it.
 //!
 //! [`job_control`] makes a [`JobControl`] (kept by the caller, cloneable) and a
-//! [`ControlInbox`] (handed to [`run_job_controlled`](crate::run_job_controlled)). Every
-//! command is one scale event on the master: new workers and servers join empty and get
-//! load by a re-balancing; removed ones give theirs away and then take no more. One scale
-//! event runs at a time; a command issued while another runs is refused with a clear error.
+//! [`ControlInbox`] (handed to [`run_job_controlled`](crate::run_job_controlled) and the
+//! other `*_controlled` runs). Every scale command is one scale event on the master: new
+//! workers and servers join empty and get load by a re-balancing; removed ones give theirs
+//! away and then take no more. One scale event runs at a time; a command issued while
+//! another runs is refused with a clear error. [`JobControl::stop`] ends the job at once
+//! with [`HarpError::Stopped`], also while it still starts (e.g. `harp run` on SIGTERM).
 
 use crate::app::App;
 use crate::error::HarpError;
@@ -18,7 +20,7 @@ use harp_core::{ServerId, WorkerId};
 use ractor::ActorRef;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
 
@@ -104,6 +106,8 @@ pub(crate) enum ControlRequest {
 #[derive(Clone)]
 pub struct JobControl {
     tx: mpsc::UnboundedSender<ControlRequest>,
+    /// Why the job is to stop, once someone asked (the first reason wins).
+    stop: Arc<watch::Sender<Option<String>>>,
 }
 
 /// The job's end: pass it to [`run_job_controlled`](crate::run_job_controlled).
@@ -111,6 +115,7 @@ pub struct ControlInbox {
     pub(crate) rx: mpsc::UnboundedReceiver<ControlRequest>,
     /// For the runtime's own commands (nodes joining and leaving).
     tx: mpsc::UnboundedSender<ControlRequest>,
+    stop: Arc<watch::Sender<Option<String>>>,
 }
 
 impl ControlInbox {
@@ -118,6 +123,25 @@ impl ControlInbox {
     pub(crate) fn handle(&self) -> JobControl {
         JobControl {
             tx: self.tx.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+
+    /// Completes with the reason once the job is asked to stop ([`JobControl::stop`]).
+    pub(crate) fn stop_requested(
+        &self,
+    ) -> impl std::future::Future<Output = String> + Send + 'static {
+        let mut asked = self.stop.subscribe();
+        async move {
+            let reason = match asked.wait_for(Option::is_some).await {
+                Ok(reason) => reason.clone(),
+                Err(_) => None,
+            };
+            match reason {
+                Some(reason) => reason,
+                // Not reached: the inbox keeps the sender.
+                None => std::future::pending().await,
+            }
         }
     }
 }
@@ -125,7 +149,22 @@ impl ControlInbox {
 /// A control handle and the inbox it talks to.
 pub fn job_control() -> (JobControl, ControlInbox) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (JobControl { tx: tx.clone() }, ControlInbox { rx, tx })
+    let stop = Arc::new(watch::Sender::new(None));
+    let control = JobControl {
+        tx: tx.clone(),
+        stop: stop.clone(),
+    };
+    (control, ControlInbox { rx, tx, stop })
+}
+
+/// Until `stopped` completes, then has `master` end the job with [`HarpError::Stopped`]
+/// (run on a task of its own while the job runs).
+pub(crate) async fn forward_stop<A: App>(
+    stopped: impl std::future::Future<Output = String>,
+    master: ActorRef<MasterMsg<A>>,
+) {
+    let reason = stopped.await;
+    let _ = master.send_message(MasterMsg::Stop { reason });
 }
 
 impl JobControl {
@@ -193,6 +232,22 @@ impl JobControl {
     pub async fn crash_server(&self, server: ServerId) -> Result<ServerRecovery, HarpError> {
         self.ask(|reply| ControlRequest::CrashServer { server, reply })
             .await
+    }
+
+    /// Stops the job now: it ends with [`HarpError::Stopped`] naming `reason` (a job still
+    /// starting stops starting). No more micro-tasks are handed out; micro-tasks that are
+    /// running finish on their nodes, but their completions are not handed to the driver.
+    /// Every node process is told the job ended and exits; a checkpoint being written is
+    /// finished. A second call changes nothing (the first reason is kept).
+    pub fn stop(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        self.stop.send_if_modified(|stop| {
+            let first = stop.is_none();
+            if first {
+                *stop = Some(reason);
+            }
+            first
+        });
     }
 
     /// The workers and servers that take load now.

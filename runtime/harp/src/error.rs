@@ -81,6 +81,15 @@ pub enum HarpError {
     Unrecoverable { server: ServerId, reason: String },
     #[error("node {node} died ({detail})")]
     NodeDied { node: u32, detail: String },
+    /// The job was stopped from outside before it finished ([`JobControl::stop`], e.g. `harp
+    /// run` got SIGTERM or SIGINT): nothing failed.
+    ///
+    /// [`JobControl::stop`]: crate::JobControl::stop
+    #[error("the job was stopped ({reason}) after {tasks_completed} completed micro-tasks")]
+    Stopped {
+        reason: String,
+        tasks_completed: u64,
+    },
     /// Checkpoint storage refused or failed (missing or unwritable directory, another
     /// app's or job's checkpoints, nothing complete to resume from, ...).
     #[error(transparent)]

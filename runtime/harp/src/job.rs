@@ -181,6 +181,21 @@ pub async fn run_job_consistent<A: App>(
     run_job_inner(app, config, inbox, options).await
 }
 
+/// [`run_job_consistent`], also carrying out the commands of the [`JobControl`] that
+/// `control` belongs to (scale commands, and [`JobControl::stop`], which ends the job with
+/// [`HarpError::Stopped`] once the checkpoint being written, if any, is written).
+///
+/// [`JobControl`]: crate::JobControl
+/// [`JobControl::stop`]: crate::JobControl::stop
+pub async fn run_job_consistent_controlled<A: App>(
+    app: Arc<A>,
+    config: &JobConfig,
+    options: &ConsistentOptions,
+    control: crate::control::ControlInbox,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    run_job_inner(app, config, control, options).await
+}
+
 async fn run_job_inner<A: App>(
     app: Arc<A>,
     config: &JobConfig,
@@ -317,6 +332,10 @@ async fn run_job_inner<A: App>(
         }
     }
     let started_by_commands = Arc::new(Mutex::new(crate::control::Started::default()));
+    let stopping = crate::spawn::spawn(crate::control::forward_stop(
+        control.stop_requested(),
+        master.clone(),
+    ));
     let control = crate::spawn::spawn(crate::control::serve(
         control,
         crate::control::ControlContext {
@@ -344,6 +363,7 @@ async fn run_job_inner<A: App>(
         Err(HarpError::MasterUnreachable)
     };
     control.abort();
+    stopping.abort();
     let added = std::mem::take(
         &mut *started_by_commands
             .lock()

@@ -49,7 +49,8 @@ pub use harp_core::{ExecutorId, ParamKey, RowData, SspSchedule, TableId, TaskId,
 pub use harp_kernels::optim::{AdaGrad, Adam};
 pub use harp_net::JobCredentials;
 pub use job::{
-    run_job, run_job_consistent, run_job_controlled, JobConfig, JobOutcome, JobStats, ParamDump,
+    run_job, run_job_consistent, run_job_consistent_controlled, run_job_controlled, JobConfig,
+    JobOutcome, JobStats, ParamDump,
 };
 pub use master::{MoveRecord, ScaleReport};
 pub use node::NodeStats;

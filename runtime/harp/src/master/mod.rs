@@ -168,6 +168,10 @@ pub(crate) enum MasterMsg<A: App> {
     Consistent(Box<ConsistentSetup<A>>),
     /// Something the job cannot continue after.
     Failed(HarpError),
+    /// Stop the job now, with [`HarpError::Stopped`] (`JobControl::stop`): no more micro-tasks
+    /// are handed out and the caller tells every node. A checkpoint being written is
+    /// finished; one still waiting for its capture is not taken.
+    Stop { reason: String },
 }
 
 /// A scale command's live workers and servers and where its report goes.
@@ -802,6 +806,18 @@ impl<A: App> Actor for MasterActor<A> {
             // Sent only while the job waits for its last round (handled above).
             MasterMsg::RoundAtEndWaitOver => Ok(false),
             MasterMsg::Failed(e) => Err(e),
+            MasterMsg::Stop { reason } => {
+                tracing::warn!(%reason, completed = state.completed, "the job is stopped");
+                // A checkpoint being written is one to resume from: finish it first.
+                let writing = state.consistent.as_mut().and_then(|c| c.end().writing);
+                if let Some(writing) = writing {
+                    let _ = writing.await;
+                }
+                Err(HarpError::Stopped {
+                    reason,
+                    tasks_completed: state.completed,
+                })
+            }
         };
         // A consistent checkpoint captures once nothing is in flight (awaited here: nothing
         // the capture waits for needs the master).

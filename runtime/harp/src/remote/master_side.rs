@@ -165,17 +165,20 @@ pub async fn run_job_across_controlled<A: App>(
 /// node's rows) and resuming from one, e.g. after the master process died. Returns what the
 /// checkpoints did too. A resumed job needs as many worker and server nodes as the
 /// checkpointed one had at its start; its executors are restored on the workers from their
-/// saved states before the driver starts. Executor states of a megabyte or more stay on
-/// their nodes when released and are not captured (that checkpoint fails and is counted).
+/// saved states before the driver starts. Carries out the commands of the
+/// [`JobControl`](crate::JobControl) that `control` belongs to, as
+/// [`run_job_across_controlled`] does; [`JobControl::stop`](crate::JobControl::stop) ends
+/// the job with [`HarpError::Stopped`], tells every node that joined, and also ends a job
+/// that still waits for its nodes.
 pub async fn run_job_across_consistent<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
     options: &ClusterOptions,
     listening: impl FnOnce(SocketAddr),
     failures: mpsc::UnboundedReceiver<NodeFailure>,
+    control: crate::control::ControlInbox,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
-    let (_control, inbox) = crate::control::job_control();
-    run_across(app, creds, options, listening, failures, inbox).await
+    run_across(app, creds, options, listening, failures, control).await
 }
 
 async fn run_across<A: App>(
@@ -205,7 +208,14 @@ async fn run_across<A: App>(
     let counters = Arc::new(WireCounters::new());
     let courier = master_courier(&endpoint, job, &counters)?;
     let identity = AppIdentity::of(&*app);
-    let nodes = accept_nodes(&endpoint, &identity, job, options, &counters).await?;
+    let stopped_while_starting = |reason| HarpError::Stopped {
+        reason,
+        tasks_completed: 0,
+    };
+    let nodes = tokio::select! {
+        nodes = accept_nodes(&endpoint, &identity, job, options, &counters) => nodes?,
+        reason = control.stop_requested() => return Err(stopped_while_starting(reason)),
+    };
     // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
     let accepting =
         roster::Accepting::<A>::start(endpoint.clone(), job, counters, courier.outbox.clone());
@@ -311,7 +321,10 @@ async fn run_across<A: App>(
         node.link.send(&Message::Assign(assignment))?;
         node.link.send(&Message::Placement(placement.clone()))?;
     }
-    let mut nodes = wait_ready(nodes, options.join_timeout_ms).await?;
+    let mut nodes = tokio::select! {
+        ready = wait_ready(nodes, options.join_timeout_ms) => ready?,
+        reason = control.stop_requested() => return Err(stopped_while_starting(reason)),
+    };
 
     let driver = app
         .create_driver(&info)
@@ -430,6 +443,10 @@ async fn run_across<A: App>(
         })
     };
     let leases = crate::spawn::spawn(watch_leases::<A>(ctx.clone()));
+    let stopping = crate::spawn::spawn(crate::control::forward_stop(
+        control.stop_requested(),
+        master.clone(),
+    ));
     let control = crate::spawn::spawn(crate::control::serve_across(
         control,
         master.clone(),
@@ -486,6 +503,7 @@ async fn run_across<A: App>(
     roster::lock(&ctx.roster).end_job();
     outside_failures.abort();
     leases.abort();
+    stopping.abort();
     control.abort();
     accepting.stop();
     leaves.abort();

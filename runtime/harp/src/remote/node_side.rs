@@ -1040,7 +1040,9 @@ async fn serve_master<A: App>(
                 return if ok {
                     Ok(())
                 } else {
-                    Err(HarpError::Remote(format!("the job failed: {message}")))
+                    Err(HarpError::Remote(format!(
+                        "the master ended the job: {message}"
+                    )))
                 };
             }
             Message::Shutdown { reason } => {

@@ -1009,7 +1009,8 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::Consistent(..)
             | MasterMsg::FlushCommitted(..)
             | MasterMsg::WorkerLost { .. }
-            | MasterMsg::ExecutorRecreated { .. } => {
+            | MasterMsg::ExecutorRecreated { .. }
+            | MasterMsg::Stop { .. } => {
                 tracing::debug!("a master-only message reached a node's master proxy")
             }
         }

@@ -1,0 +1,146 @@
+//! `JobControl::stop`, what `harp run` does on SIGTERM and SIGINT, through the library: a
+//! running job in one process ends with `HarpError::Stopped` (the first reason given, the
+//! micro-tasks completed by then); a job across processes tells the node that joined why
+//! it ended; a job still waiting for its nodes stops waiting. (The signals themselves, with
+//! the real binary: `multiprocess.rs` and `consistent_checkpoint.rs`.)
+
+use harp::{job_control, ClusterOptions, HarpError, JobConfig, JobCredentials, NodeRoles};
+use harp_apps::counter::{CounterApp, CounterConfig};
+use harp_tests::{runtime, spawn_nodes, Threads};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A counter job far too long to end by itself within a test.
+fn endless_counter() -> Arc<CounterApp> {
+    let config = CounterConfig {
+        tasks: 100_000_000,
+        task_sleep_us: 200,
+        ..CounterConfig::default()
+    };
+    Arc::new(CounterApp::new(config).unwrap())
+}
+
+/// How long a test waits for a stopped job to end before it fails (a guard against a hang,
+/// not a measurement).
+const GUARD: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_running_job_in_one_process_stops_with_the_first_reason_given() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let (control, inbox) = job_control();
+        let job = JobConfig {
+            workers: 2,
+            servers: 2,
+            ..JobConfig::default()
+        };
+        let app = endless_counter();
+        let running = tokio::spawn(async move { harp::run_job_controlled(app, &job, inbox).await });
+        // Some micro-tasks complete first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        control.stop("the operator asked");
+        control.stop("a second request");
+        let ended = tokio::time::timeout(GUARD, running)
+            .await
+            .expect("the stopped job ends")
+            .unwrap();
+        match ended {
+            Err(HarpError::Stopped {
+                reason,
+                tasks_completed,
+            }) => {
+                assert_eq!(reason, "the operator asked");
+                assert!(tasks_completed < 100_000_000, "{tasks_completed}");
+            }
+            Err(e) => panic!("not a stop: {e}"),
+            Ok(_) => panic!("the job ended by itself"),
+        }
+    });
+}
+
+#[test]
+fn a_job_across_processes_tells_its_node_it_was_stopped() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
+        let (control, inbox) = job_control();
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let app = endless_counter();
+        let master = {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                let options = ClusterOptions {
+                    nodes: 1,
+                    ..ClusterOptions::default()
+                };
+                let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+                let listening = |addr| {
+                    let _ = addr_tx.send(addr);
+                };
+                harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
+                    .await
+            })
+        };
+        let addr = addr_rx.await.unwrap();
+        let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        control.stop("the test is over");
+        let ended = tokio::time::timeout(GUARD, master)
+            .await
+            .expect("the master ends");
+        match ended.unwrap() {
+            Err(HarpError::Stopped { reason, .. }) => assert_eq!(reason, "the test is over"),
+            Err(e) => panic!("not a stop: {e}"),
+            Ok(_) => panic!("the job ended by itself"),
+        }
+        let node_end = tokio::time::timeout(GUARD, node)
+            .await
+            .expect("the node ends");
+        let said = node_end
+            .unwrap()
+            .expect_err("the node reports the stop")
+            .to_string();
+        assert!(
+            said.contains("the master ended the job: the job was stopped (the test is over)"),
+            "{said}"
+        );
+    });
+}
+
+#[test]
+fn a_job_across_processes_that_waits_for_its_nodes_stops_waiting() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = JobCredentials::generate("job-stop").unwrap();
+        let (control, inbox) = job_control();
+        // Without the stop it would wait ten minutes for nodes that never come.
+        let options = ClusterOptions {
+            nodes: 3,
+            join_timeout_ms: 600_000,
+            ..ClusterOptions::default()
+        };
+        let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+        let stopper = control.clone();
+        let listening = move |_| stopper.stop("nobody came");
+        let run = harp::run_job_across_consistent(
+            endless_counter(),
+            &creds,
+            &options,
+            listening,
+            failures,
+            inbox,
+        );
+        match tokio::time::timeout(GUARD, run)
+            .await
+            .expect("the stop ends the wait")
+        {
+            Err(HarpError::Stopped {
+                reason,
+                tasks_completed,
+            }) => {
+                assert_eq!(reason, "nobody came");
+                assert_eq!(tasks_completed, 0);
+            }
+            Err(e) => panic!("not a stop: {e}"),
+            Ok(_) => panic!("the job ran without nodes"),
+        }
+        drop(control);
+    });
+}

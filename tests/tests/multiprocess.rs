@@ -142,18 +142,14 @@ fn with_etcd_a_node_killed_with_sigkill_is_reported_and_the_master_exits_non_zer
     killed_node_is_reported(&["--etcd", &etcd.endpoint]);
 }
 
+/// A counter job on three processes, far too long to end by itself within a test.
+const ENDLESS_COUNTER_ON_THREE: [&str; 6] =
+    ["run", "counter", "--processes", "3", "--tasks", "100000000"];
+
 fn killed_node_is_reported(extra: &[&str]) {
     let master = Command::new(harp())
-        .args([
-            "run",
-            "counter",
-            "--processes",
-            "3",
-            "--tasks",
-            "100000000",
-            "--lease-timeout-ms",
-            "2000",
-        ])
+        .args(ENDLESS_COUNTER_ON_THREE)
+        .args(["--lease-timeout-ms", "2000"])
         .args(extra)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -199,21 +195,11 @@ fn killed_node_is_reported(extra: &[&str]) {
 /// the link broke, and the credentials stayed in the temporary directory.
 #[test]
 fn a_master_stopped_by_sigterm_ends_its_nodes_and_cleans_up() {
-    let master = harp_tests::MasterProcess::start(
-        harp(),
-        &[
-            "run",
-            "counter",
-            "--processes",
-            "3",
-            "--tasks",
-            "100000000",
-            "--task-sleep-us",
-            "200",
-            "--threads",
-            "2",
-        ],
-    );
+    let args = [
+        &ENDLESS_COUNTER_ON_THREE[..],
+        &["--task-sleep-us", "200", "--threads", "2"],
+    ];
+    let master = harp_tests::MasterProcess::start(harp(), &args.concat());
     master.wait_for_nodes(&[0, 1].into());
     let credentials = master.credentials.clone();
     assert!(credentials.exists());

@@ -43,7 +43,7 @@ pub fn init_logging() {
 
 /// harp: an elastic runtime for distributed ML training.
 #[derive(Parser, Debug)]
-#[command(name = "harp", version, about)]
+#[command(name = "harp", version)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -53,12 +53,15 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run an app: in process, or across processes with --processes / --nodes.
+    /// Run an app: in process, or across processes with --processes / --nodes. SIGTERM or
+    /// Ctrl-C stops the job cleanly (its nodes too) and exits with 128 + the signal; a
+    /// second one ends it at once.
     Run {
         #[command(subcommand)]
         app: RunApp,
     },
-    /// Join a job across processes as a node (a worker, a server, or both).
+    /// Join a job across processes as a node (a worker, a server, or both). SIGTERM or
+    /// Ctrl-C makes it leave gracefully (its load moves to the other nodes; it exits 0).
     Node {
         /// The master's address.
         #[arg(long)]

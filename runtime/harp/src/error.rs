@@ -85,9 +85,12 @@ pub enum HarpError {
     /// run` got SIGTERM or SIGINT): nothing failed.
     ///
     /// [`JobControl::stop`]: crate::JobControl::stop
-    #[error("the job was stopped ({reason}) after {tasks_completed} completed micro-tasks")]
+    #[error("the job was stopped ({reason}) {}", stopped_when(*started, *tasks_completed))]
     Stopped {
         reason: String,
+        /// Whether the driver had started (a job across processes may be stopped while it
+        /// still waits for its nodes).
+        started: bool,
         tasks_completed: u64,
     },
     /// Checkpoint storage refused or failed (missing or unwritable directory, another
@@ -105,6 +108,14 @@ pub enum HarpError {
     Net(#[from] harp_net::NetError),
     #[error(transparent)]
     Core(#[from] CoreError),
+}
+
+/// When a job was stopped, in words.
+fn stopped_when(started: bool, tasks_completed: u64) -> String {
+    match started {
+        true => format!("after {tasks_completed} completed micro-tasks"),
+        false => "before it started".into(),
+    }
 }
 
 impl HarpError {

@@ -807,7 +807,7 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::RoundAtEndWaitOver => Ok(false),
             MasterMsg::Failed(e) => Err(e),
             MasterMsg::Stop { reason } => {
-                tracing::warn!(%reason, completed = state.completed, "the job is stopped");
+                tracing::info!(%reason, completed = state.completed, "the job is stopped");
                 // A checkpoint being written is one to resume from: finish it first.
                 let writing = state.consistent.as_mut().and_then(|c| c.end().writing);
                 if let Some(writing) = writing {
@@ -815,6 +815,7 @@ impl<A: App> Actor for MasterActor<A> {
                 }
                 Err(HarpError::Stopped {
                     reason,
+                    started: state.before_start.is_none(),
                     tasks_completed: state.completed,
                 })
             }

@@ -210,6 +210,7 @@ async fn run_across<A: App>(
     let identity = AppIdentity::of(&*app);
     let stopped_while_starting = |reason| HarpError::Stopped {
         reason,
+        started: false,
         tasks_completed: 0,
     };
     let nodes = tokio::select! {

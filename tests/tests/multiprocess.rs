@@ -223,3 +223,38 @@ fn a_master_stopped_by_sigterm_ends_its_nodes_and_cleans_up() {
         credentials.display()
     );
 }
+
+/// `harp run --credentials DIR` on a fresh machine (the README's by-hand example) makes the
+/// job's authority in `DIR`, says so, and a second job with the same `DIR` uses it. Before,
+/// the master refused: "cannot read credentials from DIR/ca.pem".
+#[test]
+fn a_master_makes_its_credentials_where_there_are_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("job-ca");
+    let creds_arg = creds.to_str().unwrap();
+    let job = [
+        "run",
+        "counter",
+        "--processes",
+        "2",
+        "--tasks",
+        "200",
+        "--credentials",
+        creds_arg,
+    ];
+    let first = run_process(&harp(), job);
+    assert!(first.status.success(), "{}", first.describe());
+    let made = format!("created the job's credentials in {creds_arg}");
+    assert!(first.stderr.contains(&made), "{}", first.describe());
+    assert!(creds.join("ca.pem").is_file() && creds.join("ca.key").is_file());
+    let ca = std::fs::read(creds.join("ca.pem")).unwrap();
+
+    let second = run_process(&harp(), job);
+    assert!(second.status.success(), "{}", second.describe());
+    assert!(!second.stderr.contains(&made), "{}", second.describe());
+    assert_eq!(
+        std::fs::read(creds.join("ca.pem")).unwrap(),
+        ca,
+        "the same authority"
+    );
+}

@@ -34,8 +34,9 @@ pub struct ClusterArgs {
     /// Where the master listens for nodes (default 127.0.0.1 on a free port).
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
-    /// A directory with the job's certificate authority (`ca.pem`, `ca.key`); default: a
-    /// fresh one per job.
+    /// A directory with the job's certificate authority (`ca.pem`, `ca.key`), made there
+    /// when it holds neither (give the nodes a copy); default: a fresh one per job, in a
+    /// temporary directory removed at the end.
     #[arg(long)]
     pub credentials: Option<std::path::PathBuf>,
     /// Also track membership in etcd (`http://HOST:PORT`): nodes register under

@@ -84,7 +84,16 @@ fn across<A: App>(
     control: harp::ControlInbox,
 ) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
     let (creds, creds_dir, own_dir) = match &cluster.credentials {
-        Some(dir) => (JobCredentials::load(dir)?, dir.clone(), false),
+        Some(dir) => {
+            let (creds, created) = JobCredentials::load_or_generate(dir, app.name())?;
+            if created {
+                eprintln!(
+                    "created the job's credentials in {} (give each node's machine a copy: harp node --credentials DIR)",
+                    dir.display()
+                );
+            }
+            (creds, dir.clone(), false)
+        }
         None => {
             let dir = unique_temp_dir()?;
             let creds = JobCredentials::generate(app.name())?;

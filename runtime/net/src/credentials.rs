@@ -39,6 +39,21 @@ impl Clone for NodeIdentity {
     }
 }
 
+/// Writes `bytes` to a new or truncated file at `path` that only its owner can read, from
+/// its creation on (a key written first and restricted after could be read in between).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    // A file that existed keeps its mode through `open`: restrict it too.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(bytes)
+}
+
 fn gen_err(e: impl std::fmt::Display) -> NetError {
     NetError::CertificateGeneration(e.to_string())
 }
@@ -106,15 +121,22 @@ impl JobCredentials {
         let cert_path = dir.join(CA_CERT_FILE);
         std::fs::write(&cert_path, &self.ca_cert_pem).map_err(|e| unwritable(&cert_path, e))?;
         let key_path = dir.join(CA_KEY_FILE);
-        std::fs::write(&key_path, self.ca_key.serialize_pem())
+        write_private(&key_path, self.ca_key.serialize_pem().as_bytes())
             .map_err(|e| unwritable(&key_path, e))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| unwritable(&key_path, e))?;
-        }
         Ok(())
+    }
+
+    /// The authority in `dir`, or, when `dir` holds neither `ca.pem` nor `ca.key` (e.g. it
+    /// does not exist yet), a fresh one for job `job` saved there; `true` when it was made
+    /// now. One file without the other is an error, as in [`load`](Self::load).
+    pub fn load_or_generate(dir: &Path, job: &str) -> Result<(Self, bool), NetError> {
+        let absent = |name: &str| !dir.join(name).exists();
+        if absent(CA_CERT_FILE) && absent(CA_KEY_FILE) {
+            let creds = Self::generate(job)?;
+            creds.save(dir)?;
+            return Ok((creds, true));
+        }
+        Ok((Self::load(dir)?, false))
     }
 
     /// The authority's certificate, which every node trusts.

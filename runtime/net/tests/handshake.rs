@@ -87,6 +87,37 @@ async fn saved_credentials_load_and_interoperate() {
     assert!(missing.to_string().contains("nowhere"), "{missing}");
 }
 
+/// A master given a directory without credentials makes them there (`harp run
+/// --credentials DIR` on a fresh machine used to fail: "cannot read ... ca.pem"), with a
+/// key only its owner can read; the next load finds the same authority, and a directory
+/// with only one of the two files is refused, not overwritten.
+#[tokio::test]
+async fn credentials_are_made_where_there_are_none_and_loaded_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("job-ca");
+    let (made, created) = JobCredentials::load_or_generate(&fresh, "job-e").unwrap();
+    assert!(created);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(fresh.join("ca.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+    let (loaded, created) = JobCredentials::load_or_generate(&fresh, "job-e").unwrap();
+    assert!(!created);
+    assert_eq!(made.ca_cert(), loaded.ca_cert());
+
+    std::fs::remove_file(fresh.join("ca.key")).unwrap();
+    let err = JobCredentials::load_or_generate(&fresh, "job-e")
+        .err()
+        .expect("a certificate without its key must not load");
+    assert!(err.to_string().contains("ca.key"), "{err}");
+    assert!(!fresh.join("ca.key").exists(), "nothing is written over");
+}
+
 #[tokio::test]
 async fn connecting_to_a_silent_address_times_out() {
     let creds = JobCredentials::generate("job-d").unwrap();

@@ -69,7 +69,8 @@ pub enum Command {
         /// The job's credentials directory (`ca.pem`, `ca.key`).
         #[arg(long)]
         credentials: std::path::PathBuf,
-        /// The address this node listens on for other nodes.
+        /// The address this node listens on for other nodes (`0.0.0.0`: every interface;
+        /// the others then reach it at the address it joined the master from).
         #[arg(long, default_value = "127.0.0.1")]
         bind: std::net::IpAddr,
         /// What this node offers: executors (`worker`), parameter shards (`server`) or both.

@@ -4,6 +4,7 @@
 use super::failures::{node_died, report_after_verdict};
 use super::identity::AppIdentity;
 use super::job_id;
+use super::listen_addr::reachable_listen_addr;
 use super::pending::{Pending, PendingReplies};
 use super::proxies::{completions_from_wire, ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
@@ -683,11 +684,12 @@ async fn accept_nodes(
         let id = nodes.len() as u32;
         link.send(&identity.welcome(job, id, options.lease_timeout_ms))?;
         tracing::info!(node = id, addr = %link.remote_addr(), "node joined");
+        let listen_addr = reachable_listen_addr(&hello.listen_addr, link.remote_addr());
         nodes.push(JoinedNode {
             id,
             link,
             incoming,
-            listen_addr: hello.listen_addr,
+            listen_addr,
             roles: NodeRoles {
                 worker: hello.role.worker,
                 server: hello.role.server,

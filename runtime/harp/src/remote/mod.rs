@@ -44,6 +44,7 @@
 pub(crate) mod codec;
 mod failures;
 mod identity;
+mod listen_addr;
 mod master_side;
 mod node_side;
 mod pending;

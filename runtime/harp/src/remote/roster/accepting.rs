@@ -19,6 +19,7 @@
 use super::scale_clients::{answer_starting, serve_scale_client, OwedAnswers};
 use super::{admit, RosterContext};
 use crate::app::App;
+use crate::remote::listen_addr::reachable_listen_addr;
 use crate::remote::state_transfer::{serve_state_fetches, StateOutbox};
 use harp_core::NodeRoles;
 use harp_net::{NetEndpoint, PeerConnection};
@@ -157,7 +158,10 @@ async fn take<A: App>(
         // A node that came while the job starts joins once it runs.
         let ctx = running.wait_for(Option::is_some).await.map(|r| r.clone());
         match ctx {
-            Ok(Some(ctx)) => admit(&ctx, link, incoming, roles, hello.listen_addr).await,
+            Ok(Some(ctx)) => {
+                let listen_addr = reachable_listen_addr(&hello.listen_addr, link.remote_addr());
+                admit(&ctx, link, incoming, roles, listen_addr).await
+            }
             _ => link.close("the job did not start"),
         }
     } else {

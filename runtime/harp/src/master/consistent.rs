@@ -245,8 +245,59 @@ impl<A: App> MasterState<A> {
         self.in_flight == held
     }
 
+    /// A checkpoint waits for its capture.
+    pub(super) fn capture_pending(&self) -> bool {
+        self.consistent
+            .as_ref()
+            .is_some_and(|c| c.pending.is_some())
+    }
+
+    /// The job is being stopped: with checkpoints to write and the driver started, hold what
+    /// the driver dispatches from now on, so that one more checkpoint is captured once
+    /// nothing is in flight (`capture_ready`), and return true. It is taken at the last
+    /// iteration the driver reported (a checkpoint of that iteration is replaced: this one
+    /// holds everything after it too), and the job resumes from the point it was stopped
+    /// at. A checkpoint still being written is finished first; one waiting for its capture
+    /// is the last one.
+    pub(super) async fn checkpoint_before_stop(&mut self) -> bool {
+        if self.before_start.is_some() {
+            return false;
+        }
+        let Some(consistent) = self.consistent.as_mut() else {
+            return false;
+        };
+        if consistent.write.is_none() {
+            return false;
+        }
+        if let Some(writing) = consistent.writing.take() {
+            let _ = writing.await;
+        }
+        if consistent.pending.is_none() {
+            let iteration = consistent.last_iteration.unwrap_or(0);
+            consistent.pending = Some((iteration, Instant::now()));
+            self.held.get_or_insert_with(Vec::new);
+        }
+        true
+    }
+
+    /// Why the job ends when it is stopped: [`HarpError::Stopped`], once the checkpoint
+    /// being written, if any, is written (it is one to resume from).
+    pub(super) async fn stopped(&mut self, reason: String) -> HarpError {
+        let writing = self.consistent.as_mut().and_then(|c| c.end().writing);
+        if let Some(writing) = writing {
+            let _ = writing.await;
+        }
+        tracing::info!(%reason, completed = self.completed, "the job is stopped");
+        HarpError::Stopped {
+            reason,
+            started: self.before_start.is_none(),
+            tasks_completed: self.completed,
+        }
+    }
+
     /// Captures the job, releases the hold and starts the background write. An error is
-    /// returned only when the job cannot go on (a worker the master cannot reach).
+    /// returned only when the job cannot go on (a worker the master cannot reach). A job
+    /// being stopped keeps its hold: the held micro-tasks run when it is resumed.
     pub(super) async fn capture(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
@@ -257,7 +308,9 @@ impl<A: App> MasterState<A> {
         };
         let captured = self.collect(iteration).await;
         let pause_ms = held_since.elapsed().as_secs_f64() * 1e3;
-        self.release_held(myself)?;
+        if self.stopping.is_none() {
+            self.release_held(myself)?;
+        }
         let captured = match captured {
             Ok(captured) => captured,
             Err(CaptureError::Fatal(e)) => return Err(e),

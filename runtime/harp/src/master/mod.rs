@@ -168,9 +168,10 @@ pub(crate) enum MasterMsg<A: App> {
     Consistent(Box<ConsistentSetup<A>>),
     /// Something the job cannot continue after.
     Failed(HarpError),
-    /// Stop the job now, with [`HarpError::Stopped`] (`JobControl::stop`): no more micro-tasks
-    /// are handed out and the caller tells every node. A checkpoint being written is
-    /// finished; one still waiting for its capture is not taken.
+    /// Stop the job, with [`HarpError::Stopped`] (`JobControl::stop`): no more micro-tasks
+    /// are handed out and the caller tells every node. A job that writes consistent
+    /// checkpoints first takes one more once nothing is in flight, so that it resumes from
+    /// where it was stopped; a checkpoint being written is finished.
     Stop { reason: String },
 }
 
@@ -320,6 +321,9 @@ pub(crate) struct MasterState<A: App> {
     injecting: bool,
     /// Consistent checkpoints, if the job takes them or resumed from one.
     consistent: Option<consistent::ConsistentCheckpoint<A>>,
+    /// The job is being stopped (`MasterMsg::Stop`, the reason) and waits for its last
+    /// checkpoint's capture (`consistent.rs::checkpoint_before_stop`).
+    stopping: Option<String>,
     injections: Vec<crate::scar::InjectionReport>,
     /// Staged flushes, dispatched tasks and dead workers, if the job recovers workers.
     worker_recovery: Option<worker_recovery::WorkerRecoveryState<A::Output>>,
@@ -659,6 +663,7 @@ impl<A: App> Actor for MasterActor<A> {
             deferred_iteration: None,
             injecting: false,
             consistent: None,
+            stopping: None,
             injections: Vec::new(),
             worker_recovery: args
                 .worker_recovery
@@ -807,17 +812,15 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::RoundAtEndWaitOver => Ok(false),
             MasterMsg::Failed(e) => Err(e),
             MasterMsg::Stop { reason } => {
-                tracing::info!(%reason, completed = state.completed, "the job is stopped");
-                // A checkpoint being written is one to resume from: finish it first.
-                let writing = state.consistent.as_mut().and_then(|c| c.end().writing);
-                if let Some(writing) = writing {
-                    let _ = writing.await;
+                if state.stopping.is_some() {
+                    Ok(false) // already stopping: the first reason stands
+                } else if state.checkpoint_before_stop().await {
+                    tracing::info!(%reason, "stopping the job after a last checkpoint");
+                    state.stopping = Some(reason);
+                    Ok(false)
+                } else {
+                    Err(state.stopped(reason).await)
                 }
-                Err(HarpError::Stopped {
-                    reason,
-                    started: state.before_start.is_none(),
-                    tasks_completed: state.completed,
-                })
             }
         };
         // A consistent checkpoint captures once nothing is in flight (awaited here: nothing
@@ -825,6 +828,16 @@ impl<A: App> Actor for MasterActor<A> {
         let step = match step {
             Ok(false) if state.capture_ready() => state.capture(&myself).await.map(|()| false),
             other => other,
+        };
+        // A stop waits only for its last checkpoint's capture.
+        let step = match (step, state.stopping.take()) {
+            (Ok(false), Some(reason)) if !state.capture_pending() => {
+                Err(state.stopped(reason).await)
+            }
+            (step, stopping) => {
+                state.stopping = stopping;
+                step
+            }
         };
         match step {
             Ok(false) => {}

@@ -234,11 +234,13 @@ impl JobControl {
             .await
     }
 
-    /// Stops the job now: it ends with [`HarpError::Stopped`] naming `reason` (a job still
-    /// starting stops starting). No more micro-tasks are handed out; micro-tasks that are
-    /// running finish on their nodes, but their completions are not handed to the driver.
-    /// Every node process is told the job ended and exits; a checkpoint being written is
-    /// finished. A second call changes nothing (the first reason is kept).
+    /// Stops the job: it ends with [`HarpError::Stopped`] naming `reason` (a job still
+    /// starting stops starting). No more micro-tasks are handed out. A job that writes
+    /// consistent checkpoints lets the micro-tasks in flight finish (for at most 20 s) and
+    /// takes one last checkpoint, to resume from where it was stopped; any other ends at once (running
+    /// micro-tasks finish on their nodes, but their completions are not handed to the
+    /// driver). A checkpoint being written is finished, and every node process is told the
+    /// job ended and exits. A second call changes nothing (the first reason is kept).
     pub fn stop(&self, reason: impl Into<String>) {
         let reason = reason.into();
         self.stop.send_if_modified(|stop| {

@@ -35,6 +35,11 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// How long a stopped job waits for the micro-tasks in flight to finish before its last
+/// checkpoint (`checkpoint_before_stop`); then it ends without that checkpoint (a hung
+/// micro-task must not keep a stopped job from ending).
+pub(crate) const STOP_CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Where and how often the master writes checkpoints.
 pub(crate) struct WriteSetup {
     pub store: CheckpointStore,
@@ -278,6 +283,31 @@ impl<A: App> MasterState<A> {
             self.held.get_or_insert_with(Vec::new);
         }
         true
+    }
+
+    /// A stopped job waited [`STOP_CHECKPOINT_WAIT`] and its last checkpoint is still not
+    /// captured: give it up (counted as failed, with why).
+    pub(super) fn give_up_stop_checkpoint(&mut self) {
+        let Some(consistent) = self.consistent.as_mut() else {
+            return;
+        };
+        let Some((iteration, held_since)) = consistent.pending.take() else {
+            return;
+        };
+        let waited_s = STOP_CHECKPOINT_WAIT.as_secs_f64();
+        let held: u64 = self
+            .held
+            .iter()
+            .flatten()
+            .map(|(d, _)| d.len() as u64)
+            .sum();
+        let why = format!(
+            "the job was stopped and {} micro-tasks were still in flight after {waited_s} s",
+            self.in_flight.saturating_sub(held)
+        );
+        tracing::warn!(iteration, "{why}: it ends without its last checkpoint");
+        let pause_ms = held_since.elapsed().as_secs_f64() * 1e3;
+        consistent.record(failed(iteration, pause_ms, 0.0, why));
     }
 
     /// Why the job ends when it is stopped: [`HarpError::Stopped`], once the checkpoint

@@ -31,6 +31,8 @@ mod moves_under_recovery;
 mod recovery;
 #[cfg(test)]
 mod recovery_during_scale_tests;
+#[cfg(test)]
+mod stop_tests;
 mod task_book;
 #[cfg(test)]
 mod test_master;
@@ -145,6 +147,9 @@ pub(crate) enum MasterMsg<A: App> {
     /// The driver finished while a checkpoint round ran, and the job has waited
     /// [`checkpoints::ROUND_AT_END_WAIT`] for it (internal).
     RoundAtEndWaitOver,
+    /// A stopped job has waited [`consistent::STOP_CHECKPOINT_WAIT`] for its last
+    /// checkpoint (internal): it ends without it if it is still not captured.
+    StopWaitOver,
     /// Fault injection: make `server` (in this process) fail now, then recover from it as
     /// from any failure; the reply gets the recovery's report.
     CrashServer {
@@ -810,6 +815,13 @@ impl<A: App> Actor for MasterActor<A> {
             }
             // Sent only while the job waits for its last round (handled above).
             MasterMsg::RoundAtEndWaitOver => Ok(false),
+            MasterMsg::StopWaitOver => match state.stopping.take() {
+                Some(reason) => {
+                    state.give_up_stop_checkpoint();
+                    Err(state.stopped(reason).await)
+                }
+                None => Ok(false),
+            },
             MasterMsg::Failed(e) => Err(e),
             MasterMsg::Stop { reason } => {
                 if state.stopping.is_some() {
@@ -817,6 +829,12 @@ impl<A: App> Actor for MasterActor<A> {
                 } else if state.checkpoint_before_stop().await {
                     tracing::info!(%reason, "stopping the job after a last checkpoint");
                     state.stopping = Some(reason);
+                    let myself = myself.clone();
+                    crate::spawn::spawn(async move {
+                        tokio::time::sleep(consistent::STOP_CHECKPOINT_WAIT).await;
+                        // The job may have ended meanwhile.
+                        let _ = myself.send_message(MasterMsg::StopWaitOver);
+                    });
                     Ok(false)
                 } else {
                     Err(state.stopped(reason).await)

@@ -1002,6 +1002,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::ShardHandedOff { .. }
             | MasterMsg::CheckpointRoundDone(..)
             | MasterMsg::RoundAtEndWaitOver
+            | MasterMsg::StopWaitOver
             | MasterMsg::CrashServer { .. }
             | MasterMsg::ServerLost { .. }
             | MasterMsg::Recovered(..)

@@ -143,6 +143,34 @@ fn counter_sized(tasks: &str, rows: &str, extra: &[&str]) -> Vec<OsString> {
     args(&list)
 }
 
+/// Resumes [`counter`] from `dir` (a checkpoint every `every` iterations, its metrics in
+/// `tmp`), checks that it ends with every row exact, and returns the checkpoint it resumed
+/// from (its metrics record's `from`).
+fn resume_counter_to_exact_sums(tmp: &Path, dir: &str, every: &str) -> serde_json::Value {
+    let metrics = tmp.join("metrics.jsonl");
+    let out = succeeded(&counter(&[
+        "--resume",
+        dir,
+        "--checkpoint-every",
+        every,
+        "--metrics-out",
+        path_arg(&metrics),
+    ]));
+    // The counter compares every row with the exact sum of every task's increments and
+    // fails otherwise; the driver counts all 20 000 tasks across both processes.
+    assert!(
+        out.stderr.contains("counter: 20000 tasks, 500 rows exact"),
+        "{}",
+        out.describe()
+    );
+    let records = read_json_lines(&metrics);
+    let resumed = records
+        .iter()
+        .find(|r| r["event"] == "resumed")
+        .unwrap_or_else(|| panic!("no resume record in {records:?}"));
+    resumed["from"].clone()
+}
+
 #[test]
 fn counter_killed_after_a_checkpoint_resumes_to_exact_sums() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -163,28 +191,8 @@ fn counter_killed_after_a_checkpoint_resumes_to_exact_sums() {
         "checkpoint {first} is at or past the last iteration"
     );
 
-    let metrics = tmp.path().join("metrics.jsonl");
-    let out = succeeded(&counter(&[
-        "--resume",
-        d,
-        "--checkpoint-every",
-        "500",
-        "--metrics-out",
-        path_arg(&metrics),
-    ]));
-    // The counter compares every row with the exact sum of every task's increments and
-    // fails otherwise; the driver counts all 20 000 tasks across both processes.
-    assert!(
-        out.stderr.contains("counter: 20000 tasks, 500 rows exact"),
-        "{}",
-        out.describe()
-    );
-    let records = read_json_lines(&metrics);
-    let resumed = records
-        .iter()
-        .find(|r| r["event"] == "resumed")
-        .unwrap_or_else(|| panic!("no resume record in {records:?}"));
-    let seq = resumed["from"]["seq"].as_u64().expect("resumed seq");
+    let resumed = resume_counter_to_exact_sums(tmp.path(), d, "500");
+    let seq = resumed["seq"].as_u64().expect("resumed seq");
     assert!(
         seq >= first,
         "resumed from {seq}, before the first checkpoint {first}"
@@ -623,29 +631,11 @@ fn counter_stopped_by_sigint_checkpoints_says_how_to_resume_and_the_resume_is_ex
         .unwrap_or_else(|| panic!("no count of micro-tasks in {said:?}"));
     assert_eq!(committed(&dir).len(), 1, "the stop's checkpoint");
 
-    let metrics = tmp.path().join("metrics.jsonl");
-    let out = succeeded(&counter(&[
-        "--resume",
-        d,
-        "--checkpoint-every",
-        "1000000",
-        "--metrics-out",
-        path_arg(&metrics),
-    ]));
-    assert!(
-        out.stderr.contains("counter: 20000 tasks, 500 rows exact"),
-        "{}",
-        out.describe()
-    );
+    let resumed = resume_counter_to_exact_sums(tmp.path(), d, "1000000");
     // It went on from where it was stopped, not from the start: the version clock, one
     // step per completion handed to the driver, is where the stop left it.
-    let records = read_json_lines(&metrics);
-    let resumed = records
-        .iter()
-        .find(|r| r["event"] == "resumed")
-        .unwrap_or_else(|| panic!("no resume record in {records:?}"));
     assert_eq!(
-        resumed["from"]["version"].as_u64(),
+        resumed["version"].as_u64(),
         Some(stopped_after),
         "{resumed}"
     );

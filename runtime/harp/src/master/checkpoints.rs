@@ -81,12 +81,7 @@ impl<A: App> super::MasterState<A> {
         }
         tracing::debug!("the driver finished; the job ends when the running checkpoint round does");
         self.ending_after_round = true;
-        let myself = myself.clone();
-        crate::spawn::spawn(async move {
-            tokio::time::sleep(ROUND_AT_END_WAIT).await;
-            // The job may have ended with its round meanwhile.
-            let _ = myself.send_message(MasterMsg::RoundAtEndWaitOver);
-        });
+        super::tell_after(myself, ROUND_AT_END_WAIT, MasterMsg::RoundAtEndWaitOver);
     }
 
     /// While the job waits for its last checkpoint round: the round's end, or the wait's,

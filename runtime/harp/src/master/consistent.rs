@@ -214,11 +214,7 @@ impl<A: App> MasterState<A> {
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
     ) -> Result<(), HarpError> {
-        if self
-            .consistent
-            .as_ref()
-            .is_some_and(|c| c.pending.is_some())
-        {
+        if self.capture_pending() {
             return Ok(());
         }
         for (dispatched, version) in self.held.take().unwrap_or_default() {
@@ -234,20 +230,23 @@ impl<A: App> MasterState<A> {
 
     /// A checkpoint waits and nothing else is in flight or moving: capture now.
     pub(super) fn capture_ready(&self) -> bool {
-        let pending = self
-            .consistent
-            .as_ref()
-            .is_some_and(|c| c.pending.is_some());
-        if !pending || self.injecting || self.scale.is_some() || !self.moving.is_empty() {
+        if !self.capture_pending()
+            || self.injecting
+            || self.scale.is_some()
+            || !self.moving.is_empty()
+        {
             return false;
         }
-        let held: u64 = self
-            .held
+        self.in_flight == self.held_count()
+    }
+
+    /// Micro-tasks the driver dispatched that are held (counted in `in_flight`).
+    fn held_count(&self) -> u64 {
+        self.held
             .iter()
             .flatten()
             .map(|(dispatched, _)| dispatched.len() as u64)
-            .sum();
-        self.in_flight == held
+            .sum()
     }
 
     /// A checkpoint waits for its capture.
@@ -288,6 +287,7 @@ impl<A: App> MasterState<A> {
     /// A stopped job waited [`STOP_CHECKPOINT_WAIT`] and its last checkpoint is still not
     /// captured: give it up (counted as failed, with why).
     pub(super) fn give_up_stop_checkpoint(&mut self) {
+        let unfinished = self.in_flight.saturating_sub(self.held_count());
         let Some(consistent) = self.consistent.as_mut() else {
             return;
         };
@@ -295,15 +295,8 @@ impl<A: App> MasterState<A> {
             return;
         };
         let waited_s = STOP_CHECKPOINT_WAIT.as_secs_f64();
-        let held: u64 = self
-            .held
-            .iter()
-            .flatten()
-            .map(|(d, _)| d.len() as u64)
-            .sum();
         let why = format!(
-            "the job was stopped and {} micro-tasks were still in flight after {waited_s} s",
-            self.in_flight.saturating_sub(held)
+            "the job was stopped and {unfinished} micro-tasks were still in flight after {waited_s} s"
         );
         tracing::warn!(iteration, "{why}: it ends without its last checkpoint");
         let pause_ms = held_since.elapsed().as_secs_f64() * 1e3;

@@ -180,6 +180,20 @@ pub(crate) enum MasterMsg<A: App> {
     Stop { reason: String },
 }
 
+/// Sends the master `message` after `wait`: the end of a deadline, which the master may
+/// no longer need (the job ended, or what it waited for came first).
+fn tell_after<A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    wait: std::time::Duration,
+    message: MasterMsg<A>,
+) {
+    let master = master.clone();
+    crate::spawn::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let _ = master.send_message(message);
+    });
+}
+
 /// A scale command's live workers and servers and where its report goes.
 type Rebalance = (
     Vec<WorkerId>,
@@ -829,12 +843,8 @@ impl<A: App> Actor for MasterActor<A> {
                 } else if state.checkpoint_before_stop().await {
                     tracing::info!(%reason, "stopping the job after a last checkpoint");
                     state.stopping = Some(reason);
-                    let myself = myself.clone();
-                    crate::spawn::spawn(async move {
-                        tokio::time::sleep(consistent::STOP_CHECKPOINT_WAIT).await;
-                        // The job may have ended meanwhile.
-                        let _ = myself.send_message(MasterMsg::StopWaitOver);
-                    });
+                    let wait = consistent::STOP_CHECKPOINT_WAIT;
+                    tell_after(&myself, wait, MasterMsg::StopWaitOver);
                     Ok(false)
                 } else {
                     Err(state.stopped(reason).await)
@@ -848,14 +858,12 @@ impl<A: App> Actor for MasterActor<A> {
             other => other,
         };
         // A stop waits only for its last checkpoint's capture.
-        let step = match (step, state.stopping.take()) {
-            (Ok(false), Some(reason)) if !state.capture_pending() => {
-                Err(state.stopped(reason).await)
-            }
-            (step, stopping) => {
-                state.stopping = stopping;
-                step
-            }
+        let step = match step {
+            Ok(false) if !state.capture_pending() => match state.stopping.take() {
+                Some(reason) => Err(state.stopped(reason).await),
+                None => Ok(false),
+            },
+            other => other,
         };
         match step {
             Ok(false) => {}

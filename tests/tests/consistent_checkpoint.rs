@@ -2,8 +2,9 @@
 //! a job killed with SIGKILL after a checkpoint was committed and resumed from it ends
 //! exactly where an uninterrupted run does (counter: every row exact; MLR: the same
 //! held-out accuracy); a flipped byte in the newest checkpoint makes the resume use the one
-//! before; another app's checkpoints, a missing directory and another layout are refused
-//! with clear messages. Across processes (`--processes 3`: the master and two node
+//! before; another app's checkpoints, a missing directory and other executors per worker
+//! or shards per server are refused with clear messages, while other numbers of workers,
+//! servers and node processes resume. Across processes (`--processes 3`: the master and two node
 //! processes, each a worker and a server) the master is the process killed, and the resumed
 //! job's counter rows are exact and its MLR accuracy is the uninterrupted one's. A job
 //! stopped by Ctrl-C (SIGINT) says how to resume it, and the resume ends exact.
@@ -53,12 +54,21 @@ fn committed(dir: &Path) -> Vec<u64> {
 
 /// Kills `child` with SIGKILL once `dir` holds a committed checkpoint (polling the
 /// directory); panics if the job ended first, which would test nothing.
-fn kill_after_first_checkpoint(mut child: Child, dir: &Path) {
+fn kill_after_first_checkpoint(child: Child, dir: &Path) {
+    kill_after_checkpoint_past(child, dir, None);
+}
+
+/// Kills `child` with SIGKILL once `dir` holds a committed checkpoint newer than `past`
+/// (any, with `None`); panics if the job ended first.
+fn kill_after_checkpoint_past(mut child: Child, dir: &Path, past: Option<u64>) {
     loop {
         if let Some(status) = child.try_wait().expect("poll harp") {
             panic!("the job ended ({status}) before it could be killed after a checkpoint");
         }
-        if !committed(dir).is_empty() {
+        if committed(dir)
+            .last()
+            .is_some_and(|newest| Some(*newest) > past)
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(5)); // polling interval, not a synchronization
@@ -540,25 +550,33 @@ fn resumes_that_cannot_work_are_refused_clearly() {
         &counter(&["--resume", path_arg(&missing)]),
         &["nothing-here", "does not exist"],
     );
-    // Another layout.
+    // Other executors per worker or shards per server (the numbers of workers, servers
+    // and processes may differ: see the test after this one).
     refused(
-        &counter(&["--resume", d, "--servers", "3"]),
+        &counter(&["--resume", d, "--executors-per-worker", "2"]),
         &[
             "cannot resume from checkpoint",
-            "servers: checkpoint 2, this job 3",
+            "executors per worker: checkpoint 1, this job 2",
+            "give the checkpointed job's --executors-per-worker and --shards-per-server",
         ],
     );
     refused(
-        &counter(&["--resume", d, "--executors-per-worker", "2"]),
-        &["executors per worker: checkpoint 1, this job 2"],
+        &counter(&["--resume", d, "--shards-per-server", "4"]),
+        &["shards per server: checkpoint 8, this job 4"],
     );
-    // Across processes the layout is the node processes': one node is one worker and one
-    // server, not the checkpoint's two of each (the node is told why and exits).
+    // Across processes too (the node is told why and exits).
     refused(
-        &counter(&["--resume", d, "--processes", "2"]),
+        &counter(&[
+            "--resume",
+            d,
+            "--processes",
+            "2",
+            "--shards-per-server",
+            "4",
+        ]),
         &[
             "cannot resume from checkpoint",
-            "workers: checkpoint 2, this job 1",
+            "shards per server: checkpoint 8, this job 4",
             "shut down by the master before the job started: cannot resume",
         ],
     );
@@ -573,6 +591,57 @@ fn resumes_that_cannot_work_are_refused_clearly() {
         &counter(&["--checkpoint-dir", d, "--checkpoint-every", "0"]),
         &["--checkpoint-every must be at least 1"],
     );
+}
+
+/// A job checkpointed on two node processes (two workers, two servers) goes on on fewer
+/// and on more: resumed on one node process (its one worker hosts both executors, its one
+/// server every shard) and killed again after a checkpoint of its own, then resumed in one
+/// process on three workers (one of them hosting no executor) and one server. Every row
+/// ends exact, so no update was lost or applied twice across either move. Before, a resume
+/// was refused unless it had the checkpointed job's numbers of workers and servers: a job
+/// stopped on three machines could not go on on the two a scheduler gave it back.
+#[test]
+fn a_checkpoint_resumes_on_fewer_nodes_and_then_on_more_workers_with_exact_sums() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let d = path_arg(&dir);
+    let short = |extra: &[&str]| counter_sized("4000", "200", extra);
+    let checkpointing = ["--task-sleep-us", "200", "--checkpoint-every", "200"];
+    let mut first_run = short(&checkpointing);
+    first_run.extend(args(&["--checkpoint-dir", d, "--processes", "3"]));
+    kill_after_first_checkpoint(spawn(&first_run), &dir);
+    let first = committed(&dir)[0];
+    assert!(first < 2_000, "checkpoint {first} is at or past the end");
+
+    let mut on_one_node = short(&checkpointing);
+    on_one_node.extend(args(&["--resume", d, "--processes", "2"]));
+    kill_after_checkpoint_past(spawn(&on_one_node), &dir, Some(first));
+    let second = *committed(&dir).last().expect("a checkpoint");
+    assert!(second > first && second < 4_000, "checkpoint {second}");
+
+    let metrics = tmp.path().join("metrics.jsonl");
+    let out = succeeded(&short(&[
+        "--resume",
+        d,
+        "--workers",
+        "3",
+        "--servers",
+        "1",
+        "--metrics-out",
+        path_arg(&metrics),
+    ]));
+    assert!(
+        out.stderr.contains("counter: 4000 tasks, 200 rows exact"),
+        "{}",
+        out.describe()
+    );
+    let records = read_json_lines(&metrics);
+    let resumed = records
+        .iter()
+        .find(|r| r["event"] == "resumed")
+        .unwrap_or_else(|| panic!("no resume record in {records:?}"));
+    // The last resume went on from the one-node job's checkpoint, not the first job's.
+    assert!(resumed["from"]["seq"].as_u64() >= Some(second), "{resumed}");
 }
 
 /// Ctrl-C (SIGINT) on a job that writes checkpoints stops it: it takes one last checkpoint

@@ -189,7 +189,7 @@ fn killed_node_is_reported(extra: &[&str]) {
 
 /// SIGTERM on the master (a scheduler taking the job's machines back) stops the job
 /// cleanly: the master says why and after how much work, every node process it started is
-/// told the job ended and exits (the master's stderr, which they share, ends only then),
+/// told the job ended and exits 0 (the master's stderr, which they share, ends only then),
 /// the job's temporary credentials are removed, and the exit status is 128 + 15, as if the
 /// signal had ended it. Before, the master died silently, its nodes found out only when
 /// the link broke, and the credentials stayed in the temporary directory.
@@ -215,6 +215,12 @@ fn a_master_stopped_by_sigterm_ends_its_nodes_and_cleans_up() {
         .filter(|l| l.contains("the master ended the job: the job was stopped"))
         .count();
     assert_eq!(told, 2, "each node hears why the job ended: {stderr}");
+    // A stopped job is a clean end for its nodes (a scheduler that restarts failed
+    // processes leaves them alone).
+    assert!(
+        stderr.contains("node processes: 2 of 2 exited 0"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("lost the master"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(

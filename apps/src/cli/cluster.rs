@@ -102,8 +102,9 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub recover_workers: bool,
     /// Resume from the newest complete checkpoint in this directory (a damaged one is passed
-    /// over for the previous one); the job must have the checkpoint's layout. Checkpoints
-    /// go on into this directory unless --checkpoint-dir names another.
+    /// over for the previous one); the job must have the checkpoint's --executors-per-worker
+    /// and --shards-per-server, and may have more or fewer workers, servers or processes.
+    /// Checkpoints go on into this directory unless --checkpoint-dir names another.
     #[arg(long)]
     pub resume: Option<std::path::PathBuf>,
 }

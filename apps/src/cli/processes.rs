@@ -420,9 +420,9 @@ async fn node_with_membership<A: App>(
         EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
     };
     let Some(endpoint) = &cluster.etcd else {
-        return harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal())
-            .await
-            .map_err(|e| anyhow!("node: {e}"));
+        return node_ended(
+            harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal()).await,
+        );
     };
     let config = MembershipConfig::with_lease_timeout_ms(cluster.lease_timeout_ms);
     let backend =
@@ -442,14 +442,15 @@ async fn node_with_membership<A: App>(
     let joined = move |id| {
         let _ = id_tx.send(id);
     };
-    let result =
-        harp::run_node_leaving(app, creds, join, bind, roles, joined, leave_on_signal()).await;
+    let result = node_ended(
+        harp::run_node_leaving(app, creds, join, bind, roles, joined, leave_on_signal()).await,
+    );
     if let Ok(Ok((_backend, lease))) = registration.await {
         if result.is_ok() {
             let _ = lease.leave().await;
         }
     }
-    result.map_err(|e| anyhow!("node: {e}"))
+    result
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -464,9 +465,23 @@ async fn node_with_membership<A: App>(
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd`");
     }
-    harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal())
-        .await
-        .map_err(|e| anyhow!("node: {e}"))
+    node_ended(
+        harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal()).await,
+    )
+}
+
+/// How a `harp node` process ends: a job its master stopped (a scheduler's preemption,
+/// Ctrl-C on the master) is a clean end for the node, which says why and exits 0, as after
+/// a graceful leave; any other error fails it.
+fn node_ended(result: std::result::Result<(), harp::HarpError>) -> Result<()> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e @ harp::HarpError::Stopped { .. }) => {
+            eprintln!("node: the master ended the job: {e}");
+            Ok(())
+        }
+        Err(e) => Err(anyhow!("node: {e}")),
+    }
 }
 
 /// Completes when the process gets SIGTERM or SIGINT: the node then leaves the job

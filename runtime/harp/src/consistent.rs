@@ -147,7 +147,12 @@ impl ConsistentReport {
     }
 }
 
-/// The job's shape, which a resume must repeat.
+/// The job's shape at its first start: `workers × executors_per_worker` executors and
+/// `servers × shards_per_server` shards. A resumed job keeps the checkpoint's executors and
+/// shards (and writes this same layout into its own checkpoints) but may place them on
+/// more or fewer workers and servers than the checkpointed job had: a job stopped on three
+/// nodes goes on on two. Its executors and shards per worker and server must be the
+/// checkpoint's (they are the same command's options).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct CheckpointLayout {
     pub workers: u32,
@@ -166,21 +171,32 @@ impl CheckpointLayout {
         }
     }
 
-    /// Every field that differs from `job`'s, as `"name: checkpoint A, this job B"`.
-    pub(crate) fn differences(&self, job: &Self) -> Vec<String> {
+    /// The job's executors, `0..num_executors()`.
+    pub(crate) fn num_executors(&self) -> u32 {
+        self.workers.saturating_mul(self.executors_per_worker)
+    }
+
+    /// The job's shards, `0..num_shards()`.
+    pub(crate) fn num_shards(&self) -> u32 {
+        self.servers.saturating_mul(self.shards_per_server)
+    }
+
+    /// What keeps a job shaped `job` from resuming this checkpoint, one entry per field as
+    /// `"name: checkpoint A, this job B"`: the executors per worker and the shards per
+    /// server. The numbers of workers and servers may differ (the checkpoint's executors
+    /// and shards are spread over the job's).
+    pub(crate) fn refusals(&self, job: &Self) -> Vec<String> {
         let mut out = Vec::new();
         let mut check = |name: &str, saved: u32, now: u32| {
             if saved != now {
                 out.push(format!("{name}: checkpoint {saved}, this job {now}"));
             }
         };
-        check("workers", self.workers, job.workers);
         check(
             "executors per worker",
             self.executors_per_worker,
             job.executors_per_worker,
         );
-        check("servers", self.servers, job.servers);
         check(
             "shards per server",
             self.shards_per_server,
@@ -209,26 +225,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layout_differences_name_each_field() {
+    fn layout_refusals_name_each_per_node_field_and_allow_other_node_counts() {
         let a = CheckpointLayout {
             workers: 2,
             executors_per_worker: 1,
             servers: 2,
             shards_per_server: 8,
         };
-        assert!(a.differences(&a).is_empty());
+        assert!(a.refusals(&a).is_empty());
+        let fewer_nodes = CheckpointLayout {
+            workers: 1,
+            servers: 3,
+            ..a
+        };
+        assert!(a.refusals(&fewer_nodes).is_empty());
         let b = CheckpointLayout {
             servers: 3,
+            executors_per_worker: 2,
             shards_per_server: 4,
             ..a
         };
         assert_eq!(
-            a.differences(&b),
+            a.refusals(&b),
             vec![
-                "servers: checkpoint 2, this job 3".to_string(),
+                "executors per worker: checkpoint 1, this job 2".to_string(),
                 "shards per server: checkpoint 8, this job 4".to_string()
             ]
         );
+        assert_eq!((a.num_executors(), a.num_shards()), (2, 16));
     }
 
     #[test]

@@ -171,7 +171,9 @@ pub async fn run_job_controlled<A: App>(
 /// Like [`run_job`], taking consistent checkpoints into `options.checkpoint_dir` and/or
 /// resuming from the newest complete one in `options.resume_from` (see
 /// [`ConsistentOptions`]); returns what the checkpoints did too. A resume needs the
-/// checkpoint's layout (workers, executors per worker, servers, shards per server).
+/// checkpoint's executors per worker and shards per server; its workers and servers may
+/// differ in number from the checkpointed job's (the checkpoint's executors and shards are
+/// spread over them).
 pub async fn run_job_consistent<A: App>(
     app: Arc<A>,
     config: &JobConfig,
@@ -206,6 +208,7 @@ async fn run_job_inner<A: App>(
     let executors_on = crate::executor_runtime::ExecutorRuntime::for_job()?;
     let started = Instant::now();
     let ConsistentStart {
+        layout,
         mut setup,
         executors: mut executor_states,
         rows: resume_rows,
@@ -214,7 +217,7 @@ async fn run_job_inner<A: App>(
     } = consistent_start(&*app, options, CheckpointLayout::of(config))?;
     let tables = Arc::new(app.tables().clone());
     let info = JobInfo {
-        num_executors: config.num_executors(),
+        num_executors: layout.num_executors(),
         num_workers: config.workers,
         num_servers: config.servers,
     };
@@ -225,7 +228,7 @@ async fn run_job_inner<A: App>(
         servers.insert(id, spawn(ServerActor, (id, tables.clone())).await?);
     }
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
-    let shard_map = ShardMap::round_robin(config.servers * config.shards_per_server, &server_ids)?;
+    let shard_map = ShardMap::round_robin(layout.num_shards(), &server_ids)?;
     let store = ParamStore::new(
         tables.clone(),
         Routing {
@@ -237,7 +240,8 @@ async fn run_job_inner<A: App>(
         Some(_) => store.with_server_recovery(),
         None => store,
     });
-    if resume_driver.is_some() {
+    let resuming = resume_driver.is_some();
+    if resuming {
         if let Err(e) = restore_resumed_rows(
             &servers,
             &shard_map,
@@ -307,7 +311,8 @@ async fn run_job_inner<A: App>(
     let mut workers = BTreeMap::new();
     for id in &worker_ids {
         let ids = executors.executors_on(*id);
-        let saved = (!executor_states.is_empty()).then_some(&mut executor_states);
+        // A resumed job creates no executor fresh: each comes from its saved state.
+        let saved = resuming.then_some(&mut executor_states);
         let hosted = create_executors(&*app, &ids, &info, saved);
         let hosted = match hosted {
             Ok(hosted) => hosted,
@@ -412,6 +417,9 @@ async fn run_job_inner<A: App>(
 /// neither writes nor resumes) and, when resuming, the checkpoint's executor states, rows and
 /// driver state (`driver` is `Some` exactly when resuming).
 pub(crate) struct ConsistentStart<A: App> {
+    /// The job's layout: the checkpoint's when resuming (its executors and shards, whatever
+    /// the job's workers and servers), else the job's own.
+    pub layout: CheckpointLayout,
     pub setup: Option<ConsistentSetup<A>>,
     pub executors: BTreeMap<harp_core::ExecutorId, Vec<u8>>,
     pub rows: Vec<(harp_core::ParamKey, harp_core::RowData)>,
@@ -431,12 +439,14 @@ pub(crate) fn consistent_start<A: App>(
         Some(dir) => Some(crate::resume::load(app, dir, options.keep, layout)?),
         None => None,
     };
+    let layout = resume.as_ref().map_or(layout, |point| point.meta.layout);
     let write = checkpoint_writer(app, options, layout, resume.as_ref())?;
     let report = Arc::new(Mutex::new(ConsistentReport {
         resumed: resume.as_ref().map(|r| r.record.clone()),
         ..ConsistentReport::default()
     }));
     let mut start = ConsistentStart {
+        layout,
         setup: None,
         executors: BTreeMap::new(),
         rows: Vec::new(),

@@ -35,7 +35,8 @@ pub(crate) struct ResumePoint<Args> {
     pub record: ResumeRecord,
 }
 
-/// Loads the newest complete checkpoint of `app` in `dir` for a job shaped `layout`.
+/// Loads the newest complete checkpoint of `app` in `dir` for a job shaped `layout` (see
+/// [`CheckpointLayout::refusals`]: its numbers of workers and servers may differ).
 pub(crate) fn load<A: App>(
     app: &A,
     dir: &Path,
@@ -69,12 +70,23 @@ pub(crate) fn load<A: App>(
             meta.format
         )));
     }
-    let differences = meta.layout.differences(&layout);
-    if !differences.is_empty() {
+    let refusals = meta.layout.refusals(&layout);
+    if !refusals.is_empty() {
         return Err(mismatch(format!(
-            "the job's layout differs ({}); run with the checkpoint's layout",
-            differences.join("; ")
+            "the job's layout differs ({}); give the checkpointed job's --executors-per-worker and --shards-per-server (the numbers of workers, servers and processes may differ)",
+            refusals.join("; ")
         )));
+    }
+    if (meta.layout.workers, meta.layout.servers) != (layout.workers, layout.servers) {
+        tracing::info!(
+            checkpoint_workers = meta.layout.workers,
+            checkpoint_servers = meta.layout.servers,
+            workers = layout.workers,
+            servers = layout.servers,
+            executors = meta.layout.num_executors(),
+            shards = meta.layout.num_shards(),
+            "resuming on another number of workers or servers: the checkpoint's executors and shards are spread over this job's"
+        );
     }
     let driver = loaded.read(DRIVER_FILE)?;
     let held: Held<A::Args> = postcard::from_bytes(&loaded.read(HELD_FILE)?).map_err(|e| {
@@ -85,7 +97,7 @@ pub(crate) fn load<A: App>(
     })?;
     let rows: Vec<(ParamKey, RowData)> = postcard::from_bytes(&loaded.read(ROWS_FILE)?)
         .map_err(|e| mismatch(format!("its parameter rows do not decode ({e})")))?;
-    let executors = read_executors(&loaded, layout, &mismatch)?;
+    let executors = read_executors(&loaded, meta.layout, &mismatch)?;
     let record = ResumeRecord {
         dir: dir.to_path_buf(),
         seq,
@@ -109,9 +121,8 @@ fn read_executors(
     layout: CheckpointLayout,
     mismatch: &dyn Fn(String) -> HarpError,
 ) -> Result<BTreeMap<ExecutorId, Vec<u8>>, HarpError> {
-    let count = layout.workers.saturating_mul(layout.executors_per_worker);
     let mut executors = BTreeMap::new();
-    for id in 0..count {
+    for id in 0..layout.num_executors() {
         let name = executor_file(id);
         if loaded.info().file(&name).is_none() {
             return Err(mismatch(format!("it holds no state for executor {id}")));

@@ -521,8 +521,14 @@ pub enum Message {
     HeartbeatAck { node_id: u32, lease_seq: u64 },
     /// master → node: stop now.
     Shutdown { reason: String },
-    /// master → every node: the job is over.
-    JobEnded { ok: bool, message: String },
+    /// master → every node: the job is over. `stopped_after` is `Some(n)` when it was
+    /// stopped (a scheduler's preemption, Ctrl-C on the master) after `n` completed
+    /// micro-tasks; `message` is then the stop's reason.
+    JobEnded {
+        ok: bool,
+        message: String,
+        stopped_after: Option<u64>,
+    },
 
     // ---- elasticity ----
     /// master → worker node: give `executor` up once its running micro-task finished.

@@ -73,8 +73,8 @@ pub struct ClusterOptions {
     pub worker_recovery: bool,
     /// Consistent checkpoints into `checkpoint_dir` every `every` iterations, and resuming
     /// from the newest complete one in `resume_from`, as in one process (see
-    /// [`run_job_across_consistent`]; the layout checked on resume is the node counts at the
-    /// start, the executors per worker and the shards per server). Default: neither.
+    /// [`run_job_across_consistent`]; a resume checks the executors per worker and the
+    /// shards per server, and may have another number of nodes). Default: neither.
     pub consistent: crate::consistent::ConsistentOptions,
 }
 
@@ -164,9 +164,10 @@ pub async fn run_job_across_controlled<A: App>(
 /// [`run_job_across_watched`] with `options.consistent`: consistent checkpoints of the whole
 /// job (driver, held micro-tasks, every executor's state from its node, every server
 /// node's rows) and resuming from one, e.g. after the master process died. Returns what the
-/// checkpoints did too. A resumed job needs as many worker and server nodes as the
-/// checkpointed one had at its start; its executors are restored on the workers from their
-/// saved states before the driver starts. Carries out the commands of the
+/// checkpoints did too. A resumed job may have more or fewer worker and server nodes than
+/// the checkpointed one: the checkpoint's executors and shards are spread over the nodes
+/// that joined, and its executors are restored on them from their saved states before the
+/// driver starts. Carries out the commands of the
 /// [`JobControl`](crate::JobControl) that `control` belongs to, as
 /// [`run_job_across_controlled`] does; [`JobControl::stop`](crate::JobControl::stop) ends
 /// the job with [`HarpError::Stopped`], tells every node that joined, and also ends a job
@@ -244,13 +245,6 @@ async fn run_across<A: App>(
         return Err(HarpError::InvalidConfig(message));
     }
     let (num_workers, num_servers) = (worker_ids.len() as u32, server_ids.len() as u32);
-    let info = JobInfo {
-        num_executors: num_workers * options.executors_per_worker,
-        num_workers,
-        num_servers,
-    };
-    let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
-    let shards = ShardMap::round_robin(num_servers * options.shards_per_server, &server_ids)?;
     let layout = CheckpointLayout {
         workers: num_workers,
         executors_per_worker: options.executors_per_worker,
@@ -258,6 +252,7 @@ async fn run_across<A: App>(
         shards_per_server: options.shards_per_server,
     };
     let ConsistentStart {
+        layout,
         setup: mut consistent,
         executors: saved_executors,
         rows: saved_rows,
@@ -270,6 +265,14 @@ async fn run_across<A: App>(
             return Err(e);
         }
     };
+    // A resumed job has the checkpoint's executors and shards, over the nodes it has now.
+    let info = JobInfo {
+        num_executors: layout.num_executors(),
+        num_workers,
+        num_servers,
+    };
+    let executors = ExecutorMap::round_robin(info.num_executors, &worker_ids)?;
+    let shards = ShardMap::round_robin(layout.num_shards(), &server_ids)?;
     // A resumed job's executors come from the checkpoint: the workers create none.
     let resuming = saved_driver.is_some();
     let placement = Placement {
@@ -544,14 +547,20 @@ async fn run_across<A: App>(
         }
         Err(e) => Err(e),
     };
-    let message = match &result {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
+    let (message, stopped_after) = match &result {
+        Ok(_) => (String::new(), None),
+        Err(HarpError::Stopped {
+            reason,
+            tasks_completed,
+            ..
+        }) => (reason.clone(), Some(*tasks_completed)),
+        Err(e) => (e.to_string(), None),
     };
     for (_, link, _, _) in &live {
         let _ = link.send(&Message::JobEnded {
             ok: result.is_ok(),
             message: message.clone(),
+            stopped_after,
         });
     }
     master.stop(None);

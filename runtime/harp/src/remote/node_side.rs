@@ -73,7 +73,8 @@ async fn tell_master_failed(master_link: &Link, error: &HarpError) {
 }
 
 /// Joins the job whose master listens at `join`, runs what the master assigns, and returns
-/// when the job ends (`Ok` if it ended well).
+/// when the job ends: `Ok` if it ended well, [`HarpError::Stopped`] (the master's reason and
+/// count) if the master's job was stopped.
 pub async fn run_node<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
@@ -1035,14 +1036,22 @@ async fn serve_master<A: App>(
                     }
                 });
             }
-            Message::JobEnded { ok, message } => {
+            Message::JobEnded {
+                ok,
+                message,
+                stopped_after,
+            } => {
                 master_link.close("job ended");
-                return if ok {
-                    Ok(())
-                } else {
-                    Err(HarpError::Remote(format!(
+                return match (ok, stopped_after) {
+                    (true, _) => Ok(()),
+                    (false, Some(tasks_completed)) => Err(HarpError::Stopped {
+                        reason: message,
+                        started: true,
+                        tasks_completed,
+                    }),
+                    (false, None) => Err(HarpError::Remote(format!(
                         "the master ended the job: {message}"
-                    )))
+                    ))),
                 };
             }
             Message::Shutdown { reason } => {

@@ -274,8 +274,16 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         arb_string()
             .prop_map(|reason| Message::Shutdown { reason })
             .boxed(),
-        (any::<bool>(), arb_string())
-            .prop_map(|(ok, message)| Message::JobEnded { ok, message })
+        (
+            any::<bool>(),
+            arb_string(),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(|(ok, message, stopped_after)| Message::JobEnded {
+                ok,
+                message,
+                stopped_after,
+            })
             .boxed(),
         (any::<u64>(), any::<u32>())
             .prop_map(|(request_id, executor)| Message::ReleaseExecutor {

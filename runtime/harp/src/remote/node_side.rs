@@ -275,11 +275,7 @@ pub async fn run_node_leaving<A: App>(
     result
 }
 
-type Started<A> = (
-    ActorRef<WorkerMsg<A>>,
-    BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    Arc<ParamStore>,
-);
+type Started<A> = (ActorRef<WorkerMsg<A>>, ServerProxies, Arc<ParamStore>);
 
 /// How long a node that is done waits for the executor states it parked to be fetched.
 const PARKED_WAIT: Duration = Duration::from_secs(30);
@@ -294,7 +290,7 @@ async fn start_node<A: App>(
     outbox: Arc<StateOutbox>,
 ) -> Result<Started<A>, HarpError> {
     let tables = Arc::new(app.tables().clone());
-    let mut servers: BTreeMap<ServerId, ActorRef<ServerMsg>> = BTreeMap::new();
+    let mut servers: ServerProxies = BTreeMap::new();
     let mut local_servers = BTreeMap::new();
     if let Some(server) = assignment.server {
         let id = ServerId(server);
@@ -443,31 +439,85 @@ impl Dialer {
 
 /// A placement sent after start names the servers that joined since: reach each new one (in
 /// order with the master's later orders, so a shard is never rerouted to an unknown server).
-/// One that cannot be reached is passed over (with a warning): the master announces a
-/// joining node's server only once that node is ready, but it may still die before this
-/// node dials it, and reaching it used to be an error that ended this node, and with it a
-/// job that was running well.
+/// One that cannot be reached is passed over (with a warning, its address kept in
+/// `passed_over`): the master announces a joining node's server only once that node is
+/// ready, but it may still die before this node dials it, and reaching it used to be an
+/// error that ended this node, and with it a job that was running well.
 async fn reach_new_servers(
     placement: &Placement,
-    store: &ParamStore,
-    servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    dialer: &Dialer,
+    (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
+    passed_over: &mut PassedOver,
 ) {
     for place in &placement.servers {
         let id = ServerId(place.server);
         if servers.contains_key(&id) {
             continue;
         }
-        match dialer.connect(id, &place.listen_addr).await {
-            Ok(proxy) => {
-                store.add_server(id, proxy.clone());
-                servers.insert(id, proxy);
-                tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined");
+        match reach_server(id, &place.listen_addr, (store, servers, dialer)).await {
+            Ok(()) => {
+                tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined")
             }
             Err(e) => {
-                tracing::warn!(server = %id, addr = %place.listen_addr, error = %e, "could not reach a server that joined; passed over")
+                tracing::warn!(server = %id, addr = %place.listen_addr, error = %e, "could not reach a server that joined; passed over until something is routed to it");
+                passed_over.0.insert(id, place.listen_addr.clone());
             }
         }
+    }
+}
+
+/// This node's proxies to the other nodes' servers (and its own server), by id.
+type ServerProxies = BTreeMap<ServerId, ActorRef<ServerMsg>>;
+
+/// Opens a proxy to server `id` at `addr` and routes to it from now on.
+async fn reach_server(
+    id: ServerId,
+    addr: &str,
+    (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
+) -> Result<(), HarpError> {
+    let proxy = dialer.connect(id, addr).await?;
+    store.add_server(id, proxy.clone());
+    servers.insert(id, proxy);
+    Ok(())
+}
+
+/// The servers this node could not reach when they joined, with their addresses. One is
+/// dialled again when the master first sends this node something for it (a shard rerouted
+/// to it, a shard to hand to it), so a dial that failed once (a peer slow to answer, a
+/// network blip) does not fail this node's micro-tasks for as long as the job runs. Before,
+/// a passed-over server was never dialled again, and every later read or update of a shard
+/// moved to it failed this node.
+#[derive(Default)]
+struct PassedOver(BTreeMap<ServerId, String>);
+
+impl PassedOver {
+    /// Dials `server` again if it was passed over; on success it is reached like any other
+    /// (and forgotten here). Nothing for a server this node reaches already or never heard
+    /// of. A second failure is logged, and what is routed to it fails as before.
+    async fn reach_again(
+        &mut self,
+        server: ServerId,
+        (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
+    ) {
+        if servers.contains_key(&server) {
+            return;
+        }
+        let Some(addr) = self.0.get(&server).cloned() else {
+            return;
+        };
+        match reach_server(server, &addr, (store, servers, dialer)).await {
+            Ok(()) => {
+                self.0.remove(&server);
+                tracing::info!(%server, %addr, "reached a server that was passed over");
+            }
+            Err(e) => {
+                tracing::warn!(%server, %addr, error = %e, "still cannot reach a server that was passed over; what is routed to it fails on this node")
+            }
+        }
+    }
+
+    /// `server` left the job or was lost: no reason to dial it again.
+    fn forget(&mut self, server: ServerId) {
+        self.0.remove(&server);
     }
 }
 
@@ -475,11 +525,7 @@ async fn reach_new_servers(
 /// them first): forget it and stop its proxy, which closes the link and drops every reply
 /// still awaited from it, so the reads and flush parts a failed server left unanswered go
 /// to the new owners (a server that left has none: the nodes drained it first).
-fn forget_server(
-    store: &ParamStore,
-    servers: &mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    server: ServerId,
-) {
+fn forget_server(store: &ParamStore, servers: &mut ServerProxies, server: ServerId) {
     store.forget_server(server);
     if let Some(proxy) = servers.remove(&server) {
         proxy.stop(Some("server gone".into()));
@@ -487,12 +533,7 @@ fn forget_server(
 }
 
 /// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered.
-fn drain_server(
-    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
-    master_link: &Link,
-    request_id: u64,
-    server: ServerId,
-) {
+fn drain_server(servers: &ServerProxies, master_link: &Link, request_id: u64, server: ServerId) {
     let link = master_link.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let asked = servers
@@ -681,7 +722,7 @@ fn release_executor<A: App>(
 /// the new owner holds the rows.
 fn hand_off_shard(
     local_server: Option<&ActorRef<ServerMsg>>,
-    servers: &BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    servers: &ServerProxies,
     master_link: &Link,
     request_id: u64,
     (shard, num_shards, to_id): (ShardId, u32, ServerId),
@@ -831,7 +872,7 @@ fn millis(elapsed: Duration) -> f64 {
 /// servers, its dialer, and the executor states it parked.
 type Plumbing<'a> = (
     &'a Arc<ParamStore>,
-    &'a mut BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    &'a mut ServerProxies,
     &'a Dialer,
     &'a Arc<StateOutbox>,
 );
@@ -848,6 +889,7 @@ async fn serve_master<A: App>(
     let mut leave = std::pin::pin!(leave);
     let mut leaving = false;
     let mut keys_in_parts = KeysInParts::default();
+    let mut passed_over = PassedOver::default();
     loop {
         let next = tokio::select! {
             next = from_master.recv() => next,
@@ -966,22 +1008,34 @@ async fn serve_master<A: App>(
                 shard,
                 num_shards,
                 to_server,
-            } => hand_off_shard(
-                local_server,
-                servers,
-                master_link,
-                request_id,
-                (ShardId(shard), num_shards, ServerId(to_server)),
-            ),
+            } => {
+                let to_server = ServerId(to_server);
+                passed_over
+                    .reach_again(to_server, (store, servers, dialer))
+                    .await;
+                hand_off_shard(
+                    local_server,
+                    servers,
+                    master_link,
+                    request_id,
+                    (ShardId(shard), num_shards, to_server),
+                )
+            }
             Message::Reroute { shard, server } => {
-                store.reroute(ShardId(shard), ServerId(server))?;
+                let server = ServerId(server);
+                passed_over
+                    .reach_again(server, (store, servers, dialer))
+                    .await;
+                store.reroute(ShardId(shard), server)?;
             }
             Message::ServerLost { server } => {
                 tracing::warn!(%server, "a server failed; its shards were re-created on the others");
+                passed_over.forget(ServerId(server));
                 forget_server(store, servers, ServerId(server));
             }
             Message::ServerLeft { server } => {
                 tracing::debug!(%server, "a server left the job; its link is closed");
+                passed_over.forget(ServerId(server));
                 forget_server(store, servers, ServerId(server));
             }
             Message::RowsSaved {
@@ -1016,7 +1070,7 @@ async fn serve_master<A: App>(
                 }
             },
             Message::Placement(placement) => {
-                reach_new_servers(&placement, store, servers, dialer).await;
+                reach_new_servers(&placement, (store, servers, dialer), &mut passed_over).await;
             }
             Message::DrainServer { request_id, server } => {
                 drain_server(servers, master_link, request_id, ServerId(server));
@@ -1064,3 +1118,7 @@ async fn serve_master<A: App>(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "redial_tests.rs"]
+mod redial_tests;

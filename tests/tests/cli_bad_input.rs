@@ -387,6 +387,18 @@ fn counter_bad_options() {
     refused(counter(&["--window", "0"]), &["window"]);
     refused(counter(&["--rows", "0"]), &["rows"]);
     refused(counter(&["--width", "0"]), &["width"]);
+    refused(
+        counter(&["--stop-wait", "-1"]),
+        &["--stop-wait", "0 to 86400 seconds"],
+    );
+    refused(
+        counter(&["--stop-wait", "inf"]),
+        &["--stop-wait", "0 to 86400 seconds"],
+    );
+    refused(
+        counter(&["--stop-wait", "soon"]),
+        &["not a number of seconds"],
+    );
 }
 
 #[test]

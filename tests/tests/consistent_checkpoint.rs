@@ -593,6 +593,54 @@ fn resumes_that_cannot_work_are_refused_clearly() {
     );
 }
 
+/// `--stop-wait`: a stopped job waits that long for its micro-tasks in flight, and no
+/// longer, for its last checkpoint. Here each micro-task takes 3 s and the wait is 0.2 s: the
+/// job ends without the checkpoint and says why (the tasks in flight, after 0.2 s, not the
+/// default 20 s); nothing is written, and the job does not offer a `--resume` that would be
+/// refused.
+#[test]
+fn a_stop_waits_for_its_last_checkpoint_only_as_long_as_stop_wait() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt");
+    let mut command = Command::new(harp_binary!());
+    command.args(counter_sized(
+        "100",
+        "10",
+        &[
+            "--task-sleep-us",
+            "3000000",
+            "--checkpoint-dir",
+            path_arg(&dir),
+            "--checkpoint-every",
+            "1000000",
+            "--stop-wait",
+            "0.2",
+        ],
+    ));
+    command.env_remove("HARP_LOG");
+    let (mut child, lines, reader) = harp_tests::spawn_reading_stderr(&mut command);
+    // Let its first micro-tasks start.
+    std::thread::sleep(Duration::from_millis(500));
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let gave_up = wait_for_line(&lines, "micro-tasks were still in flight after");
+    assert!(gave_up.contains("after 0.2 s"), "{gave_up}");
+    let said = wait_for_line(&lines, "the job was stopped (the master got SIGTERM)");
+    let status = harp_tests::wait_exit(&mut child, "the stopped job");
+    reader.join().expect("the stderr reader");
+    assert_eq!(status.code(), Some(128 + 15), "{status}: {said}");
+    // No `--resume` offered for a directory with nothing to resume from.
+    assert!(
+        said.contains("holds no complete checkpoint of this job to go on from"),
+        "{said}"
+    );
+    assert!(!said.contains("--resume"), "{said}");
+    assert!(committed(&dir).is_empty(), "{:?}", committed(&dir));
+}
+
 /// A job checkpointed on two node processes (two workers, two servers) goes on on fewer
 /// and on more: resumed on one node process (its one worker hosts both executors, its one
 /// server every shard) and killed again after a checkpoint of its own, then resumed in one

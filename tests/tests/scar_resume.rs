@@ -72,7 +72,7 @@ fn a_loss_right_after_a_resume_restores_the_resumed_values() {
         checkpoint_dir: Some(dir.clone()),
         every: EVERY,
         keep: 10,
-        resume_from: None,
+        ..ConsistentOptions::default()
     };
     let (whole, _) = rt
         .block_on(harp::run_job_consistent(counter(), &job(None), &write))

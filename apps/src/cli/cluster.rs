@@ -94,6 +94,12 @@ pub struct ClusterArgs {
     /// Complete checkpoints kept in the directory.
     #[arg(long, default_value_t = 3)]
     pub checkpoint_keep: usize,
+    /// With --checkpoint-dir: how long a stopped job (SIGTERM or Ctrl-C on the master) waits
+    /// for its micro-tasks in flight to finish, for one last checkpoint to go on from,
+    /// before it ends without it (seconds; 0: only if nothing is in flight). Keep it below
+    /// your scheduler's grace period.
+    #[arg(long, value_name = "SECONDS", default_value_t = harp::STOP_WAIT_DEFAULT.as_secs_f64(), value_parser = stop_wait_seconds, allow_negative_numbers = true)]
+    pub stop_wait: f64,
     /// Survive the death of worker nodes (across processes): each flush is staged on the
     /// servers and committed by the master (one more round trip per flush), so a dead
     /// worker's executors are created again on the live workers and exactly the micro-tasks
@@ -107,6 +113,20 @@ pub struct ClusterArgs {
     /// Checkpoints go on into this directory unless --checkpoint-dir names another.
     #[arg(long)]
     pub resume: Option<std::path::PathBuf>,
+}
+
+/// `--stop-wait`: finite seconds, 0 or more, at most a day.
+fn stop_wait_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number of seconds: {text:?}"))?;
+    if !seconds.is_finite() || !(0.0..=86_400.0).contains(&seconds) {
+        return Err(format!(
+            "{text} is not a wait from 0 to 86400 seconds (a day)"
+        ));
+    }
+    Ok(seconds)
 }
 
 /// `--inject-timing`.
@@ -227,6 +247,7 @@ impl ClusterArgs {
             every: self.checkpoint_every,
             keep: self.checkpoint_keep,
             resume_from: self.resume.clone(),
+            stop_wait: std::time::Duration::from_secs_f64(self.stop_wait),
         })
     }
 

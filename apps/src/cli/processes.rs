@@ -34,11 +34,12 @@ pub fn execute<A: App>(
         None => {
             let job: JobConfig = cluster.job_config(collect_params);
             let options = consistent.cloned().unwrap_or_default();
+            let app_name = app.name().to_string();
             runtime
                 .block_on(harp::run_job_consistent_controlled(
                     app, &job, &options, inbox,
                 ))
-                .map_err(|e| with_resume_hint(e, consistent))
+                .map_err(|e| with_resume_hint(e, consistent, &app_name))
                 .map(|(outcome, report)| (outcome, consistent.map(|_| report)))
         }
         Some(nodes) => across(
@@ -56,15 +57,22 @@ pub fn execute<A: App>(
     result
 }
 
-/// A stopped job that wrote checkpoints says how to go on from them.
+/// A stopped job that wrote checkpoints says how to go on from them; one that wrote none
+/// (its last one given up after --stop-wait, say) says so rather than offer a `--resume`
+/// that would be refused.
 fn with_resume_hint(
     error: harp::HarpError,
     consistent: Option<&ConsistentOptions>,
+    app: &str,
 ) -> anyhow::Error {
     let dir = consistent.and_then(|c| c.checkpoint_dir.as_ref());
     match (&error, dir) {
-        (harp::HarpError::Stopped { .. }, Some(dir)) => anyhow!(
+        (harp::HarpError::Stopped { .. }, Some(dir)) if harp::resumable(dir, app) => anyhow!(
             "{error}; to go on from the newest checkpoint in {dir}, run the same command with --resume {dir}",
+            dir = dir.display()
+        ),
+        (harp::HarpError::Stopped { .. }, Some(dir)) => anyhow!(
+            "{error}; {dir} holds no complete checkpoint of this job to go on from",
             dir = dir.display()
         ),
         _ => error.into(),
@@ -83,6 +91,7 @@ fn across<A: App>(
     consistent: Option<&ConsistentOptions>,
     control: harp::ControlInbox,
 ) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
+    let app_name = app.name().to_string();
     let (creds, creds_dir, own_dir) = match &cluster.credentials {
         Some(dir) => {
             let (creds, created) = JobCredentials::load_or_generate(dir, app.name())?;
@@ -167,7 +176,7 @@ fn across<A: App>(
     if let Some(e) = spawn_error {
         return Err(e);
     }
-    let (outcome, report) = result.map_err(|e| with_resume_hint(e, consistent))?;
+    let (outcome, report) = result.map_err(|e| with_resume_hint(e, consistent, &app_name))?;
     Ok((outcome, consistent.map(|_| report)))
 }
 

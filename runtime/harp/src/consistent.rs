@@ -47,7 +47,22 @@ pub struct ConsistentOptions {
     /// Resume from the newest complete checkpoint in this directory instead of starting
     /// afresh.
     pub resume_from: Option<PathBuf>,
+    /// How long a stopped job ([`JobControl::stop`](crate::JobControl::stop)) that writes
+    /// checkpoints waits for its micro-tasks in flight to finish, for one last checkpoint to
+    /// go on from; after that it ends without it (a failed checkpoint). Zero: a last
+    /// checkpoint only if nothing is in flight when the stop comes. Default
+    /// [`STOP_WAIT_DEFAULT`] (20 s, within Kubernetes' default 30 s grace period).
+    pub stop_wait: std::time::Duration,
 }
+
+/// Whether `dir` holds a complete checkpoint of app `app` to resume from (what
+/// [`ConsistentOptions::resume_from`] needs; the manifests are read, not the files).
+pub fn resumable(dir: &std::path::Path, app: &str) -> bool {
+    harp_checkpoint::CheckpointStore::open_for_resume(dir, app, 1).is_ok()
+}
+
+/// [`ConsistentOptions::stop_wait`]'s default.
+pub const STOP_WAIT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Default for ConsistentOptions {
     fn default() -> Self {
@@ -56,6 +71,7 @@ impl Default for ConsistentOptions {
             every: 1,
             keep: 3,
             resume_from: None,
+            stop_wait: STOP_WAIT_DEFAULT,
         }
     }
 }

@@ -536,6 +536,7 @@ fn checkpoint_writer<A: App>(
         store,
         every: options.every,
         layout,
+        stop_wait: options.stop_wait,
     }))
 }
 

@@ -36,7 +36,8 @@ mod worker;
 
 pub use app::{App, Completion, Driver, DriverContext, Executor, JobInfo, Payload};
 pub use consistent::{
-    CheckpointOutcome, CheckpointRecord, ConsistentOptions, ConsistentReport, ResumeRecord,
+    resumable, CheckpointOutcome, CheckpointRecord, ConsistentOptions, ConsistentReport,
+    ResumeRecord, STOP_WAIT_DEFAULT,
 };
 pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
 pub use error::{AppError, HarpError};

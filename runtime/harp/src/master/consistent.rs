@@ -35,16 +35,15 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// How long a stopped job waits for the micro-tasks in flight to finish before its last
-/// checkpoint (`checkpoint_before_stop`); then it ends without that checkpoint (a hung
-/// micro-task must not keep a stopped job from ending).
-pub(crate) const STOP_CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
-
 /// Where and how often the master writes checkpoints.
 pub(crate) struct WriteSetup {
     pub store: CheckpointStore,
     pub every: u64,
     pub layout: CheckpointLayout,
+    /// How long a stop waits for the micro-tasks in flight to finish before its last
+    /// checkpoint (`ConsistentOptions::stop_wait`); then the job ends without that
+    /// checkpoint (a hung micro-task must not keep a stopped job from ending).
+    pub stop_wait: std::time::Duration,
 }
 
 /// Where a resumed job starts.
@@ -284,17 +283,25 @@ impl<A: App> MasterState<A> {
         true
     }
 
-    /// A stopped job waited [`STOP_CHECKPOINT_WAIT`] and its last checkpoint is still not
+    /// How long a stop waits for its last checkpoint (`ConsistentOptions::stop_wait`).
+    pub(super) fn stop_wait(&self) -> std::time::Duration {
+        self.consistent
+            .as_ref()
+            .and_then(|c| c.write.as_ref())
+            .map_or(crate::consistent::STOP_WAIT_DEFAULT, |w| w.stop_wait)
+    }
+
+    /// A stopped job waited [`Self::stop_wait`] and its last checkpoint is still not
     /// captured: give it up (counted as failed, with why).
     pub(super) fn give_up_stop_checkpoint(&mut self) {
         let unfinished = self.in_flight.saturating_sub(self.held_count());
+        let waited_s = self.stop_wait().as_secs_f64();
         let Some(consistent) = self.consistent.as_mut() else {
             return;
         };
         let Some((iteration, held_since)) = consistent.pending.take() else {
             return;
         };
-        let waited_s = STOP_CHECKPOINT_WAIT.as_secs_f64();
         let why = format!(
             "the job was stopped and {unfinished} micro-tasks were still in flight after {waited_s} s"
         );

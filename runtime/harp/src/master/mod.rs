@@ -147,7 +147,7 @@ pub(crate) enum MasterMsg<A: App> {
     /// The driver finished while a checkpoint round ran, and the job has waited
     /// [`checkpoints::ROUND_AT_END_WAIT`] for it (internal).
     RoundAtEndWaitOver,
-    /// A stopped job has waited [`consistent::STOP_CHECKPOINT_WAIT`] for its last
+    /// A stopped job has waited its `ConsistentOptions::stop_wait` for its last
     /// checkpoint (internal): it ends without it if it is still not captured.
     StopWaitOver,
     /// Fault injection: make `server` (in this process) fail now, then recover from it as
@@ -843,7 +843,7 @@ impl<A: App> Actor for MasterActor<A> {
                 } else if state.checkpoint_before_stop().await {
                     tracing::info!(%reason, "stopping the job after a last checkpoint");
                     state.stopping = Some(reason);
-                    let wait = consistent::STOP_CHECKPOINT_WAIT;
+                    let wait = state.stop_wait();
                     tell_after(&myself, wait, MasterMsg::StopWaitOver);
                     Ok(false)
                 } else {

@@ -628,6 +628,9 @@ fn a_stop_waits_for_its_last_checkpoint_only_as_long_as_stop_wait() {
     assert!(status.success());
     let gave_up = wait_for_line(&lines, "micro-tasks were still in flight after");
     assert!(gave_up.contains("after 0.2 s"), "{gave_up}");
+    // The report counts it as failed, with why.
+    let failed = wait_for_line(&lines, "): FAILED (the job was stopped and");
+    assert!(failed.contains("after 0.2 s"), "{failed}");
     let said = wait_for_line(&lines, "the job was stopped (the master got SIGTERM)");
     let status = harp_tests::wait_exit(&mut child, "the stopped job");
     reader.join().expect("the stderr reader");
@@ -703,6 +706,7 @@ fn counter_stopped_by_sigint_checkpoints_says_how_to_resume_and_the_resume_is_ex
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("ckpt");
     let d = path_arg(&dir);
+    let metrics = tmp.path().join("stopped.jsonl");
     let mut command = Command::new(harp_binary!());
     command.args(counter(&[
         "--task-sleep-us",
@@ -711,6 +715,8 @@ fn counter_stopped_by_sigint_checkpoints_says_how_to_resume_and_the_resume_is_ex
         d,
         "--checkpoint-every",
         "1000000",
+        "--metrics-out",
+        path_arg(&metrics),
     ]));
     command.env_remove("HARP_LOG");
     let (mut child, lines, reader) = harp_tests::spawn_reading_stderr(&mut command);
@@ -725,10 +731,27 @@ fn counter_stopped_by_sigint_checkpoints_says_how_to_resume_and_the_resume_is_ex
         .status()
         .expect("kill");
     assert!(status.success());
+    // The stopped job reports its checkpoint, on the terminal and in the metrics file.
+    let written = wait_for_line(&lines, "): written,");
     let said = wait_for_line(&lines, "the job was stopped (the master got SIGINT) after");
     let status = harp_tests::wait_exit(&mut child, "the stopped job");
     reader.join().expect("the stderr reader");
     assert_eq!(status.code(), Some(128 + 2), "{status}: {said}");
+    let records = read_json_lines(&metrics);
+    let checkpoints: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "checkpoint")
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "{records:?}");
+    assert_eq!(
+        checkpoints[0]["checkpoint"]["outcome"], "written",
+        "{checkpoints:?}"
+    );
+    let seq = checkpoints[0]["checkpoint"]["seq"].as_u64();
+    assert!(
+        seq.is_some_and(|seq| written.starts_with(&format!("checkpoint {seq} "))),
+        "{written}"
+    );
     assert!(
         said.contains(&format!("run the same command with --resume {d}")),
         "{said}"

@@ -49,6 +49,7 @@ fn a_running_job_in_one_process_stops_with_the_first_reason_given() {
                 reason,
                 started,
                 tasks_completed,
+                ..
             }) => {
                 assert_eq!(reason, "the operator asked");
                 assert!(started);
@@ -110,6 +111,7 @@ fn a_job_across_processes_tells_its_node_it_was_stopped() {
                 reason,
                 started,
                 tasks_completed,
+                ..
             }) => {
                 assert_eq!(reason, "the test is over");
                 assert!(started);

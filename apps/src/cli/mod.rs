@@ -146,6 +146,17 @@ fn execute_app<A: harp::App>(
     let scale = output.clone();
     let on_scale = move |e: &harp::ScaleEvent| scale.scale_event(e);
     let result = processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref());
+    // A stopped job reports what its checkpoints did (the stop's last one too) before its
+    // error.
+    if let Some(harp::HarpError::Stopped {
+        checkpoints: Some(report),
+        ..
+    }) = result.as_ref().err().and_then(|e| e.downcast_ref())
+    {
+        if let Err(e) = checkpoints::report(report, output.metrics()) {
+            tracing::warn!(error = %e, "could not report the stopped job's checkpoints");
+        }
+    }
     let finished = output.finish();
     let outcome = result?;
     finished?;

@@ -59,24 +59,27 @@ pub fn execute<A: App>(
 
 /// A stopped job that wrote checkpoints says how to go on from them; one that wrote none
 /// (its last one given up after --stop-wait, say) says so rather than offer a `--resume`
-/// that would be refused.
+/// that would be refused. The error stays inside (`downcast_ref::<harp::HarpError>`), for
+/// the stopped job's checkpoint report.
 fn with_resume_hint(
     error: harp::HarpError,
     consistent: Option<&ConsistentOptions>,
     app: &str,
 ) -> anyhow::Error {
     let dir = consistent.and_then(|c| c.checkpoint_dir.as_ref());
-    match (&error, dir) {
-        (harp::HarpError::Stopped { .. }, Some(dir)) if harp::resumable(dir, app) => anyhow!(
+    let hint = match (&error, dir) {
+        (harp::HarpError::Stopped { .. }, Some(dir)) if harp::resumable(dir, app) => format!(
             "{error}; to go on from the newest checkpoint in {dir}, run the same command with --resume {dir}",
             dir = dir.display()
         ),
-        (harp::HarpError::Stopped { .. }, Some(dir)) => anyhow!(
+        (harp::HarpError::Stopped { .. }, Some(dir)) => format!(
             "{error}; {dir} holds no complete checkpoint of this job to go on from",
             dir = dir.display()
         ),
-        _ => error.into(),
-    }
+        _ => return error.into(),
+    };
+    // The hint holds the error's text, which `main` therefore does not print twice.
+    anyhow::Error::new(error).context(hint)
 }
 
 /// [`execute`] across processes: `nodes` node processes.

@@ -92,6 +92,10 @@ pub enum HarpError {
         /// still waits for its nodes).
         started: bool,
         tasks_completed: u64,
+        /// What the job's consistent checkpoints did, the stop's last one included (`None`
+        /// for a job that wrote none, and on a node, which hears of the stop from its
+        /// master).
+        checkpoints: Option<Box<crate::ConsistentReport>>,
     },
     /// Checkpoint storage refused or failed (missing or unwritable directory, another
     /// app's or job's checkpoints, nothing complete to resume from, ...).

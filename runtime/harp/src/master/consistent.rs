@@ -322,6 +322,10 @@ impl<A: App> MasterState<A> {
             reason,
             started: self.before_start.is_none(),
             tasks_completed: self.completed,
+            checkpoints: self
+                .consistent
+                .as_ref()
+                .map(|c| Box::new(lock(&c.report).clone())),
         }
     }
 

@@ -214,6 +214,7 @@ async fn run_across<A: App>(
         reason,
         started: false,
         tasks_completed: 0,
+        checkpoints: None,
     };
     let nodes = tokio::select! {
         nodes = accept_nodes(&endpoint, &identity, job, options, &counters) => nodes?,

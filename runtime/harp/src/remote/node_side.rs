@@ -1102,6 +1102,7 @@ async fn serve_master<A: App>(
                         reason: message,
                         started: true,
                         tasks_completed,
+                        checkpoints: None,
                     }),
                     (false, None) => Err(HarpError::Remote(format!(
                         "the master ended the job: {message}"

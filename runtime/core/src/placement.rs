@@ -180,12 +180,48 @@ impl ShardMap {
         lost: ServerId,
         live: &[ServerId],
     ) -> Result<Vec<(ShardId, ServerId)>, CoreError> {
-        place_on_least_loaded(
-            self.shards_on(lost),
-            live.iter().copied().filter(|s| *s != lost),
-            self.owner.iter().copied(),
-        )
-        .ok_or(CoreError::NoServers)
+        self.place_orphans_pinned(lost, live, &BTreeMap::new())
+    }
+
+    /// [`place_orphans`](Self::place_orphans), except that an orphan `pinned` to a server
+    /// of `live` (other than `lost`) goes there: a shard whose hand-off from `lost` to that
+    /// server was under way when `lost` failed, which may hold its rows already. The other
+    /// orphans go to the least loaded survivors, counting the pinned ones where they go.
+    /// Pins of shards `lost` does not own, or to servers not in `live`, are ignored.
+    pub fn place_orphans_pinned(
+        &self,
+        lost: ServerId,
+        live: &[ServerId],
+        pinned: &BTreeMap<ShardId, ServerId>,
+    ) -> Result<Vec<(ShardId, ServerId)>, CoreError> {
+        let survivors = || live.iter().copied().filter(move |s| *s != lost);
+        if survivors().next().is_none() {
+            return Err(CoreError::NoServers);
+        }
+        let pin_of = |shard: &ShardId| {
+            pinned
+                .get(shard)
+                .copied()
+                .filter(|to| *to != lost && live.contains(to))
+        };
+        let (kept, free): (Vec<ShardId>, Vec<ShardId>) = self
+            .shards_on(lost)
+            .into_iter()
+            .partition(|shard| pin_of(shard).is_some());
+        let owners = (0..self.owner.len()).map(|s| {
+            let shard = ShardId(s as u32);
+            pin_of(&shard)
+                .filter(|_| kept.contains(&shard))
+                .unwrap_or(self.owner[s])
+        });
+        let mut placed =
+            place_on_least_loaded(free, survivors(), owners).ok_or(CoreError::NoServers)?;
+        placed.extend(
+            kept.iter()
+                .filter_map(|shard| pin_of(shard).map(|to| (*shard, to))),
+        );
+        placed.sort_unstable_by_key(|(shard, _)| *shard);
+        Ok(placed)
     }
 
     /// Moves `shard` to `server`; returns its previous owner.
@@ -267,6 +303,52 @@ mod tests {
                     let max = *counts.iter().max().unwrap();
                     let min = *counts.iter().min().unwrap();
                     assert!(max - min <= 1 || max == before_max, "{counts:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pinned_orphans_go_where_they_are_pinned_and_the_others_around_them() {
+        for servers in 2u32..6 {
+            for shards in 1u32..30 {
+                let ids: Vec<ServerId> = (0..servers).map(ServerId).collect();
+                let map = ShardMap::round_robin(shards, &ids).unwrap();
+                for lost in 0..servers {
+                    let lost = ServerId(lost);
+                    let orphans = map.shards_on(lost);
+                    // Pin every other orphan to the next server; also a pin of a shard the
+                    // lost server does not own, one to itself and one to a server not live.
+                    let mut pinned = BTreeMap::new();
+                    for (i, shard) in orphans.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+                        pinned.insert(*shard, ServerId((lost.0 + 1 + i as u32) % servers));
+                    }
+                    let foreign = (0..shards)
+                        .map(ShardId)
+                        .find(|s| map.server_of(*s).ok() != Some(lost));
+                    if let Some(foreign) = foreign {
+                        pinned.insert(foreign, lost);
+                    }
+                    if let Some(last) = orphans.last() {
+                        pinned.entry(*last).or_insert(ServerId(99));
+                    }
+                    let placed = map.place_orphans_pinned(lost, &ids, &pinned).unwrap();
+                    let moved: Vec<ShardId> = placed.iter().map(|(s, _)| *s).collect();
+                    assert_eq!(moved, orphans, "each orphan placed once, in order");
+                    for (shard, to) in &placed {
+                        assert_ne!(*to, lost);
+                        assert!(ids.contains(to));
+                        if let Some(pin) = pinned.get(shard).filter(|p| ids.contains(p)) {
+                            if *pin != lost {
+                                assert_eq!(to, pin, "{shard} was pinned");
+                            }
+                        }
+                    }
+                    // No pins: exactly place_orphans.
+                    assert_eq!(
+                        map.place_orphans_pinned(lost, &ids, &BTreeMap::new()),
+                        map.place_orphans(lost, &ids)
+                    );
                 }
             }
         }

@@ -113,6 +113,17 @@ pub struct ShardPlace {
     pub server: u32,
 }
 
+/// A [`Message::TakeOverShard`] that re-creates a failed server's shard from the running
+/// checkpoint: the first part of recovery `generation` to arrive drops whatever rows of
+/// the shard (of `num_shards`) the server still holds, so it ends with exactly the restored
+/// rows.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct RestoreWire {
+    pub generation: u64,
+    pub num_shards: u32,
+}
+
 /// Where one server runs.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
@@ -581,11 +592,14 @@ pub enum Message {
         request_id: u64,
         result: HandOffResult,
     },
-    /// old server node → new server node: the rows of `shard`, with optimizer state.
+    /// old server node → new server node: the rows of `shard`, with optimizer state (or
+    /// master → server node: a failed server's shard, re-created from the running
+    /// checkpoint, `restore`).
     TakeOverShard {
         request_id: u64,
         shard: u32,
         rows: Vec<ShardRowWire>,
+        restore: Option<RestoreWire>,
     },
     /// new server node → old server node: the rows of a [`Message::TakeOverShard`] are in.
     TookOver { request_id: u64 },

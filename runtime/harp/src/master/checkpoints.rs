@@ -29,7 +29,7 @@ use super::MasterMsg;
 use crate::app::App;
 use crate::error::HarpError;
 use crate::scar::{CheckpointStats, FaultTiming, Injection, Recovery, ScarOptions};
-use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
+use crate::server::checkpoint_round::{checkpoint_round_except, InTransit, RoundOutcome};
 use crate::server::ServerMsg;
 use harp_core::scar::{due, CheckpointSelector};
 use harp_core::{shard_of, KeyMap, ParamKey, RowData, ServerId, ShardId};
@@ -52,6 +52,9 @@ pub(crate) struct RoundDone {
     pub result: Result<RoundOutcome, HarpError>,
     pub started: Instant,
 }
+
+/// The servers a round asks, and the shards in transit whose new owners' rows it leaves out.
+pub(crate) type RoundServers = (Vec<(ServerId, ActorRef<ServerMsg>)>, InTransit);
 
 /// Runs `round` on a task of its own; the master hears `CheckpointRoundDone` when it ends.
 pub(crate) fn spawn_round<A: App>(
@@ -270,7 +273,7 @@ impl RunningCheckpoint {
     pub(crate) fn iteration_completed(
         &mut self,
         iteration: u64,
-        servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
+        (servers, in_transit): RoundServers,
     ) -> Option<impl Future<Output = RoundDone> + Send + 'static> {
         let last = self.stats.last_iteration;
         if last.is_some_and(|last| iteration <= last) {
@@ -282,7 +285,7 @@ impl RunningCheckpoint {
         if !due_now {
             return None;
         }
-        self.start_round(iteration, servers)
+        self.start_round(iteration, (servers, in_transit))
     }
 
     /// Starts a round for `iteration` now, whatever the schedule says, unless one runs
@@ -291,7 +294,7 @@ impl RunningCheckpoint {
     pub(crate) fn start_round(
         &mut self,
         iteration: u64,
-        servers: Vec<(ServerId, ActorRef<ServerMsg>)>,
+        (servers, in_transit): RoundServers,
     ) -> Option<impl Future<Output = RoundDone> + Send + 'static> {
         let Some(mut selector) = self.selector.take() else {
             let awaited = self.waiting.as_ref().is_some_and(|(i, _)| *i == iteration);
@@ -303,7 +306,8 @@ impl RunningCheckpoint {
         let fraction = self.options.fraction;
         Some(async move {
             let started = Instant::now();
-            let result = checkpoint_round(&servers, &mut selector, fraction).await;
+            let result =
+                checkpoint_round_except(&servers, &mut selector, fraction, &in_transit).await;
             RoundDone {
                 iteration,
                 selector,
@@ -424,20 +428,34 @@ mod tests {
     #[tokio::test]
     async fn rounds_start_every_r_c_iterations_one_at_a_time() {
         let mut ckpt = running(8, 0.25); // a round every 2 iterations
-        assert!(ckpt.iteration_completed(1, Vec::new()).is_none());
-        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        assert!(ckpt
+            .iteration_completed(1, (Vec::new(), InTransit::default()))
+            .is_none());
+        let round = ckpt
+            .iteration_completed(2, (Vec::new(), InTransit::default()))
+            .expect("due at 2");
         // Due at 4 while the round of 2 still runs: skipped, not queued.
-        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
+        assert!(ckpt
+            .iteration_completed(4, (Vec::new(), InTransit::default()))
+            .is_none());
         assert_eq!(ckpt.stats().rounds_skipped, 1);
         ckpt.round_done(round.await);
         assert_eq!(ckpt.stats().rounds, 1);
         // Old or repeated iterations change nothing; 5 is not due.
-        assert!(ckpt.iteration_completed(3, Vec::new()).is_none());
-        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
-        assert!(ckpt.iteration_completed(5, Vec::new()).is_none());
+        assert!(ckpt
+            .iteration_completed(3, (Vec::new(), InTransit::default()))
+            .is_none());
+        assert!(ckpt
+            .iteration_completed(4, (Vec::new(), InTransit::default()))
+            .is_none());
+        assert!(ckpt
+            .iteration_completed(5, (Vec::new(), InTransit::default()))
+            .is_none());
         assert_eq!(ckpt.stats().last_iteration, Some(5));
         // A report that jumps over a due iteration (6) still starts one round.
-        let round = ckpt.iteration_completed(7, Vec::new()).expect("6 was due");
+        let round = ckpt
+            .iteration_completed(7, (Vec::new(), InTransit::default()))
+            .expect("6 was due");
         ckpt.round_done(round.await);
         assert_eq!(ckpt.stats().rounds, 2);
         assert_eq!(ckpt.stats().rounds_skipped, 1);
@@ -449,11 +467,15 @@ mod tests {
     async fn a_round_runs_until_it_is_done_and_one_the_end_left_is_counted() {
         let mut ckpt = running(8, 0.25);
         assert!(!ckpt.round_running());
-        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let round = ckpt
+            .iteration_completed(2, (Vec::new(), InTransit::default()))
+            .expect("due at 2");
         assert!(ckpt.round_running());
         ckpt.round_done(round.await);
         assert!(!ckpt.round_running());
-        let _left = ckpt.iteration_completed(4, Vec::new()).expect("due at 4");
+        let _left = ckpt
+            .iteration_completed(4, (Vec::new(), InTransit::default()))
+            .expect("due at 4");
         assert!(ckpt.round_running());
         ckpt.round_unfinished();
         let stats = ckpt.stats();
@@ -479,17 +501,23 @@ mod tests {
             ..ScarOptions::default()
         })
         .unwrap();
-        let round_of_2 = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let round_of_2 = ckpt
+            .iteration_completed(2, (Vec::new(), InTransit::default()))
+            .expect("due at 2");
         assert!(matches!(
             ckpt.take_faults(4),
             FaultsDue::AfterRound { iteration: 4 }
         ));
         // The round of 4 is due while that of 2 runs: it waits, it is not skipped.
-        assert!(ckpt.iteration_completed(4, Vec::new()).is_none());
+        assert!(ckpt
+            .iteration_completed(4, (Vec::new(), InTransit::default()))
+            .is_none());
         assert_eq!(ckpt.wait_for_round(), None, "the round of 2 still runs");
         ckpt.round_done(round_of_2.await);
         assert_eq!(ckpt.wait_for_round(), Some(4));
-        let round_of_4 = ckpt.start_round(4, Vec::new()).expect("runs now");
+        let round_of_4 = ckpt
+            .start_round(4, (Vec::new(), InTransit::default()))
+            .expect("runs now");
         ckpt.round_done(round_of_4.await);
         assert!(ckpt.faults_after_round().is_some());
         assert_eq!(ckpt.stats().rounds, 2);
@@ -502,7 +530,9 @@ mod tests {
         ckpt: &mut RunningCheckpoint,
         failed: Vec<(ServerId, HarpError)>,
     ) -> RoundDone {
-        let round = ckpt.iteration_completed(2, Vec::new()).expect("due at 2");
+        let round = ckpt
+            .iteration_completed(2, (Vec::new(), InTransit::default()))
+            .expect("due at 2");
         let mut done = round.await;
         done.result = Ok(RoundOutcome {
             failed,

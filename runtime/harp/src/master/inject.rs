@@ -18,6 +18,7 @@ use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
 use crate::scar::{Fault, Injection, InjectionReport, Recovery};
+use crate::server::checkpoint_round::InTransit;
 use crate::server::{dump_servers, reset_on_servers, RowsToReset, ServerMsg};
 use crate::table::{initial_row, TableSet};
 use harp_core::scar::{selection_count, SplitMix64};
@@ -74,12 +75,12 @@ impl<A: App> MasterState<A> {
     /// A checkpoint round ended: start the round that faults wait for, if it was skipped,
     /// or inject those faults, if it was theirs.
     pub(super) fn after_round_done(&mut self, myself: &ActorRef<MasterMsg<A>>) {
-        let servers = self.server_list();
+        let round_servers = self.round_servers();
         let Some(checkpoint) = self.checkpoint.as_mut() else {
             return;
         };
         if let Some(iteration) = checkpoint.wait_for_round() {
-            if let Some(round) = checkpoint.start_round(iteration, servers) {
+            if let Some(round) = checkpoint.start_round(iteration, round_servers) {
                 spawn_round(myself, round);
             }
         } else if let Some(faults) = checkpoint.faults_after_round() {
@@ -92,6 +93,20 @@ impl<A: App> MasterState<A> {
             .iter()
             .map(|(id, actor)| (*id, actor.clone()))
             .collect()
+    }
+
+    /// What a checkpoint round asks now: every server, leaving out the rows the new owners
+    /// of unconfirmed hand-offs report (`server::checkpoint_round::InTransit`).
+    pub(super) fn round_servers(&self) -> super::checkpoints::RoundServers {
+        let in_transit = self
+            .unconfirmed_hand_offs
+            .iter()
+            .map(|(shard, (_, to))| (*shard, *to))
+            .collect();
+        (
+            self.server_list(),
+            InTransit::new(self.shards.num_shards(), in_transit),
+        )
     }
 
     /// Holds what the driver dispatches and applies `faults` on a task of their own, with

@@ -332,6 +332,14 @@ pub(crate) struct MasterState<A: App> {
     /// Servers the latest scale event empties or emptied (they were not among its live
     /// servers): a failed server's shards never go there (`recovery.rs`).
     given_away: std::collections::BTreeSet<ServerId>,
+    /// Shard hand-offs asked for and not confirmed, `shard → (old owner, new owner)`: the
+    /// old owner may have sent the rows, and the new one may hold them. One whose old owner
+    /// vanished before answering stays until a recovery re-creates the shard, on the new
+    /// owner (`moves.rs`, `recovery.rs`).
+    unconfirmed_hand_offs: BTreeMap<ShardId, (ServerId, ServerId)>,
+    /// Server recoveries started so far: each one's take-overs carry its number, so that a
+    /// new owner drops what a failed hand-off left there first (`server::Restore`).
+    restore_generation: u64,
     /// Dispatches held while injected faults are applied.
     held: Option<Held<A::Args>>,
     /// The iteration whose checkpoint round waits for the injections to end.
@@ -447,26 +455,37 @@ impl<A: App> MasterState<A> {
 
     /// Starts a checkpoint round if one is due after `iteration`.
     fn iteration_completed(&mut self, myself: &ActorRef<MasterMsg<A>>, iteration: u64) {
+        let round_servers = self.round_servers();
         let Some(checkpoint) = self.checkpoint.as_mut() else {
             return;
         };
-        let servers = self
-            .servers
-            .iter()
-            .map(|(id, actor)| (*id, actor.clone()))
-            .collect();
-        if let Some(round) = checkpoint.iteration_completed(iteration, servers) {
+        if let Some(round) = checkpoint.iteration_completed(iteration, round_servers) {
             checkpoints::spawn_round(myself, round);
         }
     }
 
     /// Fault injection: fails `server` now and recovers from it (the reply gets the report).
+    /// Not while a shard moves from or to it: an injected failure picks a quiet moment (a
+    /// real one, `ServerLost`, is recovered from in the middle of a move from it too).
     fn crash_server(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         server: ServerId,
         reply: oneshot::Sender<Result<ServerRecovery, HarpError>>,
     ) {
+        let moving = self
+            .scale
+            .as_ref()
+            .is_some_and(|scale| scale.moves_a_shard_of(server));
+        if moving {
+            let _ = reply.send(Err(HarpError::Unrecoverable {
+                server,
+                reason:
+                    "a scale event was moving a shard from or to it; inject again once it ended"
+                        .into(),
+            }));
+            return;
+        }
         if let Err(e) = self.recoverable(server) {
             let _ = reply.send(Err(e));
             return;
@@ -678,6 +697,8 @@ impl<A: App> Actor for MasterActor<A> {
             recoveries: Vec::new(),
             shards_moved: std::collections::BTreeSet::new(),
             given_away: std::collections::BTreeSet::new(),
+            unconfirmed_hand_offs: BTreeMap::new(),
+            restore_generation: 0,
             held: None,
             deferred_iteration: None,
             injecting: false,

@@ -97,10 +97,23 @@ impl From<ShardId> for Moving {
 impl ScaleInProgress {
     /// Whether a shard's move from or to `server` is under way.
     pub(crate) fn moves_a_shard_of(&self, server: ServerId) -> bool {
+        self.moves_a_shard(|from, to| from == server || to == server)
+    }
+
+    /// Whether a shard's move to `server` is under way.
+    pub(crate) fn moves_a_shard_to(&self, server: ServerId) -> bool {
+        self.moves_a_shard(|_, to| to == server)
+    }
+
+    fn moves_a_shard(&self, ends: impl Fn(ServerId, ServerId) -> bool) -> bool {
         self.shard_ends.iter().any(|(shard, (from, to))| {
-            (*from == server || *to == server)
-                && self.unfinished.contains_key(&Moving::Shard(*shard))
+            ends(*from, *to) && self.unfinished.contains_key(&Moving::Shard(*shard))
         })
+    }
+
+    /// Whether `shard`'s move is under way in this event.
+    pub(crate) fn moves(&self, shard: ShardId) -> bool {
+        self.unfinished.contains_key(&Moving::Shard(shard))
     }
 }
 
@@ -494,6 +507,7 @@ impl<A: App> MasterState<A> {
                 reply: tx,
             })
             .map_err(|_| HarpError::ServerUnreachable(from))?;
+        self.unconfirmed_hand_offs.insert(shard, (from, to));
         reply_to_master(
             myself,
             rx,
@@ -504,13 +518,26 @@ impl<A: App> MasterState<A> {
     }
 
     /// The old server handed `shard` to `to` (or refused): record the new owner everywhere.
+    /// The answer to a move that already ended (its old owner died and a recovery
+    /// re-created the shard) changes nothing.
     pub(crate) fn on_shard_handed_off(
         &mut self,
         shard: ShardId,
         to: ServerId,
         result: Result<ShardMoved, HarpError>,
     ) -> Result<(), HarpError> {
-        let from = self.shards.server_of(shard).map(|s| s.0).unwrap_or(to.0);
+        if !self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
+            tracing::debug!(%shard, %to, ok = result.is_ok(), "the answer to a shard move that already ended");
+            return Ok(());
+        }
+        let from = self.shards.server_of(shard).unwrap_or(to);
+        // The old owner vanished before it answered: it may have sent the rows on, so the
+        // recovery of its shards puts this one on `to` (`recovery.rs`).
+        let source_vanished = matches!(&result, Err(HarpError::ServerUnreachable(s)) if *s == from);
+        if !source_vanished {
+            self.unconfirmed_hand_offs.remove(&shard);
+        }
+        let from = from.0;
         if let Ok(moved) = &result {
             self.shards.assign(shard, to)?;
             self.shards_moved.insert(shard);

@@ -16,20 +16,29 @@
 //! known for a failure injected in this process (read from the server as it fails) and, for
 //! a server node that died across processes, rebuilt exactly from what the live nodes
 //! report it acknowledged after each row's save in the image (`node/lost_ledger.rs`): the
-//! saved value plus those updates, on shards the server held since the job started. A failure the job cannot recover from ends it with a clear error: no
-//! running checkpoint, no live server left that takes load, or a shard of a running scale
-//! event on its way from or to the failed server. A scale event that moves executors, or
-//! shards between two other servers, goes on beside the recovery; the failed server's
-//! shards never go to a server the latest scale event empties or emptied.
+//! saved value plus those updates, on shards the server held since the job started. A
+//! failure the job cannot recover from ends it with a clear error: no running checkpoint, no
+//! live server left that takes load, or a shard of a running scale event on its way to the
+//! failed server. A scale event that moves executors, or shards between two other servers,
+//! goes on beside the recovery; the failed server's shards never go to a server the latest
+//! scale event empties or emptied. A shard the failed server was handing off, unconfirmed
+//! (`MasterState::unconfirmed_hand_offs`; its new owner may hold the rows already), goes
+//! to that new owner ([`ShardMap::place_orphans_pinned`]); every take-over of a recovery
+//! carries its generation ([`Restore`]), so the new owner first drops what the hand-off
+//! brought, and the move is reported failed. While such a hand-off is unconfirmed, no
+//! checkpoint round saves the new owner's rows of the shard
+//! (`server::checkpoint_round::InTransit`): the image holds nothing of what the nodes send
+//! again.
 //!
 //! [`ShardMap::place_orphans`]: harp_core::ShardMap::place_orphans
+//! [`ShardMap::place_orphans_pinned`]: harp_core::ShardMap::place_orphans_pinned
 
 use super::{MasterMsg, MasterState};
 use crate::app::App;
 use crate::error::HarpError;
 use crate::node::lost_ledger::{lost_since, RowsByEpoch};
 use crate::scar::{LostValues, ServerRecovery};
-use crate::server::{ServerMsg, ShardRows};
+use crate::server::{Restore, ServerMsg, ShardRows};
 use crate::table::{initial_row, TableSet, UpdateRule};
 use harp_core::scar::plan_recovery;
 use harp_core::{ParamKey, RowData, ServerId, ShardId};
@@ -70,13 +79,15 @@ impl<A: App> MasterState<A> {
             return refuse("it is not one of the job's live servers");
         }
         // Executor moves do not touch the shards, nor do shard moves between two other
-        // servers: only a shard on its way from or to this server stands in the way.
+        // servers. A shard on its way from this server is re-created on its new owner
+        // (`start_recovery`); one on its way to it may have left its old owner, which then
+        // forwards to this dead server, and stands in the way.
         if self
             .scale
             .as_ref()
-            .is_some_and(|scale| scale.moves_a_shard_of(server))
+            .is_some_and(|scale| scale.moves_a_shard_to(server))
         {
-            return refuse("a scale event was moving a shard from or to it");
+            return refuse("a scale event was moving a shard to it");
         }
         if self.heirs(server).is_empty() {
             return refuse("no other server that takes load is left to take its shards");
@@ -131,8 +142,17 @@ impl<A: App> MasterState<A> {
             });
         };
         let heirs = self.heirs(server);
+        // A shard this server was handing off when it failed goes to its new owner, which
+        // may hold its rows already (the take-over replaces them with the saved ones); the
+        // move is over, failed.
+        let leaving: BTreeMap<ShardId, ServerId> = self
+            .unconfirmed_hand_offs
+            .iter()
+            .filter(|(_, (from, _))| *from == server)
+            .map(|(shard, (_, to))| (*shard, *to))
+            .collect();
+        let placements = self.shards.place_orphans_pinned(server, &heirs, &leaving)?;
         self.servers.remove(&server);
-        let placements = self.shards.place_orphans(server, &heirs)?;
         let mut saved_by_shard = checkpoint
             .saved_rows_by_shard(self.shards.num_shards(), |shard| {
                 placements.iter().any(|(lost, _)| *lost == shard)
@@ -186,8 +206,13 @@ impl<A: App> MasterState<A> {
         tracing::warn!(%server, shards = placements.len(), rows_restored, "server failed: re-creating its shards from the running checkpoint");
         let myself = myself.clone();
         let reply = reply.take();
+        self.restore_generation += 1;
+        let restore = Restore {
+            generation: self.restore_generation,
+            num_shards: self.shards.num_shards(),
+        };
         crate::spawn::spawn(async move {
-            let result = take_over_all(take_overs).await;
+            let result = take_over_all(take_overs, restore).await;
             let done = Recovered {
                 report,
                 placements,
@@ -198,6 +223,17 @@ impl<A: App> MasterState<A> {
             // The job may have ended meanwhile.
             let _ = myself.send_message(MasterMsg::Recovered(done));
         });
+        for (shard, to) in leaving {
+            self.unconfirmed_hand_offs.remove(&shard);
+            if self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
+                self.move_failed(
+                    shard,
+                    HarpError::Remote(format!(
+                        "{server} failed while handing {shard} to {to}; {shard} was re-created there from the running checkpoint"
+                    )),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -302,9 +338,11 @@ impl<A: App> MasterState<A> {
     }
 }
 
-/// Sends every `TakeOver` and waits until each new owner holds its rows.
+/// Sends every `TakeOver` (of recovery `restore`) and waits until each new owner holds its
+/// rows.
 async fn take_over_all(
     take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
+    restore: Restore,
 ) -> Result<(), HarpError> {
     let mut acks = Vec::with_capacity(take_overs.len());
     for (shard, to, actor, rows) in take_overs {
@@ -317,6 +355,7 @@ async fn take_over_all(
                 // Nothing is forwarded behind a failed server's rows: every node is
                 // rerouted only once all of them are in.
                 in_order: false,
+                restore: Some(restore),
             })
             .map_err(|_| HarpError::ServerUnreachable(to))?;
         acks.push((to, acked));

@@ -1,27 +1,41 @@
 //! The master recovering a failed server while a scale event moves a shard (`recovery.rs`):
 //! a shard move between two other servers does not stand in the way, the failed server's
-//! shards go only to a server the event keeps, and a server a shard is moving from or to
-//! cannot be recovered until the move ends. The move is held in flight for good: its old
+//! shards go only to a server the event keeps, a failure injected into a server a shard is
+//! moving from or to waits until the move ends, a server that died while handing a shard
+//! off has that shard re-created on its new owner (the move is reported failed), and one a
+//! shard was moving to cannot be recovered. The move is held in flight for good: its old
 //! owner is a [`SilentServer`], which never answers the hand-off.
 
+use super::moves::ScaleReport;
 use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
 use super::MasterMsg;
 use crate::error::HarpError;
+use crate::scar::ServerRecovery;
 use crate::test_support::SilentServer;
 use harp_core::{ServerId, WorkerId};
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
+/// The answer to the scale event that empties server 2.
+type Scaled = oneshot::Receiver<Result<ScaleReport, HarpError>>;
+
 /// A running master with one worker and three servers of one shard each (shard `i` on
 /// server `i`): servers 0 and 1 are real, server 2 never answers.
 async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
+    let (master, end, scaled) = master_emptying_server_2().await;
+    std::mem::forget(scaled); // the event never ends; its answer is never awaited
+    (master, end)
+}
+
+/// [`master_with_three_servers`], with the scale event's answer.
+async fn master_emptying_server_2() -> (ActorRef<MasterMsg<Running>>, JobEnd, Scaled) {
     let mut servers = real_servers(2).await;
     let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
     servers.insert(ServerId(2), silent);
     let (master, end) = start_master(servers, Vec::new()).await;
     // Empty server 2: its shard goes to server 0 (a tie with server 1, broken by id), and
     // the hand-off is never answered.
-    let (reply, _scaled) = oneshot::channel();
+    let (reply, scaled) = oneshot::channel();
     master
         .send_message(MasterMsg::Rebalance {
             live_workers: vec![WorkerId(0)],
@@ -29,8 +43,24 @@ async fn master_with_three_servers() -> (ActorRef<MasterMsg<Running>>, JobEnd) {
             reply,
         })
         .unwrap();
-    std::mem::forget(_scaled); // the event never ends; its answer is never awaited
-    (master, end)
+    (master, end, scaled)
+}
+
+/// Tells the master `server` died (as a node process's death does), returns the answer.
+async fn died(
+    master: &ActorRef<MasterMsg<Running>>,
+    server: u32,
+) -> Result<ServerRecovery, HarpError> {
+    let (reply, answer) = oneshot::channel();
+    master
+        .send_message(MasterMsg::ServerLost {
+            server: ServerId(server),
+            at_failure: None,
+            acknowledged: None,
+            reply: Some(reply),
+        })
+        .unwrap();
+    answer.await.expect("the master answers")
 }
 
 #[tokio::test]
@@ -59,4 +89,45 @@ async fn a_server_a_shard_moves_from_or_to_is_not_recovered_while_it_moves() {
     assert_eq!(report.shards, vec![(1, 0)]);
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
+}
+
+#[tokio::test]
+async fn a_server_that_dies_handing_a_shard_off_has_it_re_created_on_the_new_owner() {
+    let (master, mut end, scaled) = master_emptying_server_2().await;
+    let report = died(&master, 2).await.expect("recovered");
+    // Shard 2, on its way from server 2 to server 0, is re-created on server 0.
+    assert_eq!(report.shards, vec![(2, 0)]);
+    // The scale event ends, its move failed and said why.
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), scaled)
+        .await
+        .expect("the scale event ends");
+    match answer.expect("the scale event is answered") {
+        Err(e) => assert!(
+            e.to_string()
+                .contains("server-2 failed while handing shard-2 to server-0"),
+            "{e}"
+        ),
+        Ok(report) => panic!("the move did not fail: {report:?}"),
+    }
+    assert!(end.try_recv().is_err(), "the job goes on");
+    // Shard 2 is server 0's now: losing server 0 re-creates both of its shards.
+    let report = died(&master, 0).await.expect("recovered");
+    assert_eq!(report.shards, vec![(0, 1), (2, 1)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+#[tokio::test]
+async fn a_server_a_shard_was_moving_to_is_not_recovered() {
+    let (master, end) = master_with_three_servers().await;
+    match died(&master, 0).await {
+        Err(HarpError::Unrecoverable { reason, .. }) => {
+            assert!(reason.contains("moving a shard to it"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(end.await, Ok(Err(HarpError::Unrecoverable { .. }))),
+        "the job ends with why"
+    );
 }

@@ -58,7 +58,9 @@ pub use master_side::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,
     ClusterOptions, NodeFailure,
 };
-pub use node_side::{run_node, run_node_leaving, run_node_with, STAGED_REPORT_DELAY_VAR};
+pub use node_side::{
+    run_node, run_node_leaving, run_node_with, HAND_OFF_ANSWER_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+};
 pub use roster::{NodeLauncher, NODES_STARTED_MAX};
 pub use scale_client::{send_scale_command, ScaleError};
 

@@ -392,6 +392,24 @@ fn staged_report_delay() -> Option<Duration> {
 /// See [`staged_report_delay`].
 pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 
+/// Fault injection for tests (`HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS`): a node with a server
+/// answers the master's hand-off of a shard that long after the new owner confirmed it holds
+/// the rows, so a node killed meanwhile dies with the move unconfirmed while its new owner
+/// holds the rows already (the master must re-create the shard there). Unset, empty or not a
+/// number: no delay.
+fn hand_off_answer_delay() -> Option<Duration> {
+    let ms: u64 = std::env::var(HAND_OFF_ANSWER_DELAY_VAR)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// Fault injection for tests: a node with a server answers a shard's hand-off this many
+/// milliseconds after the new owner confirmed it holds the rows.
+pub const HAND_OFF_ANSWER_DELAY_VAR: &str = "HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS";
+
 /// Opens links to other nodes (their servers, or the executor states they parked).
 #[derive(Clone)]
 struct Dialer {
@@ -760,6 +778,10 @@ fn hand_off_shard(
             Ok(Err(e)) => HandOffResult::Refused(e.to_string()),
             Err(_) => HandOffResult::Refused("the local server stopped".into()),
         };
+        if let Some(delay) = hand_off_answer_delay() {
+            tracing::warn!(%shard, to = %to_id, delay_ms = delay.as_millis() as u64, "fault injection: the new owner holds the shard; answering the hand-off late");
+            tokio::time::sleep(delay).await;
+        }
         let _ = link.send(&Message::ShardHandedOff { request_id, result });
     });
 }

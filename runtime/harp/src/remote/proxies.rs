@@ -177,6 +177,7 @@ impl Actor for ServerProxy {
                 rows,
                 ack,
                 in_order,
+                restore,
             } => {
                 // In order: written on the control stream now, ahead of every request the
                 // old owner forwards after it. Otherwise the old owner holds the shard's
@@ -185,7 +186,7 @@ impl Actor for ServerProxy {
                     &state.link,
                     &state.pending,
                     state.server,
-                    (shard, rows, ack),
+                    (shard, rows, ack, restore),
                     in_order.then_some(&state.unconfirmed_rows),
                 );
             }
@@ -314,9 +315,18 @@ fn take_over_on_link(
     link: &Link,
     pending: &Arc<PendingReplies>,
     server: ServerId,
-    (shard, rows, ack): (harp_core::ShardId, ShardRows, oneshot::Sender<()>),
+    (shard, rows, ack, restore): (
+        harp_core::ShardId,
+        ShardRows,
+        oneshot::Sender<()>,
+        Option<crate::server::Restore>,
+    ),
     unconfirmed: Option<&Arc<AtomicUsize>>,
 ) {
+    let restore = restore.map(|r| harp_wire::RestoreWire {
+        generation: r.generation,
+        num_shards: r.num_shards,
+    });
     let rows = rows.to_wire();
     let parts = match unconfirmed {
         Some(_) => vec![rows],
@@ -332,6 +342,7 @@ fn take_over_on_link(
             request_id,
             shard: shard.0,
             rows,
+            restore,
         });
     }
     let (link, pending) = (link.clone(), pending.clone());
@@ -506,9 +517,13 @@ impl Actor for ServerNodeProxy {
             // A failed server's shards re-created here from the running checkpoint.
             // Nothing is forwarded behind these rows (`in_order` is never set here).
             ServerMsg::TakeOver {
-                shard, rows, ack, ..
+                shard,
+                rows,
+                ack,
+                restore,
+                ..
             } => {
-                take_over_on_link(link, pending, *server, (shard, rows, ack), None);
+                take_over_on_link(link, pending, *server, (shard, rows, ack, restore), None);
             }
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
@@ -641,6 +656,7 @@ pub(crate) fn serve_server_request(
             request_id,
             shard,
             rows,
+            restore,
         } => {
             let (ack, acked) = oneshot::channel();
             // Arrived: whatever came after it on the link is handled after it here.
@@ -649,6 +665,10 @@ pub(crate) fn serve_server_request(
                 rows: ShardRows::from_wire(rows),
                 ack,
                 in_order: true,
+                restore: restore.map(|r| crate::server::Restore {
+                    generation: r.generation,
+                    num_shards: r.num_shards,
+                }),
             };
             if server.send_message(take_over).is_err() {
                 return false;

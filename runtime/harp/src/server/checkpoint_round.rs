@@ -32,8 +32,9 @@
 use super::{CheckpointRequest, SaveAnswer, SavedRows, ServerMsg};
 use crate::error::HarpError;
 use harp_core::scar::{selection_count, CheckpointSelector, ScarError};
-use harp_core::{CoreError, ParamKey, ServerId};
+use harp_core::{shard_of, CoreError, ParamKey, ServerId, ShardId};
 use ractor::ActorRef;
+use std::collections::BTreeMap;
 use tokio::sync::oneshot;
 
 /// What one checkpoint round did.
@@ -65,12 +66,45 @@ impl RoundOutcome {
     }
 }
 
+/// Shards whose hand-off is not confirmed yet, each with its new owner: the rows that owner
+/// reports of them are no candidates of a round. Were the old owner to die before the
+/// confirmation, the shard is re-created on the new owner from the image, and the nodes
+/// send again what the old owner never acknowledged, some of which the new owner may have
+/// applied already (forwarded to it): a save of its rows then would count those twice.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct InTransit {
+    num_shards: u32,
+    to: BTreeMap<ShardId, ServerId>,
+}
+
+impl InTransit {
+    /// `to`: each shard in transit and its new owner, of `num_shards`.
+    pub(crate) fn new(num_shards: u32, to: BTreeMap<ShardId, ServerId>) -> Self {
+        Self { num_shards, to }
+    }
+
+    /// Whether `server`'s report of `key` is left out.
+    fn excludes(&self, server: ServerId, key: ParamKey) -> bool {
+        !self.to.is_empty() && self.to.get(&shard_of(key, self.num_shards)) == Some(&server)
+    }
+}
+
 /// Runs one checkpoint round over `servers`, saving the fraction `fraction` (`r`, in
 /// `(0, 1]`) of their rows picked by `selector`. See the module doc for what fails the round.
 pub(crate) async fn checkpoint_round(
     servers: &[(ServerId, ActorRef<ServerMsg>)],
     selector: &mut CheckpointSelector,
     fraction: f64,
+) -> Result<RoundOutcome, HarpError> {
+    checkpoint_round_except(servers, selector, fraction, &InTransit::default()).await
+}
+
+/// [`checkpoint_round`], leaving out what the new owners of shards `in_transit` report.
+pub(crate) async fn checkpoint_round_except(
+    servers: &[(ServerId, ActorRef<ServerMsg>)],
+    selector: &mut CheckpointSelector,
+    fraction: f64,
+    in_transit: &InTransit,
 ) -> Result<RoundOutcome, HarpError> {
     selection_count(0, fraction).map_err(selection_error)?;
 
@@ -91,9 +125,12 @@ pub(crate) async fn checkpoint_round(
     let mut reports = Vec::new();
     for (index, id, answer) in asked {
         match answer.await {
-            Ok(Ok(distances)) => {
-                reports.extend(distances.into_iter().map(|(key, d)| (key, d, index)))
-            }
+            Ok(Ok(distances)) => reports.extend(
+                distances
+                    .into_iter()
+                    .filter(|(key, _)| !in_transit.excludes(id, *key))
+                    .map(|(key, d)| (key, d, index)),
+            ),
             Ok(Err(e)) => outcome.failed.push((id, e)),
             Err(_) => outcome.failed.push((id, HarpError::ServerUnreachable(id))),
         }
@@ -580,5 +617,37 @@ pub(super) mod tests {
         // The other server holds no row: it saved nothing and reports no epoch.
         assert_eq!(outcome.epochs, vec![(*id, 2, vec![key])]);
         assert_eq!(applied_at(s0.clone()).await, Some(2));
+    }
+
+    /// A shard whose hand-off is not confirmed: its new owner's rows of it are no
+    /// candidates (see [`InTransit`]); its old owner's, and every other shard's, are.
+    #[tokio::test]
+    async fn the_new_owners_rows_of_a_shard_in_transit_are_left_out() {
+        let set = one_table();
+        let servers = spawn_servers(2, &set).await;
+        // Shard `i` (of 2) on server `i`.
+        spread_rows(&servers, 40, 40).await;
+        let before = all_distances(&servers).await;
+        let on = |shard: u32| {
+            before
+                .keys()
+                .copied()
+                .filter(|k| shard_of(*k, 2) == ShardId(shard))
+                .collect::<Vec<_>>()
+        };
+        // Shard 1 on its way to server 1 (its holder here), shard 0 to server 1 too (which
+        // holds none of it: server 0's rows of it count).
+        let in_transit = InTransit::new(
+            2,
+            BTreeMap::from([(ShardId(1), ServerId(1)), (ShardId(0), ServerId(1))]),
+        );
+        let mut selector = CheckpointSelector::new(Selection::Full);
+        let outcome = checkpoint_round_except(&servers, &mut selector, 1.0, &in_transit)
+            .await
+            .unwrap();
+        let saved: Vec<ParamKey> = outcome.saved.iter().map(|(k, _)| *k).collect();
+        assert_eq!(saved, on(0));
+        assert_eq!(outcome.candidates, on(0).len());
+        assert!(!on(1).is_empty());
     }
 }

@@ -41,6 +41,8 @@
 //! asked); a dead node's uncommitted parts are dropped ([`ServerMsg::DropStaged`]).
 
 pub(crate) mod checkpoint_round;
+#[cfg(test)]
+mod restore_tests;
 mod saved;
 mod staging;
 mod store;
@@ -129,6 +131,8 @@ pub(crate) enum ServerMsg {
         rows: ShardRows,
         ack: oneshot::Sender<()>,
         in_order: bool,
+        /// A failed server's shard re-created from the running checkpoint (`None`: a move).
+        restore: Option<Restore>,
     },
     /// Answer once nothing sent through this handle waits for an answer (a server about to
     /// leave the job is drained by every node before it goes). A server in this process
@@ -261,6 +265,17 @@ pub(crate) async fn reset_on_servers(
     Ok(())
 }
 
+/// A take-over that re-creates a failed server's shard from the running checkpoint. The
+/// first part of recovery `generation` (one per recovery) to arrive drops whatever rows of
+/// the shard (of `num_shards`) this server still holds: a hand-off from the failed server
+/// may have brought them before it died, and the shard must be exactly the restored rows
+/// (nodes send again what that server never acknowledged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Restore {
+    pub generation: u64,
+    pub num_shards: u32,
+}
+
 /// What a server answers to [`CheckpointRequest::Save`].
 #[derive(Debug, Default)]
 pub(crate) struct SaveAnswer {
@@ -290,6 +305,8 @@ pub(crate) struct ServerState {
     staging: staging::Staging,
     /// Checkpoint saves taken (the save epoch; see the module doc).
     saves: u64,
+    /// The latest recovery generation that re-created each shard here ([`Restore`]).
+    restores: HashMap<ShardId, u64>,
 }
 
 /// Where a part of a request goes: to a server now, or held until a shard's rows are in.
@@ -323,6 +340,23 @@ impl AwayRef<'_> {
 }
 
 impl ServerState {
+    /// The first part of a recovery's take-over of `shard` ([`Restore`]): drops the rows of
+    /// it this server still holds, and their saved values.
+    fn drop_before_restore(&mut self, shard: ShardId, restore: Restore) {
+        let newer = self
+            .restores
+            .get(&shard)
+            .is_none_or(|seen| *seen < restore.generation);
+        if !newer || restore.num_shards == 0 {
+            return;
+        }
+        self.restores.insert(shard, restore.generation);
+        let stale = self.store.take_shard(shard, restore.num_shards);
+        if stale.len() > 0 {
+            tracing::warn!(server = %self.id, %shard, rows = stale.len(), "dropped the rows a failed server's hand-off left here; the shard is re-created from the running checkpoint");
+        }
+    }
+
     /// Where the traffic of `key` goes: `None` for this server.
     fn forward_of(&self, key: ParamKey) -> Option<AwayRef<'_>> {
         let shard = shard_of(key, self.num_shards);
@@ -576,6 +610,7 @@ impl Actor for ServerActor {
             crashed: false,
             staging: staging::Staging::default(),
             saves: 0,
+            restores: HashMap::new(),
         })
     }
 
@@ -647,6 +682,7 @@ impl Actor for ServerActor {
                     rows,
                     ack,
                     in_order,
+                    restore: None,
                 };
                 if to.send_message(take_over).is_err() {
                     return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
@@ -699,8 +735,12 @@ impl Actor for ServerActor {
                 rows,
                 ack,
                 in_order,
+                restore,
             } => {
-                tracing::debug!(server = %state.id, %shard, rows = rows.len(), bytes = rows.bytes(), in_order, "taking a shard over");
+                tracing::debug!(server = %state.id, %shard, rows = rows.len(), bytes = rows.bytes(), in_order, ?restore, "taking a shard over");
+                if let Some(restore) = restore {
+                    state.drop_before_restore(shard, restore);
+                }
                 state.forwarded.remove(&shard);
                 state.store.insert_shard(rows);
                 let _ = ack.send(());

@@ -394,10 +394,18 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 0..4,
             ),
         )
-            .prop_map(|(request_id, shard, rows)| Message::TakeOverShard {
-                request_id,
-                shard,
-                rows,
+            .prop_flat_map(|(request_id, shard, rows)| {
+                proptest::option::of((any::<u64>(), any::<u32>())).prop_map(move |restore| {
+                    Message::TakeOverShard {
+                        request_id,
+                        shard,
+                        rows: rows.clone(),
+                        restore: restore.map(|(generation, num_shards)| RestoreWire {
+                            generation,
+                            num_shards,
+                        }),
+                    }
+                })
             })
             .boxed(),
         any::<u64>()

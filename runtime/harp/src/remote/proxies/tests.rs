@@ -117,6 +117,7 @@ async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
             rows: ShardRows::default(),
             ack,
             in_order: true,
+            restore: None,
         })
         .unwrap();
     apply(&proxy);

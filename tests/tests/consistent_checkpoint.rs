@@ -177,12 +177,17 @@ fn resume_counter_to_exact_sums(
         "{}",
         out.describe()
     );
-    let records = read_json_lines(&metrics);
+    (out, resumed_from(&metrics))
+}
+
+/// What the `resumed` record of the metrics file `metrics` says the job resumed from.
+fn resumed_from(metrics: &Path) -> serde_json::Value {
+    let records = read_json_lines(metrics);
     let resumed = records
         .iter()
         .find(|r| r["event"] == "resumed")
         .unwrap_or_else(|| panic!("no resume record in {records:?}"));
-    (out, resumed["from"].clone())
+    resumed["from"].clone()
 }
 
 #[test]
@@ -686,13 +691,9 @@ fn a_checkpoint_resumes_on_fewer_nodes_and_then_on_more_workers_with_exact_sums(
         "{}",
         out.describe()
     );
-    let records = read_json_lines(&metrics);
-    let resumed = records
-        .iter()
-        .find(|r| r["event"] == "resumed")
-        .unwrap_or_else(|| panic!("no resume record in {records:?}"));
     // The last resume went on from the one-node job's checkpoint, not the first job's.
-    assert!(resumed["from"]["seq"].as_u64() >= Some(second), "{resumed}");
+    let from = resumed_from(&metrics);
+    assert!(from["seq"].as_u64() >= Some(second), "{from}");
 }
 
 /// Ctrl-C (SIGINT) on a job that writes checkpoints stops it: it takes one last checkpoint

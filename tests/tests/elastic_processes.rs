@@ -280,9 +280,10 @@ fn mlr_on_three_nodes(disturb: bool) -> (Vec<f64>, Vec<serde_json::Value>) {
         let out = master.scale(&["--remove", "2"]);
         assert!(out.status.success(), "{}", out.describe());
         master.wait_for_nodes(&BTreeSet::from([0, 1]));
+        // It keeps training on two (the wait fails if it does not): at least one epoch
+        // there, and until epoch 5 unless the give-back took that long on a busy machine.
         let given_back_at = epochs_so_far(&metrics);
-        wait_for_epochs(&metrics, 5);
-        assert!(epochs_so_far(&metrics) > given_back_at);
+        wait_for_epochs(&metrics, (given_back_at + 1).max(5));
         let out = master.scale(&["--add", "1"]);
         assert!(out.status.success(), "{}", out.describe());
         master.wait_for_nodes(&BTreeSet::from([0, 1, 3]));

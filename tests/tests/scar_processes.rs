@@ -253,6 +253,25 @@ fn node_command(addr: &str, credentials: &std::path::Path, role: &str, scar: boo
     command
 }
 
+/// The job's master on this process's runtime, and the address its nodes join.
+async fn start_master(
+    app: Arc<Watched>,
+    creds: JobCredentials,
+    options: ClusterOptions,
+) -> (
+    tokio::task::JoinHandle<Result<harp::JobOutcome<Watched>, HarpError>>,
+    String,
+) {
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let master = tokio::spawn(async move {
+        harp::run_job_across(app, &creds, &options, |addr| {
+            let _ = addr_tx.send(addr);
+        })
+        .await
+    });
+    (master, addr_rx.await.unwrap().to_string())
+}
+
 fn sigkill(child: &mut Child) {
     child.kill().unwrap(); // SIGKILL on Unix
     let _ = child.wait();
@@ -319,17 +338,7 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
         ..ClusterOptions::default()
     };
     runtime(Threads::Multi(2)).block_on(async {
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let master = {
-            let app = app.clone();
-            tokio::spawn(async move {
-                harp::run_job_across(app, &creds, &options, |addr| {
-                    let _ = addr_tx.send(addr);
-                })
-                .await
-            })
-        };
-        let addr = addr_rx.await.unwrap().to_string();
+        let (master, addr) = start_master(app.clone(), creds, options).await;
         // A worker to be killed holds each staged flush a while before reporting it, so it
         // most likely dies with parts staged that the master never commits.
         let mut nodes: Vec<Child> = roles
@@ -648,17 +657,7 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
         ..ClusterOptions::default()
     };
     let outcome = runtime(Threads::Multi(2)).block_on(async {
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let master = {
-            let app = app.clone();
-            tokio::spawn(async move {
-                harp::run_job_across(app, &creds, &options, |addr| {
-                    let _ = addr_tx.send(addr);
-                })
-                .await
-            })
-        };
-        let addr = addr_rx.await.unwrap().to_string();
+        let (master, addr) = start_master(app.clone(), creds, options).await;
         let mut victim = node_command(&addr, &credentials, "server", true);
         victim.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "60000");
         let (mut victim, lines, _reader) = harp_tests::spawn_reading_stderr(&mut victim);

@@ -161,3 +161,58 @@ fn a_job_across_processes_that_waits_for_its_nodes_stops_waiting() {
         drop(control);
     });
 }
+
+/// A job stopped while it waits for more nodes tells the one that joined: its `run_node`
+/// ends with the same stop ("before it started"), which `harp node` takes as a clean end.
+/// Before, the node saw the master hang up while it waited for its assignment, an error.
+#[test]
+fn a_node_of_a_job_stopped_before_it_started_hears_of_the_stop() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
+        let (control, inbox) = job_control();
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let app = endless_counter();
+        let master = {
+            let (app, creds) = (app.clone(), creds.clone());
+            tokio::spawn(async move {
+                let options = ClusterOptions {
+                    nodes: 3,
+                    join_timeout_ms: 600_000,
+                    ..ClusterOptions::default()
+                };
+                let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+                let listening = |addr| {
+                    let _ = addr_tx.send(addr);
+                };
+                harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
+                    .await
+            })
+        };
+        let addr = addr_rx.await.unwrap();
+        let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+        // Time for it to join (one of the three the job waits for).
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        control.stop("the operator asked");
+        let ended = tokio::time::timeout(GUARD, master)
+            .await
+            .expect("the master ends");
+        assert!(
+            matches!(
+                ended.unwrap(),
+                Err(HarpError::Stopped { started: false, .. })
+            ),
+            "the master's end"
+        );
+        let node_end = tokio::time::timeout(GUARD, node)
+            .await
+            .expect("the node ends");
+        match node_end.unwrap() {
+            Err(e @ HarpError::Stopped { started: false, .. }) => assert_eq!(
+                e.to_string(),
+                "the job was stopped (the operator asked) before it started"
+            ),
+            Err(e) => panic!("the node did not hear of the stop: {e}"),
+            Ok(()) => panic!("the node reports a job that ended well"),
+        }
+    });
+}

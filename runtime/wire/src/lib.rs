@@ -34,7 +34,7 @@ pub use message::{
     ArchivedMessage, Assignment, CompletionWire, DistancesResult, ExecutorSaveResult,
     HandOffResult, Hello, JobId, JobInfoWire, LostUpdatesResult, Message, MessageKind, NodeRole,
     OptStateWire, ParamKeyWire, Placement, ReleaseResult, RestoreWire, RowWire, RowsResult,
-    SaveResult, ServerPlace, ShardPlace, ShardRowWire, StateFetch, TaskEnvelope, Welcome,
-    NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
+    SaveResult, ServerPlace, ShardPlace, ShardRowWire, StateFetch, StoppedWire, TaskEnvelope,
+    Welcome, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
 };
 pub use parts::{split_rows, KEYS_PER_PART, PART_BYTES};

@@ -124,6 +124,15 @@ pub struct RestoreWire {
     pub num_shards: u32,
 }
 
+/// How far a stopped job got: whether its driver had started, and the micro-tasks
+/// completed by then.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct StoppedWire {
+    pub started: bool,
+    pub tasks_completed: u64,
+}
+
 /// Where one server runs.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
@@ -532,13 +541,13 @@ pub enum Message {
     HeartbeatAck { node_id: u32, lease_seq: u64 },
     /// master → node: stop now.
     Shutdown { reason: String },
-    /// master → every node: the job is over. `stopped_after` is `Some(n)` when it was
-    /// stopped (a scheduler's preemption, Ctrl-C on the master) after `n` completed
-    /// micro-tasks; `message` is then the stop's reason.
+    /// master → every node: the job is over. `stopped` when it was stopped (a scheduler's
+    /// preemption, Ctrl-C on the master); `message` is then the stop's reason. Also sent to
+    /// the nodes that joined a job stopped before it started.
     JobEnded {
         ok: bool,
         message: String,
-        stopped_after: Option<u64>,
+        stopped: Option<StoppedWire>,
     },
 
     // ---- elasticity ----

@@ -216,10 +216,18 @@ async fn run_across<A: App>(
         tasks_completed: 0,
         checkpoints: None,
     };
-    let nodes = tokio::select! {
-        nodes = accept_nodes(&endpoint, &identity, job, options, &counters) => nodes?,
-        reason = control.stop_requested() => return Err(stopped_while_starting(reason)),
+    // A stop while the nodes join: the ones that joined hear of it, and exit 0.
+    let mut nodes = Vec::new();
+    let stopped = tokio::select! {
+        joined = accept_nodes(&endpoint, &identity, job, options, &counters, &mut nodes) => {
+            joined?;
+            None
+        }
+        reason = control.stop_requested() => Some(reason),
     };
+    if let Some(reason) = stopped {
+        return Err(stop_before_start(&nodes, stopped_while_starting(reason)).await);
+    }
     // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
     let accepting =
         roster::Accepting::<A>::start(endpoint.clone(), job, counters, courier.outbox.clone());
@@ -327,10 +335,16 @@ async fn run_across<A: App>(
         node.link.send(&Message::Assign(assignment))?;
         node.link.send(&Message::Placement(placement.clone()))?;
     }
-    let mut nodes = tokio::select! {
-        ready = wait_ready(nodes, options.join_timeout_ms) => ready?,
-        reason = control.stop_requested() => return Err(stopped_while_starting(reason)),
+    let stopped = tokio::select! {
+        ready = wait_ready(&mut nodes, options.join_timeout_ms) => {
+            ready?;
+            None
+        }
+        reason = control.stop_requested() => Some(reason),
     };
+    if let Some(reason) = stopped {
+        return Err(stop_before_start(&nodes, stopped_while_starting(reason)).await);
+    }
 
     let driver = app
         .create_driver(&info)
@@ -548,21 +562,12 @@ async fn run_across<A: App>(
         }
         Err(e) => Err(e),
     };
-    let (message, stopped_after) = match &result {
-        Ok(_) => (String::new(), None),
-        Err(HarpError::Stopped {
-            reason,
-            tasks_completed,
-            ..
-        }) => (reason.clone(), Some(*tasks_completed)),
-        Err(e) => (e.to_string(), None),
+    let ended = match &result {
+        Ok(_) => job_ended(true, String::new(), None),
+        Err(e) => ended_by(e),
     };
     for (_, link, _, _) in &live {
-        let _ = link.send(&Message::JobEnded {
-            ok: result.is_ok(),
-            message: message.clone(),
-            stopped_after,
-        });
+        let _ = link.send(&ended);
     }
     master.stop(None);
     // Give the nodes a moment to read JobEnded and hang up before the endpoint closes.
@@ -578,6 +583,34 @@ async fn run_across<A: App>(
 }
 
 /// Tells every node that joined that the job will not run, and why.
+/// `JobEnded` for a job that ended with `error` (a stop is told as one).
+fn ended_by(error: &HarpError) -> Message {
+    match error {
+        HarpError::Stopped {
+            reason,
+            started,
+            tasks_completed,
+            ..
+        } => job_ended(
+            false,
+            reason.clone(),
+            Some(harp_wire::StoppedWire {
+                started: *started,
+                tasks_completed: *tasks_completed,
+            }),
+        ),
+        e => job_ended(false, e.to_string(), None),
+    }
+}
+
+fn job_ended(ok: bool, message: String, stopped: Option<harp_wire::StoppedWire>) -> Message {
+    Message::JobEnded {
+        ok,
+        message,
+        stopped,
+    }
+}
+
 fn shut_down_nodes(nodes: &[JoinedNode], reason: &str) {
     for node in nodes {
         let _ = node.link.send(&Message::Shutdown {
@@ -645,14 +678,15 @@ async fn adopt_saved_executors<A: App>(
     Ok(())
 }
 
+/// Accepts nodes into `nodes` until the job has all of them.
 async fn accept_nodes(
     endpoint: &NetEndpoint,
     identity: &AppIdentity,
     job: harp_wire::JobId,
     options: &ClusterOptions,
     counters: &Arc<WireCounters>,
-) -> Result<Vec<JoinedNode>, HarpError> {
-    let mut nodes = Vec::new();
+    nodes: &mut Vec<JoinedNode>,
+) -> Result<(), HarpError> {
     let deadline = Instant::now() + Duration::from_millis(options.join_timeout_ms);
     while nodes.len() < options.nodes as usize {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -706,17 +740,30 @@ async fn accept_nodes(
             },
         });
     }
-    Ok(nodes)
+    Ok(())
 }
 
-async fn wait_ready(
-    mut nodes: Vec<JoinedNode>,
-    timeout_ms: u64,
-) -> Result<Vec<JoinedNode>, HarpError> {
+async fn wait_ready(nodes: &mut [JoinedNode], timeout_ms: u64) -> Result<(), HarpError> {
     for node in nodes.iter_mut() {
         roster::wait_ready(node.id, &mut node.incoming, timeout_ms).await?;
     }
-    Ok(nodes)
+    Ok(())
+}
+
+/// A job stopped before it started: tells the nodes that joined (each ends as after a
+/// stop, exit 0) and gives them a moment to read it before the endpoint closes; returns
+/// `stopped`.
+async fn stop_before_start(nodes: &[JoinedNode], stopped: HarpError) -> HarpError {
+    let ended = ended_by(&stopped);
+    for node in nodes {
+        let _ = node.link.send(&ended);
+    }
+    let deadline = Instant::now() + Duration::from_millis(2_000);
+    for node in nodes {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, node.link.connection().quic().closed()).await;
+    }
+    stopped
 }
 
 /// Reads one node's link for the master: completions, failures, heartbeats, replies, a

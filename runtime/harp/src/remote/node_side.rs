@@ -44,6 +44,12 @@ async fn next_message(
         Ok(Some(Ok(Message::Shutdown { reason }))) => Err(HarpError::Remote(format!(
             "shut down by the master before the job started: {reason}"
         ))),
+        // The job was stopped before it started.
+        Ok(Some(Ok(Message::JobEnded {
+            message,
+            stopped: Some(stopped),
+            ..
+        }))) => Err(stopped_by_master(message, stopped)),
         Ok(Some(Ok(message))) => Ok(message),
         Ok(Some(Err(e))) => Err(e.into()),
         Ok(None) => Err(HarpError::Remote(format!(
@@ -52,6 +58,17 @@ async fn next_message(
         Err(_) => Err(HarpError::Remote(format!(
             "no {what} from the master within 30 s"
         ))),
+    }
+}
+
+/// The master's stop, as this node reports it: the same [`HarpError::Stopped`] (reason, how
+/// far the job got).
+fn stopped_by_master(reason: String, stopped: harp_wire::StoppedWire) -> HarpError {
+    HarpError::Stopped {
+        reason,
+        started: stopped.started,
+        tasks_completed: stopped.tasks_completed,
+        checkpoints: None,
     }
 }
 
@@ -1115,17 +1132,12 @@ async fn serve_master<A: App>(
             Message::JobEnded {
                 ok,
                 message,
-                stopped_after,
+                stopped,
             } => {
                 master_link.close("job ended");
-                return match (ok, stopped_after) {
+                return match (ok, stopped) {
                     (true, _) => Ok(()),
-                    (false, Some(tasks_completed)) => Err(HarpError::Stopped {
-                        reason: message,
-                        started: true,
-                        tasks_completed,
-                        checkpoints: None,
-                    }),
+                    (false, Some(stopped)) => Err(stopped_by_master(message, stopped)),
                     (false, None) => Err(HarpError::Remote(format!(
                         "the master ended the job: {message}"
                     ))),

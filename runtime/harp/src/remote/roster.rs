@@ -378,7 +378,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
         let _ = entry.link.send(&Message::JobEnded {
             ok: true,
             message: format!("node {node} left the job"),
-            stopped_after: None,
+            stopped: None,
         });
     }
     tracing::info!(

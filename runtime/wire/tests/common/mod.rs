@@ -277,12 +277,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (
             any::<bool>(),
             arb_string(),
-            proptest::option::of(any::<u64>()),
+            proptest::option::of((any::<bool>(), any::<u64>())),
         )
-            .prop_map(|(ok, message, stopped_after)| Message::JobEnded {
+            .prop_map(|(ok, message, stopped)| Message::JobEnded {
                 ok,
                 message,
-                stopped_after,
+                stopped: stopped.map(|(started, tasks_completed)| StoppedWire {
+                    started,
+                    tasks_completed,
+                }),
             })
             .boxed(),
         (any::<u64>(), any::<u32>())

@@ -206,6 +206,18 @@ impl<A: App> MasterState<A> {
         tracing::warn!(%server, shards = placements.len(), rows_restored, "server failed: re-creating its shards from the running checkpoint");
         let myself = myself.clone();
         let reply = reply.take();
+        // Each hand-off from the failed server ends here: the shard is re-created on its
+        // new owner, unless that one takes no load any more (then on the least loaded).
+        let ended_moves: Vec<(ShardId, ServerId, ServerId)> = leaving
+            .iter()
+            .map(|(shard, to)| {
+                let now_on = placements
+                    .iter()
+                    .find(|(s, _)| s == shard)
+                    .map_or(*to, |(_, on)| *on);
+                (*shard, *to, now_on)
+            })
+            .collect();
         self.restore_generation += 1;
         let restore = Restore {
             generation: self.restore_generation,
@@ -223,13 +235,13 @@ impl<A: App> MasterState<A> {
             // The job may have ended meanwhile.
             let _ = myself.send_message(MasterMsg::Recovered(done));
         });
-        for (shard, to) in leaving {
+        for (shard, to, now_on) in ended_moves {
             self.unconfirmed_hand_offs.remove(&shard);
             if self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
                 self.move_failed(
                     shard,
                     HarpError::Remote(format!(
-                        "{server} failed while handing {shard} to {to}; {shard} was re-created there from the running checkpoint"
+                        "{server} failed while handing {shard} to {to}; {shard} was re-created on {now_on} from the running checkpoint"
                     )),
                 );
             }

@@ -21,6 +21,41 @@ fn endless_counter() -> Arc<CounterApp> {
     Arc::new(CounterApp::new(config).unwrap())
 }
 
+/// The endless counter across processes, waiting for `nodes` nodes (for ten minutes), with
+/// one node that joins it: the job's control, its master and that node.
+async fn job_of_endless_counter(
+    nodes: u32,
+) -> (
+    harp::JobControl,
+    tokio::task::JoinHandle<
+        Result<(harp::JobOutcome<CounterApp>, harp::ConsistentReport), HarpError>,
+    >,
+    tokio::task::JoinHandle<Result<(), HarpError>>,
+) {
+    let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
+    let (control, inbox) = job_control();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let app = endless_counter();
+    let master = {
+        let (app, creds) = (app.clone(), creds.clone());
+        tokio::spawn(async move {
+            let options = ClusterOptions {
+                nodes,
+                join_timeout_ms: 600_000,
+                ..ClusterOptions::default()
+            };
+            let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+            let listening = |addr| {
+                let _ = addr_tx.send(addr);
+            };
+            harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox).await
+        })
+    };
+    let addr = addr_rx.await.unwrap();
+    let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+    (control, master, node)
+}
+
 /// How long a test waits for a stopped job to end before it fails (a guard against a hang,
 /// not a measurement).
 const GUARD: Duration = Duration::from_secs(60);
@@ -64,27 +99,7 @@ fn a_running_job_in_one_process_stops_with_the_first_reason_given() {
 #[test]
 fn a_job_across_processes_tells_its_node_it_was_stopped() {
     runtime(Threads::Multi(2)).block_on(async {
-        let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
-        let (control, inbox) = job_control();
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let app = endless_counter();
-        let master = {
-            let (app, creds) = (app.clone(), creds.clone());
-            tokio::spawn(async move {
-                let options = ClusterOptions {
-                    nodes: 1,
-                    ..ClusterOptions::default()
-                };
-                let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
-                let listening = |addr| {
-                    let _ = addr_tx.send(addr);
-                };
-                harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
-                    .await
-            })
-        };
-        let addr = addr_rx.await.unwrap();
-        let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+        let (control, master, node) = job_of_endless_counter(1).await;
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         control.stop("the test is over");
         let ended = tokio::time::timeout(GUARD, master)
@@ -168,28 +183,7 @@ fn a_job_across_processes_that_waits_for_its_nodes_stops_waiting() {
 #[test]
 fn a_node_of_a_job_stopped_before_it_started_hears_of_the_stop() {
     runtime(Threads::Multi(2)).block_on(async {
-        let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
-        let (control, inbox) = job_control();
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let app = endless_counter();
-        let master = {
-            let (app, creds) = (app.clone(), creds.clone());
-            tokio::spawn(async move {
-                let options = ClusterOptions {
-                    nodes: 3,
-                    join_timeout_ms: 600_000,
-                    ..ClusterOptions::default()
-                };
-                let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
-                let listening = |addr| {
-                    let _ = addr_tx.send(addr);
-                };
-                harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
-                    .await
-            })
-        };
-        let addr = addr_rx.await.unwrap();
-        let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+        let (control, master, node) = job_of_endless_counter(3).await;
         // Time for it to join (one of the three the job waits for).
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         control.stop("the operator asked");

@@ -635,8 +635,8 @@ fn reply_to_master<A: App, T: Send + 'static>(
 mod tests {
     use super::*;
 
-    /// Server recovery waits out only a shard move from or to the failed server
-    /// (`recovery.rs`).
+    /// An injected server failure waits out only a shard move from or to that server, and
+    /// a dead server is not recovered only while a shard moves to it (`recovery.rs`).
     #[test]
     fn only_an_unfinished_shard_move_from_or_to_a_server_is_moving_its_shards() {
         let (s0, s1, s2) = (ServerId(0), ServerId(1), ServerId(2));
@@ -660,11 +660,15 @@ mod tests {
             "shard-1 from server-0 to server-1".into(),
         );
         assert_eq!(moving(&scale), [true, true, false]);
+        let moving_to = |scale: &ScaleInProgress| [s0, s1, s2].map(|s| scale.moves_a_shard_to(s));
+        assert_eq!(moving_to(&scale), [false, true, false]);
         scale.unfinished.remove(&ShardId(1).into());
         scale.unfinished.insert(
             ShardId(4).into(),
             "shard-4 from server-2 to server-0".into(),
         );
         assert_eq!(moving(&scale), [true, false, true]);
+        assert_eq!(moving_to(&scale), [true, false, false]);
+        assert!(scale.moves(ShardId(4)) && !scale.moves(ShardId(1)));
     }
 }

@@ -566,23 +566,14 @@ async fn run_across<A: App>(
         Ok(_) => job_ended(true, String::new(), None),
         Err(e) => ended_by(e),
     };
-    for (_, link, _, _) in &live {
-        let _ = link.send(&ended);
-    }
     master.stop(None);
-    // Give the nodes a moment to read JobEnded and hang up before the endpoint closes.
-    let deadline = Instant::now() + Duration::from_millis(2_000);
-    for (_, link, _, _) in &live {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, link.connection().quic().closed()).await;
-    }
+    tell_job_ended(live.iter().map(|(_, link, _, _)| link), &ended).await;
     // Closing the endpoint discards what is still queued: the `harp scale` answers go first.
     accepting.close_endpoint().await;
     let report = report.lock().unwrap_or_else(|p| p.into_inner()).clone();
     result.map(|outcome| (outcome, report))
 }
 
-/// Tells every node that joined that the job will not run, and why.
 /// `JobEnded` for a job that ended with `error` (a stop is told as one).
 fn ended_by(error: &HarpError) -> Message {
     match error {
@@ -611,6 +602,20 @@ fn job_ended(ok: bool, message: String, stopped: Option<harp_wire::StoppedWire>)
     }
 }
 
+/// Sends `ended` on each of `links`, then gives the nodes a moment (at most 2 s in all) to
+/// read it and hang up before the endpoint closes.
+async fn tell_job_ended<'a>(links: impl Iterator<Item = &'a Link> + Clone, ended: &Message) {
+    for link in links.clone() {
+        let _ = link.send(ended);
+    }
+    let deadline = Instant::now() + Duration::from_millis(2_000);
+    for link in links {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = tokio::time::timeout(left, link.connection().quic().closed()).await;
+    }
+}
+
+/// Tells every node that joined that the job will not run, and why.
 fn shut_down_nodes(nodes: &[JoinedNode], reason: &str) {
     for node in nodes {
         let _ = node.link.send(&Message::Shutdown {
@@ -754,15 +759,7 @@ async fn wait_ready(nodes: &mut [JoinedNode], timeout_ms: u64) -> Result<(), Har
 /// stop, exit 0) and gives them a moment to read it before the endpoint closes; returns
 /// `stopped`.
 async fn stop_before_start(nodes: &[JoinedNode], stopped: HarpError) -> HarpError {
-    let ended = ended_by(&stopped);
-    for node in nodes {
-        let _ = node.link.send(&ended);
-    }
-    let deadline = Instant::now() + Duration::from_millis(2_000);
-    for node in nodes {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let _ = tokio::time::timeout(left, node.link.connection().quic().closed()).await;
-    }
+    tell_job_ended(nodes.iter().map(|node| &node.link), &ended_by(&stopped)).await;
     stopped
 }
 

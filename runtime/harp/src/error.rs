@@ -1,6 +1,6 @@
 //! The runtime's error type: one variant per operating condition a user can meet.
 
-use harp_core::{CoreError, ExecutorId, ServerId, TableId, TaskId, WorkerId};
+use harp_core::{CoreError, ExecutorId, ServerId, ShardId, TableId, TaskId, WorkerId};
 
 /// Errors an app may return from its `Driver` and `Executor` code. Anything that implements
 /// `std::error::Error` converts into it with `?`.
@@ -56,6 +56,16 @@ pub enum HarpError {
         server: ServerId,
         request: &'static str,
         after_ms: u64,
+    },
+    /// A shard's rows left its old owner for a new one that never confirmed it holds them
+    /// (it died, or the link to it did). The old owner forwards the shard's traffic there
+    /// until the master re-creates the shard from SCAR's running checkpoint, on the new
+    /// owner's failure.
+    #[error("the rows of {shard} left for {to}, which did not confirm it holds them ({detail})")]
+    ShardInTransit {
+        shard: ShardId,
+        to: ServerId,
+        detail: String,
     },
     #[error("the master is unreachable")]
     MasterUnreachable,

@@ -1,4 +1,5 @@
-//! Stand-ins the crate's unit tests share: a server actor that never answers, a link
+//! Stand-ins the crate's unit tests share: a server actor that never answers, one that
+//! drops the shard rows handed to it (a server node that died with them), a link
 //! between two endpoints of this process ([`link_pair`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
@@ -37,6 +38,47 @@ impl Actor for SilentServer {
         held: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         held.push(msg);
+        Ok(())
+    }
+}
+
+/// What a [`DroppingServer`] drops unanswered (it keeps the rest, like [`SilentServer`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Drops {
+    /// Shard rows handed to it: a server node that died with them, unconfirmed.
+    TakeOvers,
+    /// Every request but the rows handed to it: a server node that died while the
+    /// confirmation of a hand-off was on its way.
+    AllButTakeOvers,
+}
+
+/// A server that drops one kind of message unanswered and never answers the others.
+pub(crate) struct DroppingServer;
+
+impl Actor for DroppingServer {
+    type Msg = ServerMsg;
+    type State = (Drops, Vec<ServerMsg>);
+    type Arguments = Drops;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        drops: Drops,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok((drops, Vec::new()))
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        (drops, held): &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let take_over = matches!(msg, ServerMsg::TakeOver { .. });
+        match (*drops, take_over) {
+            (Drops::TakeOvers, true) | (Drops::AllButTakeOvers, false) => drop(msg),
+            _ => held.push(msg),
+        }
         Ok(())
     }
 }

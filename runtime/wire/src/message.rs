@@ -365,8 +365,16 @@ pub struct StateFetch {
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[rkyv(derive(Debug))]
 pub enum HandOffResult {
-    Moved { rows: u64, bytes: u64 },
+    Moved {
+        rows: u64,
+        bytes: u64,
+    },
+    /// Nothing moved: the shard stays with its old owner.
     Refused(String),
+    /// The rows left the old owner, which forwards the shard's traffic to the new one, but
+    /// the new owner never confirmed it holds them (it died, or its link did): the shard is
+    /// in transit until the master re-creates it.
+    Unconfirmed(String),
 }
 
 /// A parameter row on its way to a new server, with its optimizer state and its saved value

@@ -79,20 +79,30 @@ impl<A: App> MasterState<A> {
             return refuse("it is not one of the job's live servers");
         }
         // Executor moves do not touch the shards, nor do shard moves between two other
-        // servers. A shard on its way from this server is re-created on its new owner
-        // (`start_recovery`); one on its way to it may have left its old owner, which then
-        // forwards to this dead server, and stands in the way.
-        if self
-            .scale
-            .as_ref()
-            .is_some_and(|scale| scale.moves_a_shard_to(server))
-        {
-            return refuse("a scale event was moving a shard to it");
+        // servers. A shard on its way from this server is re-created on its new owner, one
+        // on its way to it on its old owner (`start_recovery`), which must still be there.
+        let stranded = self
+            .arriving(server)
+            .into_iter()
+            .find(|(_, from)| !self.servers.contains_key(from));
+        if let Some((shard, from)) = stranded {
+            return refuse(&format!(
+                "{shard} was on its way to it from {from}, which is gone too"
+            ));
         }
         if self.heirs(server).is_empty() {
             return refuse("no other server that takes load is left to take its shards");
         }
         Ok(())
+    }
+
+    /// The shards on their way to `server` whose hand-off is not confirmed, with their old
+    /// owners: the rows may have left, and the old owner forwards the shard to `server`.
+    fn arriving(&self, server: ServerId) -> BTreeMap<ShardId, ServerId> {
+        let to_server = |(_, (_, to)): &(&ShardId, &(ServerId, ServerId))| *to == server;
+        (self.unconfirmed_hand_offs.iter().filter(to_server))
+            .map(|(shard, (from, _))| (*shard, *from))
+            .collect()
     }
 
     /// The live servers that may take `server`'s shards: every other one, except those the
@@ -151,7 +161,13 @@ impl<A: App> MasterState<A> {
             .filter(|(_, (from, _))| *from == server)
             .map(|(shard, (_, to))| (*shard, *to))
             .collect();
-        let placements = self.shards.place_orphans_pinned(server, &heirs, &leaving)?;
+        let mut placements = self.shards.place_orphans_pinned(server, &heirs, &leaving)?;
+        // A shard this server was being handed, unconfirmed, died with it or never came:
+        // it is re-created on its old owner (which stops forwarding it here), whether or
+        // not that one is to give its load away; the move is over, failed.
+        let arriving = self.arriving(server);
+        placements.extend(arriving.iter().map(|(shard, from)| (*shard, *from)));
+        self.shards_moved.extend(arriving.keys());
         self.servers.remove(&server);
         let mut saved_by_shard = checkpoint
             .saved_rows_by_shard(self.shards.num_shards(), |shard| {
@@ -208,15 +224,20 @@ impl<A: App> MasterState<A> {
         let reply = reply.take();
         // Each hand-off from the failed server ends here: the shard is re-created on its
         // new owner, unless that one takes no load any more (then on the least loaded).
-        let ended_moves: Vec<(ShardId, ServerId, ServerId)> = leaving
+        let ended_moves: Vec<(ShardId, String)> = leaving
             .iter()
             .map(|(shard, to)| {
                 let now_on = placements
                     .iter()
                     .find(|(s, _)| s == shard)
                     .map_or(*to, |(_, on)| *on);
-                (*shard, *to, now_on)
+                let why = format!("{server} failed while handing {shard} to {to}; {shard} was re-created on {now_on} from the running checkpoint");
+                (*shard, why)
             })
+            .chain(arriving.iter().map(|(shard, from)| {
+                let why = format!("{server} failed while {from} handed {shard} to it; {shard} was re-created on {from} from the running checkpoint");
+                (*shard, why)
+            }))
             .collect();
         self.restore_generation += 1;
         let restore = Restore {
@@ -235,15 +256,10 @@ impl<A: App> MasterState<A> {
             // The job may have ended meanwhile.
             let _ = myself.send_message(MasterMsg::Recovered(done));
         });
-        for (shard, to, now_on) in ended_moves {
+        for (shard, why) in ended_moves {
             self.unconfirmed_hand_offs.remove(&shard);
             if self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
-                self.move_failed(
-                    shard,
-                    HarpError::Remote(format!(
-                        "{server} failed while handing {shard} to {to}; {shard} was re-created on {now_on} from the running checkpoint"
-                    )),
-                );
+                self.move_failed(shard, HarpError::Remote(why));
             }
         }
         Ok(())

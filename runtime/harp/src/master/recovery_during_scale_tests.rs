@@ -3,15 +3,16 @@
 //! shards go only to a server the event keeps, a failure injected into a server a shard is
 //! moving from or to waits until the move ends, a server that died while handing a shard
 //! off has that shard re-created on its new owner (the move is reported failed), and one a
-//! shard was moving to cannot be recovered. The move is held in flight for good: its old
-//! owner is a [`SilentServer`], which never answers the hand-off.
+//! shard was moving to has that shard re-created on its old owner, whether its death or the
+//! old owner's failed hand-off reaches the master first. The move is held in flight for
+//! good: its old owner (or its new one) is a [`SilentServer`], which never answers.
 
 use super::moves::ScaleReport;
 use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
 use super::MasterMsg;
 use crate::error::HarpError;
 use crate::scar::ServerRecovery;
-use crate::test_support::SilentServer;
+use crate::test_support::{DroppingServer, Drops, SilentServer};
 use harp_core::{ServerId, WorkerId};
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
@@ -117,17 +118,81 @@ async fn a_server_that_dies_handing_a_shard_off_has_it_re_created_on_the_new_own
     master.stop(None);
 }
 
-#[tokio::test]
-async fn a_server_a_shard_was_moving_to_is_not_recovered() {
-    let (master, end) = master_with_three_servers().await;
-    match died(&master, 0).await {
-        Err(HarpError::Unrecoverable { reason, .. }) => {
-            assert!(reason.contains("moving a shard to it"), "{reason}")
-        }
-        other => panic!("{other:?}"),
+/// A running master with one worker and three servers of one shard each (shard `i` on
+/// server `i`): server 0 never answers, 1 and 2 are real. The scale event empties server 1:
+/// its shard goes to server 0 (a tie with server 2, broken by id), which never confirms it.
+async fn master_moving_shard_1_to_silent_server_0() -> (ActorRef<MasterMsg<Running>>, JobEnd, Scaled)
+{
+    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+    master_moving_shard_1_to_server_0(silent).await
+}
+
+/// [`master_moving_shard_1_to_silent_server_0`] with `server_0` as server 0.
+async fn master_moving_shard_1_to_server_0(
+    server_0: ActorRef<crate::server::ServerMsg>,
+) -> (ActorRef<MasterMsg<Running>>, JobEnd, Scaled) {
+    let mut servers = real_servers(3).await;
+    servers.insert(ServerId(0), server_0);
+    let (master, end) = start_master(servers, Vec::new()).await;
+    let (reply, scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: vec![ServerId(0), ServerId(2)],
+            reply,
+        })
+        .unwrap();
+    (master, end, scaled)
+}
+
+/// The scale event's error, once it ends.
+async fn scale_error(scaled: Scaled) -> String {
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), scaled)
+        .await
+        .expect("the scale event ends");
+    match answer.expect("the scale event is answered") {
+        Err(e) => e.to_string(),
+        Ok(report) => panic!("the move did not fail: {report:?}"),
     }
+}
+
+/// The death of a shard's new owner, handled while the hand-off is still unanswered: the
+/// shard goes back to its old owner (its rows may have left it), the new owner's own shard
+/// to the server the event keeps, and the move fails saying so.
+#[tokio::test]
+async fn a_server_that_dies_while_a_shard_comes_has_it_re_created_on_its_old_owner() {
+    let (master, mut end, scaled) = master_moving_shard_1_to_silent_server_0().await;
+    let report = died(&master, 0).await.expect("recovered");
+    assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
+    let error = scale_error(scaled).await;
     assert!(
-        matches!(end.await, Ok(Err(HarpError::Unrecoverable { .. }))),
-        "the job ends with why"
+        error.contains("server-0 failed while server-1 handed shard-1 to it; shard-1 was re-created on server-1"),
+        "{error}"
     );
+    assert!(end.try_recv().is_err(), "the job goes on");
+    // Shard 1 is server 1's: losing it re-creates that shard, on server 2.
+    let report = died(&master, 1).await.expect("recovered");
+    assert_eq!(report.shards, vec![(1, 2)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+/// The old owner's hand-off fails first (the new owner died holding the unconfirmed rows):
+/// the move fails, and the shard is re-created on the old owner when the death is handled.
+#[tokio::test]
+async fn a_hand_off_the_new_owner_never_confirmed_is_re_created_at_the_new_owners_death() {
+    let (dying, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
+        .await
+        .unwrap();
+    let (master, mut end, scaled) = master_moving_shard_1_to_server_0(dying).await;
+    let error = scale_error(scaled).await;
+    assert!(
+        error.contains("the rows of shard-1 left for server-0, which did not confirm"),
+        "{error}"
+    );
+    assert!(end.try_recv().is_err(), "the job goes on");
+    let report = died(&master, 0).await.expect("recovered");
+    assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
 }

@@ -792,6 +792,7 @@ fn hand_off_shard(
                 rows: moved.rows as u64,
                 bytes: moved.bytes,
             },
+            Ok(Err(HarpError::ShardInTransit { detail, .. })) => HandOffResult::Unconfirmed(detail),
             Ok(Err(e)) => HandOffResult::Refused(e.to_string()),
             Err(_) => HandOffResult::Refused("the local server stopped".into()),
         };

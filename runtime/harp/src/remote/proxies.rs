@@ -195,6 +195,10 @@ impl Actor for ServerProxy {
                     "a hand-off confirmation reached a proxy".into(),
                 )));
             }
+            // A server's own message: dropping it drops the request's reply.
+            ServerMsg::Unanswered { .. } => {
+                tracing::debug!(server = %state.server, "a server's own request reached a proxy");
+            }
             ServerMsg::Drain { reply } => {
                 let pending = state.pending.clone();
                 crate::spawn::spawn(async move {
@@ -480,6 +484,11 @@ impl Actor for ServerNodeProxy {
                             bytes,
                         }),
                         Ok(HandOffResult::Refused(why)) => Err(HarpError::InvalidConfig(why)),
+                        Ok(HandOffResult::Unconfirmed(detail)) => Err(HarpError::ShardInTransit {
+                            shard,
+                            to: to_id,
+                            detail,
+                        }),
                         Err(_) => Err(HarpError::ServerUnreachable(server)),
                     });
                 });
@@ -528,7 +537,7 @@ impl Actor for ServerNodeProxy {
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
             | ServerMsg::Reset { .. }) => forward_on_link(link, pending, *server, message),
-            ServerMsg::HandedOver { .. } => {
+            ServerMsg::HandedOver { .. } | ServerMsg::Unanswered { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
             message @ ServerMsg::Crash { .. } => message.refuse_across_processes(),

@@ -46,6 +46,9 @@ mod restore_tests;
 mod saved;
 mod staging;
 mod store;
+mod stranded;
+#[cfg(test)]
+mod stranded_tests;
 
 use crate::error::HarpError;
 use crate::table::TableSet;
@@ -56,6 +59,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use store::ShardRows;
 use store::ShardStore;
+use stranded::AwayPart;
 use tokio::sync::oneshot;
 
 /// Shard rows up to this many bytes are sent to their new owner in order with the requests
@@ -144,6 +148,13 @@ pub(crate) enum ServerMsg {
         shard: ShardId,
         result: Result<ShardMoved, HarpError>,
         reply: oneshot::Sender<Result<ShardMoved, HarpError>>,
+    },
+    /// A part of `request` this server forwarded went to the server actor `lost`, which
+    /// dropped it unanswered (internal): serve it again, holding what is for a shard
+    /// stranded on its way there ([`stranded`]).
+    Unanswered {
+        lost: ractor::ActorId,
+        request: Box<ServerMsg>,
     },
     /// A request of SCAR's checkpoint coordinator.
     Checkpoint(CheckpointRequest),
@@ -292,12 +303,20 @@ pub(crate) struct ServerActor;
 
 pub(crate) struct ServerState {
     id: ServerId,
+    /// This server's own handle (a forwarded part that comes back unanswered is asked of
+    /// it again).
+    myself: ActorRef<ServerMsg>,
     store: ShardStore,
     /// Shards given away, and to whom their traffic goes.
     forwarded: HashMap<ShardId, ActorRef<ServerMsg>>,
     /// Shards given away whose rows went on a stream of their own and whose new owner has
-    /// not confirmed them yet: the requests for them, in arrival order, sent on once it has.
+    /// not confirmed them yet, and shards [`stranded`] here: the requests for them, in
+    /// arrival order, sent on (or served here) once the rows are in.
     held: HashMap<ShardId, Vec<ServerMsg>>,
+    /// Shards handed off from here whose hand-off is not answered yet.
+    handing_off: std::collections::HashSet<ShardId>,
+    /// Shards whose rows left for a new owner that never confirmed them ([`stranded`]).
+    stranded: std::collections::HashSet<ShardId>,
     num_shards: u32,
     /// Failed by [`ServerMsg::Crash`]: nothing is answered any more.
     crashed: bool,
@@ -382,9 +401,14 @@ impl ServerState {
         (local, away)
     }
 
+    /// Whether no shard is given away, on its way away or stranded (the common case).
+    fn holds_every_shard(&self) -> bool {
+        self.forwarded.is_empty() && self.held.is_empty()
+    }
+
     /// Whether `key`'s shard is held here (not given away, nor on its way away).
     fn owns(&self, key: ParamKey) -> bool {
-        self.forwarded.is_empty() || self.forward_of(key).is_none()
+        self.holds_every_shard() || self.forward_of(key).is_none()
     }
 
     fn checkpoint(&mut self, request: CheckpointRequest) {
@@ -429,19 +453,31 @@ impl ServerState {
         Ok(())
     }
 
-    /// Sends a part of a request on, or holds it until its shard's rows are in.
-    fn send_away(&mut self, to: Away, message: ServerMsg) {
+    /// Sends a part of a request on, or holds it until its shard's rows are in; `again`
+    /// makes the part again, to be asked of this server if the new owner drops it
+    /// unanswered ([`stranded`]).
+    fn send_away<T>(
+        &mut self,
+        to: Away,
+        message: ServerMsg,
+        answer: oneshot::Receiver<Result<T, HarpError>>,
+        again: impl FnOnce(oneshot::Sender<Result<T, HarpError>>) -> ServerMsg + Send + 'static,
+    ) -> AwayPart<T> {
         match to {
-            // A server that stopped fails the request through its dropped reply.
+            // A server that stopped drops the part, and with it the reply.
             Away::Send(actor) => {
                 let _ = actor.send_message(message);
+                AwayPart::forwarded(answer, actor.get_id(), again)
             }
-            Away::Hold(shard) => self.held.entry(shard).or_default().push(message),
+            Away::Hold(shard) => {
+                self.held.entry(shard).or_default().push(message);
+                AwayPart::held(answer)
+            }
         }
     }
 
     fn get(&mut self, keys: Vec<ParamKey>, reply: GetReply) {
-        let (local, away) = if self.forwarded.is_empty() {
+        let (local, away) = if self.holds_every_shard() {
             (Vec::new(), Vec::new()) // the common case: every key is here
         } else {
             self.split(keys.iter())
@@ -465,37 +501,35 @@ impl ServerState {
         let mut waits = Vec::with_capacity(away.len());
         for (to, idxs) in away {
             let (tx, rx) = oneshot::channel();
-            let sub = idxs.iter().map(|&i| keys[i]).collect();
-            self.send_away(
-                to,
-                ServerMsg::Get {
-                    keys: sub,
-                    reply: tx,
-                },
-            );
-            waits.push((idxs, rx));
+            let sub: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
+            let again = sub.clone();
+            let message = ServerMsg::Get {
+                keys: sub,
+                reply: tx,
+            };
+            let part = self.send_away(to, message, rx, |reply| ServerMsg::Get {
+                keys: again,
+                reply,
+            });
+            waits.push((idxs, part));
         }
-        let id = self.id;
+        let (id, myself) = (self.id, self.myself.clone());
         crate::spawn::spawn(async move {
-            for (idxs, rx) in waits {
-                match rx.await {
-                    Ok(Ok(rows)) if rows.len() == idxs.len() => {
+            for (idxs, part) in waits {
+                match part.answer(&myself, id).await {
+                    Ok(rows) if rows.len() == idxs.len() => {
                         for (i, row) in idxs.into_iter().zip(rows) {
                             out[i] = Some(row);
                         }
                     }
-                    Ok(Ok(_)) => {
+                    Ok(_) => {
                         let _ = reply.send(Err(HarpError::InvalidConfig(
                             "a forwarded read came back short".into(),
                         )));
                         return;
                     }
-                    Ok(Err(e)) => {
+                    Err(e) => {
                         let _ = reply.send(Err(e));
-                        return;
-                    }
-                    Err(_) => {
-                        let _ = reply.send(Err(HarpError::ServerUnreachable(id)));
                         return;
                     }
                 }
@@ -541,7 +575,7 @@ impl ServerState {
 
     fn apply(&mut self, updates: Vec<(ParamKey, RowData)>, reply: ApplyReply) {
         let mut first_error = None;
-        if self.forwarded.is_empty() {
+        if self.holds_every_shard() {
             // The common case: every key is here.
             for (key, delta) in &updates {
                 self.apply_here(*key, delta, &mut first_error);
@@ -559,25 +593,28 @@ impl ServerState {
         let mut waits = Vec::with_capacity(away.len());
         for (to, idxs) in away {
             let (tx, rx) = oneshot::channel();
-            let sub = idxs.iter().filter_map(|&i| slots[i].take()).collect();
-            self.send_away(
-                to,
-                ServerMsg::Apply {
-                    updates: sub,
-                    reply: tx,
-                },
-            );
-            waits.push(rx);
+            let sub: Vec<(ParamKey, RowData)> =
+                idxs.iter().filter_map(|&i| slots[i].take()).collect();
+            // Kept only while a part goes to another server (during a move).
+            let again = matches!(to, Away::Send(_)).then(|| sub.clone());
+            let message = ServerMsg::Apply {
+                updates: sub,
+                reply: tx,
+            };
+            let part = self.send_away(to, message, rx, |reply| ServerMsg::Apply {
+                updates: again.unwrap_or_default(),
+                reply,
+            });
+            waits.push(part);
         }
         if waits.is_empty() {
             let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
             return;
         }
-        let id = self.id;
+        let (id, myself) = (self.id, self.myself.clone());
         crate::spawn::spawn(async move {
-            for rx in waits {
-                let result = rx.await.unwrap_or(Err(HarpError::ServerUnreachable(id)));
-                if let Err(e) = result {
+            for part in waits {
+                if let Err(e) = part.answer(&myself, id).await {
                     first_error.get_or_insert(e);
                 }
             }
@@ -598,14 +635,17 @@ impl Actor for ServerActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         (id, tables): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(ServerState {
             id,
+            myself,
             store: ShardStore::new(tables),
             forwarded: HashMap::new(),
             held: HashMap::new(),
+            handing_off: Default::default(),
+            stranded: Default::default(),
             num_shards: 1,
             crashed: false,
             staging: staging::Staging::default(),
@@ -684,12 +724,24 @@ impl Actor for ServerActor {
                     in_order,
                     restore: None,
                 };
-                if to.send_message(take_over).is_err() {
-                    return Err(format!("{}: the new owner of {shard} is gone", state.id).into());
+                if let Err(e) = to.send_message(take_over) {
+                    // The new owner's actor is gone: keep the rows and refuse the move.
+                    if let ractor::MessagingErr::SendErr(ServerMsg::TakeOver { rows, .. }) = e {
+                        state.store.insert_shard(rows);
+                        let _ = reply.send(Err(HarpError::ServerUnreachable(to_id)));
+                    } else {
+                        let _ = reply.send(Err(HarpError::ShardInTransit {
+                            shard,
+                            to: to_id,
+                            detail: format!("{}: the new owner was gone", state.id),
+                        }));
+                    }
+                    return Ok(());
                 }
                 // From now on this server forwards the shard's traffic: right behind rows
                 // that travel in order, or held here until the new owner holds them.
                 state.forwarded.insert(shard, to);
+                state.handing_off.insert(shard);
                 if !in_order {
                     state.held.insert(shard, Vec::new());
                 }
@@ -697,9 +749,13 @@ impl Actor for ServerActor {
                 crate::spawn::spawn(async move {
                     let result = match acked.await {
                         Ok(()) => Ok(moved),
-                        Err(_) => Err(HarpError::InvalidConfig(format!(
-                            "{id}: the new owner of {shard} did not confirm it holds the rows"
-                        ))),
+                        // The rows are gone from here: only the master can say where the
+                        // shard lives now (`master/recovery.rs`).
+                        Err(_) => Err(HarpError::ShardInTransit {
+                            shard,
+                            to: to_id,
+                            detail: format!("{id} handed it off and forwards its traffic there"),
+                        }),
                     };
                     // A server that stopped no longer holds anything.
                     let _ = myself.send_message(ServerMsg::HandedOver {
@@ -714,6 +770,16 @@ impl Actor for ServerActor {
                 result,
                 reply,
             } => {
+                state.handing_off.remove(&shard);
+                let unconfirmed = matches!(result, Err(HarpError::ShardInTransit { .. }));
+                if unconfirmed && state.forwarded.contains_key(&shard) {
+                    state.strand(shard);
+                }
+                if state.is_stranded(shard) {
+                    // Held until the master re-creates the shard here.
+                    let _ = reply.send(result);
+                    return Ok(());
+                }
                 let held = state.held.remove(&shard).unwrap_or_default();
                 match state.forwarded.get(&shard) {
                     Some(to) => {
@@ -743,8 +809,10 @@ impl Actor for ServerActor {
                 }
                 state.forwarded.remove(&shard);
                 state.store.insert_shard(rows);
+                state.unstrand(&myself, shard);
                 let _ = ack.send(());
             }
+            ServerMsg::Unanswered { lost, request } => state.on_unanswered(lost, *request),
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());
             }

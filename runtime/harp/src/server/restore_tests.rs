@@ -7,7 +7,7 @@ use super::checkpoint_round::tests::{apply, dump, spawn_servers};
 use super::*;
 use crate::table::{Init, UpdateRule};
 
-async fn take_over(
+pub(super) async fn take_over(
     server: &ActorRef<ServerMsg>,
     shard: u32,
     rows: ShardRows,

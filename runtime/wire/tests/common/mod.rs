@@ -374,6 +374,7 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 (any::<u64>(), any::<u64>())
                     .prop_map(|(rows, bytes)| HandOffResult::Moved { rows, bytes }),
                 arb_string().prop_map(HandOffResult::Refused),
+                arb_string().prop_map(HandOffResult::Unconfirmed),
             ],
         )
             .prop_map(|(request_id, result)| Message::ShardHandedOff { request_id, result })

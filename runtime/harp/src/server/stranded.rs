@@ -1,0 +1,152 @@
+//! Shards stranded on their way away: this server handed a shard's rows to a new owner that
+//! died (or whose link did) before confirming it holds them.
+//!
+//! The rows are gone from here and the new owner is gone with whatever it got, so the shard
+//! has no rows anywhere until the master re-creates it from SCAR's running checkpoint: on
+//! the new owner's failure it sends this server a take-over with `restore` for it
+//! (`master/recovery.rs`). Meanwhile nothing of it may be served, and nothing sent for it
+//! may be lost or answered wrongly. So this server *strands* the shard: it stops forwarding
+//! it and holds its requests, in arrival order, until the take-over puts the rows back;
+//! then it serves them as usual.
+//!
+//! A server learns the new owner is gone in one of two ways, whichever comes first: the
+//! hand-off's confirmation fails ([`ServerMsg::HandedOver`] with
+//! [`HarpError::ShardInTransit`]), or a request it forwarded there is dropped unanswered.
+//! A dropped part is asked of this server again ([`ServerMsg::Unanswered`]), which strands
+//! every shard whose unconfirmed hand-off went to that owner and holds the part. Parts the
+//! dead owner applied and answered before it died are lost with it, like any update a
+//! failed server applied after its last save (the restored rows are its saved values).
+//!
+//! A shard whose hand-off was confirmed is the new owner's: the master recovers it there,
+//! and a request this server forwarded to it that comes back unanswered fails with this
+//! server unreachable, as before.
+
+use super::{ServerMsg, ServerState};
+use crate::error::HarpError;
+use harp_core::{shard_of, ParamKey, ServerId, ShardId};
+use ractor::{ActorId, ActorRef};
+use tokio::sync::oneshot;
+
+/// Builds the request for a forwarded part again, with a new reply.
+type Again<T> = Box<dyn FnOnce(oneshot::Sender<Result<T, HarpError>>) -> ServerMsg + Send>;
+
+/// The answer to a part of a request that went away from this server, and how to ask this
+/// server for that part again if the new owner it went to drops it unanswered.
+pub(super) struct AwayPart<T> {
+    answer: oneshot::Receiver<Result<T, HarpError>>,
+    /// The new owner the part went to, and the part as a request (`None`: held here).
+    again: Option<(ActorId, Again<T>)>,
+}
+
+impl<T> AwayPart<T> {
+    /// A part held here until its shard's rows are in.
+    pub(super) fn held(answer: oneshot::Receiver<Result<T, HarpError>>) -> Self {
+        Self {
+            answer,
+            again: None,
+        }
+    }
+
+    /// A part forwarded to the server actor `to`.
+    pub(super) fn forwarded(
+        answer: oneshot::Receiver<Result<T, HarpError>>,
+        to: ActorId,
+        again: impl FnOnce(oneshot::Sender<Result<T, HarpError>>) -> ServerMsg + Send + 'static,
+    ) -> Self {
+        Self {
+            answer,
+            again: Some((to, Box::new(again))),
+        }
+    }
+
+    /// The part's answer. One the new owner dropped unanswered is asked of `server` (this
+    /// server, `id`) again, which holds it if the shard is stranded.
+    pub(super) async fn answer(
+        self,
+        server: &ActorRef<ServerMsg>,
+        id: ServerId,
+    ) -> Result<T, HarpError> {
+        let unanswered = match self.answer.await {
+            Ok(answer) => return answer,
+            Err(unanswered) => unanswered,
+        };
+        let Some((lost, again)) = self.again else {
+            return Err(HarpError::ServerUnreachable(id)); // this server stopped
+        };
+        tracing::debug!(server = %id, %unanswered, "a forwarded part came back unanswered; asking this server again");
+        let (tx, rx) = oneshot::channel();
+        let request = Box::new(again(tx));
+        if server
+            .send_message(ServerMsg::Unanswered { lost, request })
+            .is_err()
+        {
+            return Err(HarpError::ServerUnreachable(id));
+        }
+        rx.await.unwrap_or(Err(HarpError::ServerUnreachable(id)))
+    }
+}
+
+impl ServerState {
+    /// Holds `shard`'s requests here from now on, instead of forwarding them, until a
+    /// take-over re-creates it here ([`Self::unstrand`]).
+    pub(super) fn strand(&mut self, shard: ShardId) {
+        if self.forwarded.remove(&shard).is_some() {
+            tracing::warn!(server = %self.id, %shard, "the new owner of a shard handed off from here never confirmed its rows; holding its requests until it is re-created from the running checkpoint");
+        }
+        self.held.entry(shard).or_default();
+        self.stranded.insert(shard);
+    }
+
+    /// Whether `shard` is stranded here (its requests held until it is re-created here).
+    pub(super) fn is_stranded(&self, shard: ShardId) -> bool {
+        self.stranded.contains(&shard)
+    }
+
+    /// `shard`'s rows are here again: the requests held for it are served (after every
+    /// message already queued, so after the rows are in).
+    pub(super) fn unstrand(&mut self, myself: &ActorRef<ServerMsg>, shard: ShardId) {
+        if !self.stranded.remove(&shard) {
+            return;
+        }
+        let held = self.held.remove(&shard).unwrap_or_default();
+        tracing::info!(server = %self.id, %shard, requests = held.len(), "a stranded shard was re-created here; serving what was held for it");
+        for message in held {
+            let _ = myself.send_message(message);
+        }
+    }
+
+    /// [`ServerMsg::Unanswered`]: a part of `request` went to the server actor `lost`, which
+    /// dropped it. Every shard whose unconfirmed hand-off went there is stranded; then the
+    /// request is served as usual (its stranded keys held). One that would go to `lost`
+    /// again (a shard it confirmed) fails, naming this server, as before.
+    pub(super) fn on_unanswered(&mut self, lost: ActorId, request: ServerMsg) {
+        let to_lost: Vec<ShardId> = (self.forwarded.iter())
+            .filter(|(shard, to)| to.get_id() == lost && self.handing_off.contains(*shard))
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in to_lost {
+            self.strand(shard);
+        }
+        let goes_to_lost = |state: &Self, key: &ParamKey| {
+            let shard = shard_of(*key, state.num_shards);
+            (state.forwarded.get(&shard)).is_some_and(|to| to.get_id() == lost)
+        };
+        let unreachable = HarpError::ServerUnreachable(self.id);
+        match request {
+            ServerMsg::Get { keys, reply } if keys.iter().any(|k| goes_to_lost(self, k)) => {
+                let _ = reply.send(Err(unreachable));
+            }
+            ServerMsg::Apply { updates, reply }
+                if updates.iter().any(|(k, _)| goes_to_lost(self, k)) =>
+            {
+                let _ = reply.send(Err(unreachable));
+            }
+            ServerMsg::Get { keys, reply } => self.get(keys, reply),
+            ServerMsg::Apply { updates, reply } => self.apply(updates, reply),
+            other => {
+                tracing::debug!(server = %self.id, "only reads and updates are asked again");
+                drop(other);
+            }
+        }
+    }
+}

@@ -337,6 +337,10 @@ pub(crate) struct MasterState<A: App> {
     /// vanished before answering stays until a recovery re-creates the shard, on the new
     /// owner (`moves.rs`, `recovery.rs`).
     unconfirmed_hand_offs: BTreeMap<ShardId, (ServerId, ServerId)>,
+    /// The server each moved shard was last handed off from: it may still forward the
+    /// shard's requests, so a recovery re-creates the shard there when it can
+    /// (`recovery.rs`, `server/stranded.rs`).
+    came_from: BTreeMap<ShardId, ServerId>,
     /// Server recoveries started so far: each one's take-overs carry its number, so that a
     /// new owner drops what a failed hand-off left there first (`server::Restore`).
     restore_generation: u64,
@@ -698,6 +702,7 @@ impl<A: App> Actor for MasterActor<A> {
             shards_moved: std::collections::BTreeSet::new(),
             given_away: std::collections::BTreeSet::new(),
             unconfirmed_hand_offs: BTreeMap::new(),
+            came_from: BTreeMap::new(),
             restore_generation: 0,
             held: None,
             deferred_iteration: None,

@@ -540,6 +540,7 @@ impl<A: App> MasterState<A> {
         let from = from.0;
         if let Ok(moved) = &result {
             self.shards.assign(shard, to)?;
+            self.came_from.insert(shard, ServerId(from));
             self.shards_moved.insert(shard);
             for route in &self.routes {
                 route.reroute(shard, to)?;

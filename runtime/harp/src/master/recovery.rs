@@ -18,14 +18,26 @@
 //! report it acknowledged after each row's save in the image (`node/lost_ledger.rs`): the
 //! saved value plus those updates, on shards the server held since the job started. A
 //! failure the job cannot recover from ends it with a clear error: no running checkpoint, no
-//! live server left that takes load, or a shard of a running scale event on its way to the
-//! failed server. A scale event that moves executors, or shards between two other servers,
-//! goes on beside the recovery; the failed server's shards never go to a server the latest
-//! scale event empties or emptied. A shard the failed server was handing off, unconfirmed
-//! (`MasterState::unconfirmed_hand_offs`; its new owner may hold the rows already), goes
-//! to that new owner ([`ShardMap::place_orphans_pinned`]); every take-over of a recovery
-//! carries its generation ([`Restore`]), so the new owner first drops what the hand-off
-//! brought, and the move is reported failed. While such a hand-off is unconfirmed, no
+//! live server left that takes load, or a shard on its way to the failed server from a
+//! server that is gone too. A scale event that moves executors, or shards between two other
+//! servers, goes on beside the recovery; the failed server's shards never go to a server
+//! the latest scale event empties or emptied. Where a failed server's shard goes:
+//!
+//! - one it was handing off, unconfirmed (`MasterState::unconfirmed_hand_offs`; its new
+//!   owner may hold the rows already): to that new owner
+//!   ([`ShardMap::place_orphans_pinned`]); every take-over of a recovery carries its
+//!   generation ([`Restore`]), so the new owner first drops what the hand-off brought;
+//! - one handed to it, unconfirmed (the rows left their old owner, which forwards the
+//!   shard's requests to the failed server and holds them once they go unanswered,
+//!   `server/stranded.rs`): back to that old owner, whose take-over ends the holding; the
+//!   master keeps such a hand-off unconfirmed even after the old owner reported that the
+//!   new owner never confirmed the rows ([`HarpError::ShardInTransit`]), so the order in
+//!   which it hears the failed hand-off and the death does not matter;
+//! - one it was handed earlier (`MasterState::came_from`): back to the server it came from,
+//!   if that one still takes load, for the same reason (requests sent there late);
+//! - any other: to the least loaded live servers.
+//!
+//! A move the failure ends is reported failed. While a hand-off is unconfirmed, no
 //! checkpoint round saves the new owner's rows of the shard
 //! (`server::checkpoint_round::InTransit`): the image holds nothing of what the nodes send
 //! again.
@@ -161,13 +173,25 @@ impl<A: App> MasterState<A> {
             .filter(|(_, (from, _))| *from == server)
             .map(|(shard, (_, to))| (*shard, *to))
             .collect();
-        let mut placements = self.shards.place_orphans_pinned(server, &heirs, &leaving)?;
+        // One it was handed earlier goes back where it came from (that server may still
+        // forward its requests here, and holds them once they go unanswered:
+        // `server/stranded.rs`), when that one still takes load.
+        let mut pins = leaving.clone();
+        for shard in self.shards.shards_on(server) {
+            if let Some(from) = self.came_from.get(&shard) {
+                pins.entry(shard).or_insert(*from);
+            }
+        }
+        let mut placements = self.shards.place_orphans_pinned(server, &heirs, &pins)?;
         // A shard this server was being handed, unconfirmed, died with it or never came:
         // it is re-created on its old owner (which stops forwarding it here), whether or
         // not that one is to give its load away; the move is over, failed.
         let arriving = self.arriving(server);
         placements.extend(arriving.iter().map(|(shard, from)| (*shard, *from)));
         self.shards_moved.extend(arriving.keys());
+        for (shard, _) in &placements {
+            self.came_from.remove(shard);
+        }
         self.servers.remove(&server);
         let mut saved_by_shard = checkpoint
             .saved_rows_by_shard(self.shards.num_shards(), |shard| {

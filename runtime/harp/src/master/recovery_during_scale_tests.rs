@@ -8,7 +8,9 @@
 //! good: its old owner (or its new one) is a [`SilentServer`], which never answers.
 
 use super::moves::ScaleReport;
-use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
+use super::test_master::{
+    crash, real_servers, start_master, start_master_with_shards, JobEnd, Running,
+};
 use super::MasterMsg;
 use crate::error::HarpError;
 use crate::scar::ServerRecovery;
@@ -193,6 +195,35 @@ async fn a_hand_off_the_new_owner_never_confirmed_is_re_created_at_the_new_owner
     assert!(end.try_recv().is_err(), "the job goes on");
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+/// A shard moved and confirmed goes back where it came from when its new owner dies (that
+/// server may still forward requests for it, and holds them once they go unanswered), even
+/// where another server is less loaded.
+#[tokio::test]
+async fn a_failed_servers_shard_goes_back_to_the_server_it_came_from() {
+    let servers = real_servers(3).await;
+    // Server 0 holds shard 0; server 1 shards 1, 2 and 3; server 2 nothing.
+    let mut shards = harp_core::ShardMap::round_robin(4, &[ServerId(1)]).unwrap();
+    shards.assign(harp_core::ShardId(0), ServerId(0)).unwrap();
+    let (master, mut end) = start_master_with_shards(servers, Vec::new(), shards).await;
+    let (reply, scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: vec![ServerId(0), ServerId(1), ServerId(2)],
+            reply,
+        })
+        .unwrap();
+    let report = scaled.await.unwrap().expect("the scale event succeeds");
+    assert_eq!(report.moves.len(), 1, "{report:?}");
+    let moved = &report.moves[0];
+    assert_eq!((moved.from, moved.to), (1, 2), "{report:?}");
+    // Server 1 holds two shards, server 0 one: the least loaded would be server 0.
+    let report = died(&master, 2).await.expect("recovered");
+    assert_eq!(report.shards, vec![(moved.item, 1)]);
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }

@@ -61,6 +61,17 @@ pub(crate) async fn start_master(
     servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
     routes: Vec<super::RouteTarget>,
 ) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
+    let ids: Vec<ServerId> = servers.keys().copied().collect();
+    let shards = ShardMap::round_robin(ids.len() as u32, &ids).unwrap();
+    start_master_with_shards(servers, routes, shards).await
+}
+
+/// [`start_master`] with the shards placed as `shards` says.
+pub(crate) async fn start_master_with_shards(
+    servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    routes: Vec<super::RouteTarget>,
+    shards: ShardMap,
+) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
     let (done, end) = oneshot::channel();
     let args = MasterArgs::<Running> {
         driver: NeverDone,
@@ -83,13 +94,12 @@ pub(crate) async fn start_master(
         .await
         .unwrap();
     let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
-    let ids: Vec<ServerId> = servers.keys().copied().collect();
     master
         .send_message(MasterMsg::Start {
             workers: BTreeMap::from([(WorkerId(0), worker)]),
             executors: ExecutorMap::round_robin(1, &[WorkerId(0)]).unwrap(),
             servers,
-            shards: ShardMap::round_robin(ids.len() as u32, &ids).unwrap(),
+            shards,
             routes,
             server_places: Vec::new(),
         })

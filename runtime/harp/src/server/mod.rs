@@ -313,8 +313,6 @@ pub(crate) struct ServerState {
     /// not confirmed them yet, and shards [`stranded`] here: the requests for them, in
     /// arrival order, sent on (or served here) once the rows are in.
     held: HashMap<ShardId, Vec<ServerMsg>>,
-    /// Shards handed off from here whose hand-off is not answered yet.
-    handing_off: std::collections::HashSet<ShardId>,
     /// Shards whose rows left for a new owner that never confirmed them ([`stranded`]).
     stranded: std::collections::HashSet<ShardId>,
     num_shards: u32,
@@ -644,7 +642,6 @@ impl Actor for ServerActor {
             store: ShardStore::new(tables),
             forwarded: HashMap::new(),
             held: HashMap::new(),
-            handing_off: Default::default(),
             stranded: Default::default(),
             num_shards: 1,
             crashed: false,
@@ -741,7 +738,6 @@ impl Actor for ServerActor {
                 // From now on this server forwards the shard's traffic: right behind rows
                 // that travel in order, or held here until the new owner holds them.
                 state.forwarded.insert(shard, to);
-                state.handing_off.insert(shard);
                 if !in_order {
                     state.held.insert(shard, Vec::new());
                 }
@@ -770,7 +766,6 @@ impl Actor for ServerActor {
                 result,
                 reply,
             } => {
-                state.handing_off.remove(&shard);
                 let unconfirmed = matches!(result, Err(HarpError::ShardInTransit { .. }));
                 if unconfirmed && state.forwarded.contains_key(&shard) {
                     state.strand(shard);

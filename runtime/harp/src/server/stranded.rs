@@ -13,17 +13,19 @@
 //! hand-off's confirmation fails ([`ServerMsg::HandedOver`] with
 //! [`HarpError::ShardInTransit`]), or a request it forwarded there is dropped unanswered.
 //! A dropped part is asked of this server again ([`ServerMsg::Unanswered`]), which strands
-//! every shard whose unconfirmed hand-off went to that owner and holds the part. Parts the
-//! dead owner applied and answered before it died are lost with it, like any update a
-//! failed server applied after its last save (the restored rows are its saved values).
+//! every shard it forwards to that owner and holds the part. Parts the dead owner applied
+//! and answered before it died are lost with it, like any update a failed server applied
+//! after its last save (the restored rows are its saved values).
 //!
-//! A shard whose hand-off was confirmed is the new owner's: the master recovers it there,
-//! and a request this server forwarded to it that comes back unanswered fails with this
-//! server unreachable, as before.
+//! The same holds for a shard whose hand-off was confirmed (the master may not have heard
+//! the confirmation yet, or a node sent a request here before it learned the new route):
+//! the master re-creates a failed server's shard on the server it came from, when that one
+//! still takes load (`master/recovery.rs`), so the take-over reaches the server that holds
+//! the requests. Otherwise they wait, and the nodes' request deadline ends them.
 
 use super::{ServerMsg, ServerState};
 use crate::error::HarpError;
-use harp_core::{shard_of, ParamKey, ServerId, ShardId};
+use harp_core::{ServerId, ShardId};
 use ractor::{ActorId, ActorRef};
 use tokio::sync::oneshot;
 
@@ -116,31 +118,17 @@ impl ServerState {
     }
 
     /// [`ServerMsg::Unanswered`]: a part of `request` went to the server actor `lost`, which
-    /// dropped it. Every shard whose unconfirmed hand-off went there is stranded; then the
-    /// request is served as usual (its stranded keys held). One that would go to `lost`
-    /// again (a shard it confirmed) fails, naming this server, as before.
+    /// dropped it. Every shard forwarded there is stranded; then the request is served as
+    /// usual (its stranded keys held).
     pub(super) fn on_unanswered(&mut self, lost: ActorId, request: ServerMsg) {
         let to_lost: Vec<ShardId> = (self.forwarded.iter())
-            .filter(|(shard, to)| to.get_id() == lost && self.handing_off.contains(*shard))
+            .filter(|(_, to)| to.get_id() == lost)
             .map(|(shard, _)| *shard)
             .collect();
         for shard in to_lost {
             self.strand(shard);
         }
-        let goes_to_lost = |state: &Self, key: &ParamKey| {
-            let shard = shard_of(*key, state.num_shards);
-            (state.forwarded.get(&shard)).is_some_and(|to| to.get_id() == lost)
-        };
-        let unreachable = HarpError::ServerUnreachable(self.id);
         match request {
-            ServerMsg::Get { keys, reply } if keys.iter().any(|k| goes_to_lost(self, k)) => {
-                let _ = reply.send(Err(unreachable));
-            }
-            ServerMsg::Apply { updates, reply }
-                if updates.iter().any(|(k, _)| goes_to_lost(self, k)) =>
-            {
-                let _ = reply.send(Err(unreachable));
-            }
             ServerMsg::Get { keys, reply } => self.get(keys, reply),
             ServerMsg::Apply { updates, reply } => self.apply(updates, reply),
             other => {

@@ -753,3 +753,114 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
         report.rows_restored
     );
 }
+
+/// A server node that joins a running job is given shards from the two servers there, and
+/// is SIGKILLed after it holds some but before the master heard it does (both old owners
+/// answer their hand-offs late, fault injection). The old owners gave the rows away and
+/// forward those shards to the dead node; what they forwarded goes unanswered. The master
+/// recovers the dead node by re-creating each shard that was on its way to it on the
+/// server it came from, which holds the shard's requests until then and serves them after
+/// (`server/stranded.rs`). The job runs to its end: every row of another shard exact, every
+/// row of a re-created shard at most its expected sum (no update applied twice). Before,
+/// such a death ended the job ("a scale event was moving a shard to it").
+#[test]
+fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_owners() {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("creds");
+    let creds = JobCredentials::generate("scar-mid-arrival").unwrap();
+    creds.save(&credentials).unwrap();
+    let app = Arc::new(Watched {
+        inner: CounterApp::new(counter_config(true)).unwrap(),
+        completions: Arc::new(Mutex::new(Vec::new())),
+    });
+    let options = ClusterOptions {
+        nodes: 4,
+        executors_per_worker: 4,
+        shards_per_server: SHARDS_PER_SERVER,
+        collect_params: true,
+        lease_timeout_ms: 3_000,
+        join_timeout_ms: 20_000,
+        scar: Some(ScarOptions {
+            period: 2,
+            fraction: 0.25,
+            selection: Selection::Priority,
+            ..ScarOptions::default()
+        }),
+        ..ClusterOptions::default()
+    };
+    let outcome = runtime(Threads::Multi(2)).block_on(async {
+        let (master, addr) = start_master(app.clone(), creds, options).await;
+        // Both servers answer their hand-offs long after the new owner confirmed the rows.
+        let (mut servers, mut server_lines) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            let mut server = node_command(&addr, &credentials, "server", true);
+            server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "30000");
+            let (child, lines, reader) = harp_tests::spawn_reading_stderr(&mut server);
+            servers.push((child, reader));
+            server_lines.push(lines);
+        }
+        let mut others: Vec<Child> = ["worker", "worker"]
+            .iter()
+            .map(|role| node_process(&addr, &credentials, role, true, None))
+            .collect();
+        while app.completions.lock().unwrap().len() < KILL_AFTER_COMPLETIONS / 2 {
+            assert!(!master.is_finished(), "the job ended before the join");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut newcomer = node_command(&addr, &credentials, "server", true)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // A shard is on the newcomer; the master does not know yet.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        'handed: loop {
+            assert!(Instant::now() < deadline, "no server handed a shard off");
+            for lines in &server_lines {
+                if lines
+                    .try_iter()
+                    .any(|line| line.contains("answering the hand-off late"))
+                {
+                    break 'handed;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Training goes on a while: the old owners forward those shards to the newcomer.
+        let before = app.completions.lock().unwrap().len();
+        while app.completions.lock().unwrap().len() < before + 200 {
+            assert!(!master.is_finished(), "the job ended before the kill");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sigkill(&mut newcomer);
+        let outcome = master.await.unwrap();
+        for child in others.iter_mut().chain(servers.iter_mut().map(|(c, _)| c)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        outcome
+    });
+    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
+    assert_eq!(outcome.driver.inner.completed(), TASKS);
+    let recoveries = &outcome.stats.recoveries;
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let report = &recoveries[0];
+    // The newcomer held nothing of its own: every shard re-created was on its way to it,
+    // and went back to one of the two servers of the start (ids 0 to 3: the first nodes).
+    assert!(!report.shards.is_empty(), "{report:?}");
+    assert!(
+        report
+            .shards
+            .iter()
+            .all(|(_, to)| *to != report.server && *to < 4),
+        "{report:?}"
+    );
+    let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
+    let (_, missing_total) = check_the_counter(&outcome, &app, &lost_shards, 2 * SHARDS_PER_SERVER);
+    println!(
+        "server {} killed while shards came: {} shards re-created on their old owners {:?}, {} rows restored, {missing_total} increments lost",
+        report.server,
+        report.shards.len(),
+        report.shards,
+        report.rows_restored
+    );
+}

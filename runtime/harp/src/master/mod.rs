@@ -436,7 +436,9 @@ impl<A: App> MasterState<A> {
         self.routes
             .retain(|route| !matches!(route, RouteTarget::Remote { node: n, .. } if *n == node));
         let server = ServerId(node);
-        if self.shards.shards_on(server).is_empty() {
+        // One a shard was on its way to still has it to give back (its recovery follows).
+        let receiving = (self.unconfirmed_hand_offs.values()).any(|(_, to)| *to == server);
+        if self.shards.shards_on(server).is_empty() && !receiving {
             if let Some(proxy) = self.servers.remove(&server) {
                 tracing::debug!(%server, "the master forgets a server that is gone");
                 proxy.stop(Some("its node left the job".into()));

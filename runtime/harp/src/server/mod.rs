@@ -17,7 +17,9 @@
 //! until the new owner confirms it holds them, requests for the shard are held here (in
 //! arrival order) and sent on only then, while traffic for every other shard keeps flowing.
 //! Either way the hand-off is answered only after that confirmation, since the master then
-//! tells every node to send to the new owner directly.
+//! tells every node to send to the new owner directly. A new owner that dies before it
+//! confirms leaves the shard *stranded* here ([`stranded`]): its requests are held until
+//! the master re-creates it here.
 //!
 //! A server keeps its part of SCAR's running checkpoint (SCAR §5.4.3): the saved value of
 //! every row it holds ([`saved`]), which moves with a shard's rows. It answers the

@@ -795,6 +795,8 @@ fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_
         for _ in 0..2 {
             let mut server = node_command(&addr, &credentials, "server", true);
             server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "30000");
+            // At info level it says which node it is ("joined the job").
+            server.env("HARP_LOG", "info");
             let (child, lines, reader) = harp_tests::spawn_reading_stderr(&mut server);
             servers.push((child, reader));
             server_lines.push(lines);
@@ -812,16 +814,17 @@ fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_
             .spawn()
             .unwrap();
         // A shard is on the newcomer; the master does not know yet.
+        let mut logs = [Vec::new(), Vec::new()];
+        let late = |logs: &[Vec<String>; 2]| {
+            logs.iter()
+                .flatten()
+                .any(|line| line.contains("answering the hand-off late"))
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
-        'handed: loop {
+        while !late(&logs) {
             assert!(Instant::now() < deadline, "no server handed a shard off");
-            for lines in &server_lines {
-                if lines
-                    .try_iter()
-                    .any(|line| line.contains("answering the hand-off late"))
-                {
-                    break 'handed;
-                }
+            for (log, lines) in logs.iter_mut().zip(&server_lines) {
+                log.extend(lines.try_iter());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -837,23 +840,49 @@ fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_
             let _ = child.kill();
             let _ = child.wait();
         }
-        outcome
+        for (log, lines) in logs.iter_mut().zip(&server_lines) {
+            log.extend(lines.try_iter());
+        }
+        (outcome, logs)
     });
+    let (outcome, logs) = outcome;
+    // Which shards each old owner handed to the newcomer, by its node's id.
+    let mut handed_by = BTreeSet::new();
+    for log in &logs {
+        let id_in = |line: &String, field: &str| -> Option<u32> {
+            let at = line.find(field)? + field.len();
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        };
+        let joined = log.iter().find(|l| l.contains("joined the job"));
+        let node = joined
+            .and_then(|l| id_in(l, " node="))
+            .expect("a server says which node it is");
+        for line in log
+            .iter()
+            .filter(|l| l.contains("answering the hand-off late"))
+        {
+            let shard = id_in(line, "shard=shard-").expect("the late answer names its shard");
+            handed_by.insert((shard, node));
+        }
+    }
     let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
     assert_eq!(outcome.driver.inner.completed(), TASKS);
     let recoveries = &outcome.stats.recoveries;
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     let report = &recoveries[0];
     // The newcomer held nothing of its own: every shard re-created was on its way to it,
-    // and went back to one of the two servers of the start (ids 0 to 3: the first nodes).
+    // and went back to the server that handed it off.
     assert!(!report.shards.is_empty(), "{report:?}");
-    assert!(
-        report
-            .shards
-            .iter()
-            .all(|(_, to)| *to != report.server && *to < 4),
-        "{report:?}"
-    );
+    for shard in &report.shards {
+        assert!(
+            handed_by.contains(shard),
+            "{shard:?} of {report:?}; handed off: {handed_by:?}"
+        );
+    }
     let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
     let (_, missing_total) = check_the_counter(&outcome, &app, &lost_shards, 2 * SHARDS_PER_SERVER);
     println!(

@@ -616,6 +616,51 @@ fn without_a_running_checkpoint_a_killed_node_with_a_worker_and_a_server_ends_th
     }
 }
 
+/// A counter job of 2 worker and 2 server node processes (started by each test) whose shards
+/// move mid-run, with its credentials in a directory kept while it runs.
+struct MidMoveJob {
+    _dir: tempfile::TempDir,
+    credentials: std::path::PathBuf,
+    creds: JobCredentials,
+    app: Arc<Watched>,
+    options: ClusterOptions,
+}
+
+fn mid_move_job(name: &str) -> MidMoveJob {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("creds");
+    let creds = JobCredentials::generate(name).unwrap();
+    creds.save(&credentials).unwrap();
+    let app = Arc::new(Watched {
+        inner: CounterApp::new(counter_config(true)).unwrap(),
+        completions: Arc::new(Mutex::new(Vec::new())),
+    });
+    let options = ClusterOptions {
+        nodes: 4,
+        executors_per_worker: 4,
+        shards_per_server: SHARDS_PER_SERVER,
+        collect_params: true,
+        lease_timeout_ms: 3_000,
+        join_timeout_ms: 20_000,
+        // A partial image: rows it never saved start again at their initial value, so a
+        // copy a hand-off left on a server would show if it were kept.
+        scar: Some(ScarOptions {
+            period: 2,
+            fraction: 0.25,
+            selection: Selection::Priority,
+            ..ScarOptions::default()
+        }),
+        ..ClusterOptions::default()
+    };
+    MidMoveJob {
+        _dir: dir,
+        credentials,
+        creds,
+        app,
+        options,
+    }
+}
+
 /// Issue 4's "a node that dies in the middle of a move", with SCAR. A server node gets
 /// SIGTERM (a scheduler takes its machine back), so it hands its shards to the other server
 /// node, and is SIGKILLed (the grace period is over) once the other node holds their rows
@@ -631,31 +676,13 @@ fn without_a_running_checkpoint_a_killed_node_with_a_worker_and_a_server_ends_th
 #[test]
 fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_owner() {
     let log = install_log();
-    let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("creds");
-    let creds = JobCredentials::generate("scar-mid-move").unwrap();
-    creds.save(&credentials).unwrap();
-    let app = Arc::new(Watched {
-        inner: CounterApp::new(counter_config(true)).unwrap(),
-        completions: Arc::new(Mutex::new(Vec::new())),
-    });
-    let options = ClusterOptions {
-        nodes: 4,
-        executors_per_worker: 4,
-        shards_per_server: SHARDS_PER_SERVER,
-        collect_params: true,
-        lease_timeout_ms: 3_000,
-        join_timeout_ms: 20_000,
-        // A partial image: rows it never saved start again at their initial value, so a
-        // copy a hand-off left on the new owner would show if it were kept.
-        scar: Some(ScarOptions {
-            period: 2,
-            fraction: 0.25,
-            selection: Selection::Priority,
-            ..ScarOptions::default()
-        }),
-        ..ClusterOptions::default()
-    };
+    let MidMoveJob {
+        _dir,
+        credentials,
+        creds,
+        app,
+        options,
+    } = mid_move_job("scar-mid-move");
     let outcome = runtime(Threads::Multi(2)).block_on(async {
         let (master, addr) = start_master(app.clone(), creds, options).await;
         let mut victim = node_command(&addr, &credentials, "server", true);
@@ -765,29 +792,13 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
 /// such a death ended the job ("a scale event was moving a shard to it").
 #[test]
 fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_owners() {
-    let dir = tempfile::tempdir().unwrap();
-    let credentials = dir.path().join("creds");
-    let creds = JobCredentials::generate("scar-mid-arrival").unwrap();
-    creds.save(&credentials).unwrap();
-    let app = Arc::new(Watched {
-        inner: CounterApp::new(counter_config(true)).unwrap(),
-        completions: Arc::new(Mutex::new(Vec::new())),
-    });
-    let options = ClusterOptions {
-        nodes: 4,
-        executors_per_worker: 4,
-        shards_per_server: SHARDS_PER_SERVER,
-        collect_params: true,
-        lease_timeout_ms: 3_000,
-        join_timeout_ms: 20_000,
-        scar: Some(ScarOptions {
-            period: 2,
-            fraction: 0.25,
-            selection: Selection::Priority,
-            ..ScarOptions::default()
-        }),
-        ..ClusterOptions::default()
-    };
+    let MidMoveJob {
+        _dir,
+        credentials,
+        creds,
+        app,
+        options,
+    } = mid_move_job("scar-mid-arrival");
     let outcome = runtime(Threads::Multi(2)).block_on(async {
         let (master, addr) = start_master(app.clone(), creds, options).await;
         // Both servers answer their hand-offs long after the new owner confirmed the rows.

@@ -12,7 +12,7 @@ fn main() {
     harp_apps::cli::init_logging();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {}", describe(&e));
+        harp_apps::cli::eprint_line(&format!("error: {}", describe(&e)));
         // A job stopped by a signal ends as if the signal had ended it.
         std::process::exit(harp_apps::cli::stopped_by().map_or(1, |signal| 128 + signal));
     }

@@ -26,6 +26,15 @@ pub use run_mf::MfCliArgs;
 pub use run_mlr::MlrCliArgs;
 pub use signals::stopped_by;
 
+/// Writes `line` and its newline to stderr in one write. A `harp node` process started by
+/// `harp run --processes` shares its master's stderr, and `eprintln!` may write a line in
+/// pieces that another process's line then splits.
+pub fn eprint_line(line: &str) {
+    use std::io::Write;
+    let whole = format!("{line}\n");
+    let _ = std::io::stderr().lock().write_all(whole.as_bytes());
+}
+
 /// Sends the runtime's log to stderr, filtered by `HARP_LOG` (a `tracing` filter; default
 /// `warn`), coloured only when stderr is a terminal. For the `harp` command and the
 /// benchmarks that run jobs in their own process.

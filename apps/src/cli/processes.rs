@@ -489,7 +489,7 @@ fn node_ended(result: std::result::Result<(), harp::HarpError>) -> Result<()> {
     match result {
         Ok(()) => Ok(()),
         Err(e @ harp::HarpError::Stopped { .. }) => {
-            eprintln!("node: the master ended the job: {e}");
+            super::eprint_line(&format!("node: the master ended the job: {e}"));
             Ok(())
         }
         Err(e) => Err(anyhow!("node: {e}")),
@@ -501,7 +501,9 @@ fn node_ended(result: std::result::Result<(), harp::HarpError>) -> Result<()> {
 /// at once. Never completes where signals are unavailable.
 async fn leave_on_signal() {
     let (_, name) = super::signals::first_stop_signal().await;
-    eprintln!("harp node: got {name}: leaving the job (send it again to end at once)");
+    super::eprint_line(&format!(
+        "harp node: got {name}: leaving the job (send it again to end at once)"
+    ));
 }
 
 /// `harp scale`: asks the master at `job` to start `add` more nodes and to let `remove` go.

@@ -172,23 +172,26 @@ fn a_fault_after_its_iterations_round_recovers_from_that_rounds_image() {
         let (losses, reports) = mlr_losses(Some(scar));
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].timing, timing);
-        (losses, reports[0].perturbation_l2)
+        (losses, reports[0].perturbation_l2, reports[0].image_round)
     };
     // Every row saved at every iteration: after the round, the image holds the values at
     // the failure, so recovering loses nothing and training goes on as if nothing failed.
-    let (after, after_l2) = lose(1, FaultTiming::AfterRound);
+    let (after, after_l2, after_image) = lose(1, FaultTiming::AfterRound);
+    assert_eq!(after_image, Some(at));
     assert_eq!(after_l2, 0.0);
     for (k, (l, b)) in after.iter().zip(&baseline).enumerate() {
         assert!((l - b).abs() < 1e-6, "iteration {k}: {l} vs {b}");
     }
-    // Before it, the image is one iteration old.
-    let (before, before_l2) = lose(1, FaultTiming::BeforeRound);
-    assert!(before_l2 > 0.0);
-    assert!(before[at as usize] > baseline[at as usize] + 1e-4);
+    // Before it, the image is an earlier round's. (That round saved in the background
+    // while iteration 6 ran, so how much of iteration 6 it holds depends on timing: on a
+    // loaded machine all of it, and the loss costs nothing. So the perturbation is not
+    // asserted; only which image the recovery used.)
+    let (_, _, before_image) = lose(1, FaultTiming::BeforeRound);
+    assert!(before_image < Some(at), "{before_image:?}");
     // No round due at that iteration (every 4th): the fault does not wait for one, and
-    // recovers from the older image. (The values a background round saves depend on how it
-    // interleaves with the next iteration, so the two timings are not compared here.)
-    let (_, late_l2) = lose(4, FaultTiming::AfterRound);
+    // recovers from an older image.
+    let (_, late_l2, late_image) = lose(4, FaultTiming::AfterRound);
+    assert!(late_image < Some(at), "{late_image:?}");
     assert!(late_l2 > 0.0);
 }
 

@@ -30,8 +30,13 @@ pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
         c.rounds, c.rounds_failed, c.rounds_skipped, c.rows_saved, c.bytes_saved, c.rows_held
     );
     for f in &stats.injections {
+        let image = match (f.recovery, f.image_round) {
+            (None, _) => String::new(),
+            (Some(_), Some(round)) => format!(", from the image of round {round}"),
+            (Some(_), None) => ", from initial values (no round had ended)".into(),
+        };
         eprintln!(
-            "fault: {} at iteration {}{}: {} rows chosen, {} replaced, perturbation {:.4} (L2)",
+            "fault: {} at iteration {}{}: {} rows chosen, {} replaced, perturbation {:.4} (L2){image}",
             f.fault,
             f.at_iteration,
             f.recovery

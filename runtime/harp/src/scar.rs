@@ -129,6 +129,11 @@ pub struct InjectionReport {
     pub perturbation_l2: f64,
     /// Whether it struck before or after its iteration's checkpoint round.
     pub timing: FaultTiming,
+    /// The iteration of the last checkpoint round that had ended when the fault struck:
+    /// the image a loss recovers from (`None`: no round yet, every row at its initial
+    /// value). A round saves while training goes on, so it may hold updates of later
+    /// iterations too.
+    pub image_round: Option<u64>,
 }
 
 impl InjectionReport {
@@ -143,6 +148,7 @@ impl InjectionReport {
             rows_chosen: 0,
             rows_replaced: 0,
             perturbation_l2: 0.0,
+            image_round: None,
         }
     }
 }

@@ -267,6 +267,11 @@ impl RunningCheckpoint {
         self.image.clone()
     }
 
+    /// The iteration of the last round that ended (its saves are in the image).
+    pub(crate) fn last_round(&self) -> Option<u64> {
+        self.last_round
+    }
+
     /// The driver reported `iteration` complete. Returns the round to run when one is due
     /// (at most one per call, however many iterations it covers) and none runs; reports of
     /// an iteration at or before the last one change nothing.

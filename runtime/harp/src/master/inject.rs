@@ -116,6 +116,7 @@ impl<A: App> MasterState<A> {
             return;
         };
         let image = checkpoint.image_snapshot();
+        let image_round = checkpoint.last_round();
         let recovery = checkpoint.recovery();
         let servers = self.server_list();
         let tables = self.tables.clone();
@@ -127,7 +128,10 @@ impl<A: App> MasterState<A> {
             let mut result = Ok(());
             for injection in faults {
                 match inject(&servers, &injection, &image, &tables, recovery).await {
-                    Ok(report) => reports.push(report),
+                    Ok(report) => reports.push(InjectionReport {
+                        image_round,
+                        ..report
+                    }),
                     Err(e) => {
                         result = Err(e);
                         break;

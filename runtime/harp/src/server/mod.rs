@@ -707,6 +707,13 @@ impl Actor for ServerActor {
                     ))));
                     return Ok(());
                 }
+                if state.is_stranded(shard) {
+                    let _ = reply.send(Err(HarpError::InvalidConfig(format!(
+                        "{} holds no rows of {shard}: its last new owner never confirmed them, and it is re-created here once that owner's failure is handled",
+                        state.id
+                    ))));
+                    return Ok(());
+                }
                 state.num_shards = num_shards;
                 let rows = state.store.take_shard(shard, num_shards);
                 let moved = ShardMoved {

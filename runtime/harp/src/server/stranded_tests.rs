@@ -179,7 +179,7 @@ async fn requests_forwarded_to_a_new_owner_that_died_are_held_and_applied_once_r
 
 /// The new owner drops the rows at once: the failed confirmation strands the shard, so a
 /// request sent after it is held here, not forwarded to the dead owner (which would keep it
-/// unanswered for good).
+/// unanswered for good), and a new move of the shard is refused until it is re-created.
 #[tokio::test]
 async fn after_a_failed_confirmation_requests_are_held_not_forwarded() {
     let (tables, server, moving, _) = server_with_two_shards().await;
@@ -194,6 +194,13 @@ async fn after_a_failed_confirmation_requests_are_held_not_forwarded() {
     let mut held = send_apply(&server, vec![(moving, f32s(2.0))]);
     settle().await;
     assert!(matches!(held.try_recv(), Err(TryRecvError::Empty)));
+    // Nothing to hand on while it is stranded: a move of it is refused, saying why.
+    let (other, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+    let refused = hand_off_shard_0(&server, &other).await.unwrap();
+    assert!(
+        matches!(&refused, Err(HarpError::InvalidConfig(why)) if why.contains("never confirmed them")),
+        "{refused:?}"
+    );
     re_create_shard_0(&tables, &server, (moving, 10.0)).await;
     // Applied after its wait: no save epoch to tell (as for a part forwarded on).
     assert_eq!(within("held", held).await.unwrap(), None);

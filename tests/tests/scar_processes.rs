@@ -781,6 +781,190 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
     );
 }
 
+/// How shards come to the server node a mid-arrival test kills.
+#[derive(Clone, Copy, PartialEq)]
+enum Arrival {
+    /// It joins the running job (2 servers there) and is given shards.
+    Join,
+    /// One of 3 servers is given SIGTERM; its shards move to the other two.
+    ScaleIn,
+}
+
+/// A server node of a mid-arrival test, at info level (it says which node it is) and
+/// answering its hand-offs 30 s late, whose stderr the test reads.
+struct LoggedServer {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    log: Vec<String>,
+    _reader: std::thread::JoinHandle<()>,
+}
+
+impl LoggedServer {
+    fn start(addr: &str, credentials: &std::path::Path) -> LoggedServer {
+        let mut server = node_command(addr, credentials, "server", true);
+        server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "30000");
+        server.env("HARP_LOG", "info");
+        let (child, lines, reader) = harp_tests::spawn_reading_stderr(&mut server);
+        LoggedServer {
+            child,
+            lines,
+            log: Vec::new(),
+            _reader: reader,
+        }
+    }
+
+    /// Reads what it wrote since the last call.
+    fn read(&mut self) {
+        self.log.extend(self.lines.try_iter());
+    }
+
+    /// Its node's id, once it said which it is.
+    fn id(&self) -> Option<u32> {
+        let joined = self.log.iter().find(|l| l.contains("joined the job"))?;
+        number_after(joined, " node=")
+    }
+
+    /// The shards it answered a hand-off of late, with the server it handed each to.
+    fn handed_late(&self) -> Vec<(u32, u32)> {
+        let late = self
+            .log
+            .iter()
+            .filter(|l| l.contains("answering the hand-off late"));
+        late.map(|line| {
+            let shard = number_after(line, "shard=shard-").expect("the line names its shard");
+            let to = number_after(line, "to=server-").expect("the line names the new owner");
+            (shard, to)
+        })
+        .collect()
+    }
+}
+
+/// The number right after `field` in `line`.
+fn number_after(line: &str, field: &str) -> Option<u32> {
+    let at = line.find(field)? + field.len();
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Runs the counter on 2 workers and the servers of `arrival`, then SIGKILLs the server
+/// node shards are on their way to once it holds one but before the master heard it does
+/// (every old owner answers its hand-offs late, fault injection), after 200 more
+/// completions of forwarding. Checks the recovery and the counter.
+fn kill_a_server_while_shards_come(arrival: Arrival) {
+    let MidMoveJob {
+        _dir,
+        credentials,
+        creds,
+        app,
+        mut options,
+    } = mid_move_job("scar-mid-arrival");
+    let servers_at_start = match arrival {
+        Arrival::Join => 2,
+        Arrival::ScaleIn => 3,
+    };
+    options.nodes = servers_at_start + 2;
+    let outcome = runtime(Threads::Multi(2)).block_on(async {
+        let (master, addr) = start_master(app.clone(), creds, options).await;
+        let mut servers: Vec<LoggedServer> = (0..servers_at_start)
+            .map(|_| LoggedServer::start(&addr, &credentials))
+            .collect();
+        let mut workers: Vec<Child> = ["worker", "worker"]
+            .iter()
+            .map(|role| node_process(&addr, &credentials, role, true, None))
+            .collect();
+        while app.completions.lock().unwrap().len() < KILL_AFTER_COMPLETIONS / 2 {
+            assert!(
+                !master.is_finished(),
+                "the job ended before the scale event"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        match arrival {
+            Arrival::Join => servers.push(LoggedServer::start(&addr, &credentials)),
+            Arrival::ScaleIn => {
+                let term = Command::new("kill")
+                    .args(["-TERM", &servers[0].child.id().to_string()])
+                    .status()
+                    .unwrap();
+                assert!(term.success());
+            }
+        }
+        // A shard is on its new owner; the master does not know yet.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let victim = loop {
+            assert!(Instant::now() < deadline, "no server handed a shard off");
+            servers.iter_mut().for_each(LoggedServer::read);
+            let late = servers.iter().flat_map(|s| s.handed_late()).next();
+            if let Some((_, to)) = late {
+                if let Some(at) = servers.iter().position(|s| s.id() == Some(to)) {
+                    break at;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // Training goes on a while: the old owners forward those shards to the new owner.
+        let before = app.completions.lock().unwrap().len();
+        while app.completions.lock().unwrap().len() < before + 200 {
+            assert!(!master.is_finished(), "the job ended before the kill");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sigkill(&mut servers[victim].child);
+        let outcome = master.await.unwrap();
+        let children = workers
+            .iter_mut()
+            .chain(servers.iter_mut().map(|s| &mut s.child));
+        for child in children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        servers.iter_mut().for_each(LoggedServer::read);
+        (outcome, servers)
+    });
+    let (outcome, servers) = outcome;
+    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
+    assert_eq!(outcome.driver.inner.completed(), TASKS);
+    let recoveries = &outcome.stats.recoveries;
+    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
+    let report = &recoveries[0];
+    // Which server handed which shard to the dead one.
+    let handed_to_victim: BTreeSet<(u32, u32)> = servers
+        .iter()
+        .flat_map(|s| {
+            let from = s.id().expect("a server says which node it is");
+            let late = s.handed_late().into_iter();
+            late.filter(|(_, to)| *to == report.server)
+                .map(move |(shard, _)| (shard, from))
+        })
+        .collect();
+    let leaving = servers[0].id();
+    for &(shard, to) in &report.shards {
+        match handed_to_victim.iter().find(|(s, _)| *s == shard) {
+            // On its way to the dead server: back to the server that handed it off.
+            Some(&(_, from)) => assert_eq!(to, from, "{shard} of {report:?}"),
+            // Its own: to a server that takes load (not the one leaving).
+            None => assert!(
+                arrival == Arrival::ScaleIn && Some(to) != leaving && to != report.server,
+                "{shard} of {report:?}; handed to it: {handed_to_victim:?}"
+            ),
+        }
+    }
+    let went_back = report
+        .shards
+        .iter()
+        .filter(|(s, _)| handed_to_victim.iter().any(|(handed, _)| handed == s));
+    assert!(went_back.count() > 0, "{report:?}");
+    let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
+    let num_shards = servers_at_start * SHARDS_PER_SERVER;
+    let (_, missing_total) = check_the_counter(&outcome, &app, &lost_shards, num_shards);
+    println!(
+        "server {} killed while shards came: shards re-created {:?}, {} rows restored, {missing_total} increments lost",
+        report.server, report.shards, report.rows_restored
+    );
+}
+
 /// A server node that joins a running job is given shards from the two servers there, and
 /// is SIGKILLed after it holds some but before the master heard it does (both old owners
 /// answer their hand-offs late, fault injection). The old owners gave the rows away and
@@ -792,115 +976,13 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
 /// such a death ended the job ("a scale event was moving a shard to it").
 #[test]
 fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_owners() {
-    let MidMoveJob {
-        _dir,
-        credentials,
-        creds,
-        app,
-        options,
-    } = mid_move_job("scar-mid-arrival");
-    let outcome = runtime(Threads::Multi(2)).block_on(async {
-        let (master, addr) = start_master(app.clone(), creds, options).await;
-        // Both servers answer their hand-offs long after the new owner confirmed the rows.
-        let (mut servers, mut server_lines) = (Vec::new(), Vec::new());
-        for _ in 0..2 {
-            let mut server = node_command(&addr, &credentials, "server", true);
-            server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "30000");
-            // At info level it says which node it is ("joined the job").
-            server.env("HARP_LOG", "info");
-            let (child, lines, reader) = harp_tests::spawn_reading_stderr(&mut server);
-            servers.push((child, reader));
-            server_lines.push(lines);
-        }
-        let mut others: Vec<Child> = ["worker", "worker"]
-            .iter()
-            .map(|role| node_process(&addr, &credentials, role, true, None))
-            .collect();
-        while app.completions.lock().unwrap().len() < KILL_AFTER_COMPLETIONS / 2 {
-            assert!(!master.is_finished(), "the job ended before the join");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let mut newcomer = node_command(&addr, &credentials, "server", true)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // A shard is on the newcomer; the master does not know yet.
-        let mut logs = [Vec::new(), Vec::new()];
-        let late = |logs: &[Vec<String>; 2]| {
-            logs.iter()
-                .flatten()
-                .any(|line| line.contains("answering the hand-off late"))
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !late(&logs) {
-            assert!(Instant::now() < deadline, "no server handed a shard off");
-            for (log, lines) in logs.iter_mut().zip(&server_lines) {
-                log.extend(lines.try_iter());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // Training goes on a while: the old owners forward those shards to the newcomer.
-        let before = app.completions.lock().unwrap().len();
-        while app.completions.lock().unwrap().len() < before + 200 {
-            assert!(!master.is_finished(), "the job ended before the kill");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        sigkill(&mut newcomer);
-        let outcome = master.await.unwrap();
-        for child in others.iter_mut().chain(servers.iter_mut().map(|(c, _)| c)) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for (log, lines) in logs.iter_mut().zip(&server_lines) {
-            log.extend(lines.try_iter());
-        }
-        (outcome, logs)
-    });
-    let (outcome, logs) = outcome;
-    // Which shards each old owner handed to the newcomer, by its node's id.
-    let mut handed_by = BTreeSet::new();
-    for log in &logs {
-        let id_in = |line: &String, field: &str| -> Option<u32> {
-            let at = line.find(field)? + field.len();
-            let digits: String = line[at..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().ok()
-        };
-        let joined = log.iter().find(|l| l.contains("joined the job"));
-        let node = joined
-            .and_then(|l| id_in(l, " node="))
-            .expect("a server says which node it is");
-        for line in log
-            .iter()
-            .filter(|l| l.contains("answering the hand-off late"))
-        {
-            let shard = id_in(line, "shard=shard-").expect("the late answer names its shard");
-            handed_by.insert((shard, node));
-        }
-    }
-    let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
-    assert_eq!(outcome.driver.inner.completed(), TASKS);
-    let recoveries = &outcome.stats.recoveries;
-    assert_eq!(recoveries.len(), 1, "{recoveries:?}");
-    let report = &recoveries[0];
-    // The newcomer held nothing of its own: every shard re-created was on its way to it,
-    // and went back to the server that handed it off.
-    assert!(!report.shards.is_empty(), "{report:?}");
-    for shard in &report.shards {
-        assert!(
-            handed_by.contains(shard),
-            "{shard:?} of {report:?}; handed off: {handed_by:?}"
-        );
-    }
-    let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
-    let (_, missing_total) = check_the_counter(&outcome, &app, &lost_shards, 2 * SHARDS_PER_SERVER);
-    println!(
-        "server {} killed while shards came: {} shards re-created on their old owners {:?}, {} rows restored, {missing_total} increments lost",
-        report.server,
-        report.shards.len(),
-        report.shards,
-        report.rows_restored
-    );
+    kill_a_server_while_shards_come(Arrival::Join);
+}
+
+/// The same when one of three servers is given SIGTERM and the one its shards move to
+/// dies: the shards on their way go back to the leaving server (its leave fails once its
+/// other moves end; it keeps serving them), the dead server's own shards go to the third.
+#[test]
+fn a_server_node_killed_while_a_leaving_server_hands_it_shards_is_recovered() {
+    kill_a_server_while_shards_come(Arrival::ScaleIn);
 }

@@ -142,10 +142,12 @@ fn a_shard_larger_than_a_message_moves_between_nodes_in_parts() {
     // 200 rows of 200 000 counters (1.6 MB each) on 2 shards: 160 MB a shard once its rows
     // are touched, so well above the 64 MiB of one message even when only half of them are
     // by the move. Its rows go in parts; the final collection too.
-    // Each task also sleeps 50 ms, so the 75 tasks of each of the 8 executors last 3.75 s
-    // at least, on any machine: the move comes well before the end.
+    // Each task also sleeps 50 ms, so the 100 tasks of each of the 8 executors last 5 s
+    // at least, on any machine: the move comes well before the end. It waits 3 s for rows
+    // to be touched: after 1.5 s, on a loaded 2-core CI machine, only 41 rows of the
+    // shard (65.6 MB) were.
     let config = CounterConfig {
-        tasks: 600,
+        tasks: 800,
         rows: 200,
         width: 200_000,
         updates_per_task: 2,
@@ -154,7 +156,7 @@ fn a_shard_larger_than_a_message_moves_between_nodes_in_parts() {
     };
     let (app, outcome) = run_counter_sharded(config, (2, 1), |control, master| async move {
         // Rows are created as tasks first touch them; then server 1 gives its shard away.
-        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
         assert!(!master.is_finished(), "the job ended before the move");
         let report = control.scale_in(&[], &[ServerId(1)]).await;
         let report = report.expect("the shard moves");

@@ -1,5 +1,6 @@
 //! Stand-ins the crate's unit tests share: a server actor that never answers, one that
-//! drops the shard rows handed to it (a server node that died with them), a link
+//! drops the shard rows handed to it (a server node that died with them), a real server
+//! behind a tap that tells the relocations it is sent ([`TappedServer`]), a link
 //! between two endpoints of this process ([`link_pair`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
@@ -79,6 +80,43 @@ impl Actor for DroppingServer {
             (Drops::TakeOvers, true) | (Drops::AllButTakeOvers, false) => drop(msg),
             _ => held.push(msg),
         }
+        Ok(())
+    }
+}
+
+/// A real server behind a tap: every message goes on to `inner`, and each
+/// [`ServerMsg::Relocated`] is told as `(shard, new owner)` first.
+pub(crate) struct TappedServer;
+
+/// What a [`TappedServer`] is given: the server behind it, and where relocations are told.
+pub(crate) type Tap = (
+    ActorRef<ServerMsg>,
+    mpsc::UnboundedSender<(harp_core::ShardId, harp_core::ServerId)>,
+);
+
+impl Actor for TappedServer {
+    type Msg = ServerMsg;
+    type State = Tap;
+    type Arguments = Tap;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        tap: Tap,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tap)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        (inner, told): &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let ServerMsg::Relocated { shard, to_id, .. } = &msg {
+            let _ = told.send((*shard, *to_id));
+        }
+        let _ = inner.send_message(msg);
         Ok(())
     }
 }

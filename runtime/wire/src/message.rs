@@ -690,6 +690,14 @@ pub enum Message {
     /// master → every node: `server`'s node left the job (its shards were moved away and
     /// every node drained what it had sent there): stop the link to it and forget it.
     ServerLeft { server: u32 },
+    /// master → server node: a failed server's `shard` was re-created on `to_server`; the
+    /// node's server `server` sends what it forwards or holds for the shard there from now
+    /// on (it may be forwarding it to the failed server, or holding it stranded).
+    ShardRelocated {
+        server: u32,
+        shard: u32,
+        to_server: u32,
+    },
 
     // ---- worker recovery: staged flushes committed by the master ----
     /// worker node → master: every part of flush `flush_id` is staged (on `servers`); the
@@ -878,6 +886,7 @@ impl Message {
             Message::ResetDone { .. } => MessageKind::ResetDone,
             Message::ServerLost { .. } => MessageKind::ServerLost,
             Message::ServerLeft { .. } => MessageKind::ServerLeft,
+            Message::ShardRelocated { .. } => MessageKind::ShardRelocated,
             Message::FlushStaged { .. } => MessageKind::FlushStaged,
             Message::CommitFlush { .. } => MessageKind::CommitFlush,
             Message::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -955,6 +964,7 @@ impl ArchivedMessage {
             ArchivedMessage::ResetDone { .. } => MessageKind::ResetDone,
             ArchivedMessage::ServerLost { .. } => MessageKind::ServerLost,
             ArchivedMessage::ServerLeft { .. } => MessageKind::ServerLeft,
+            ArchivedMessage::ShardRelocated { .. } => MessageKind::ShardRelocated,
             ArchivedMessage::FlushStaged { .. } => MessageKind::FlushStaged,
             ArchivedMessage::CommitFlush { .. } => MessageKind::CommitFlush,
             ArchivedMessage::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -1038,11 +1048,12 @@ pub enum MessageKind {
     SaveExecutor = 51,
     ExecutorSaved = 52,
     ServerLeft = 53,
+    ShardRelocated = 54,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 53;
+    pub const COUNT: usize = 54;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -1099,6 +1110,7 @@ impl MessageKind {
         MessageKind::SaveExecutor,
         MessageKind::ExecutorSaved,
         MessageKind::ServerLeft,
+        MessageKind::ShardRelocated,
     ];
 
     /// The kind a header byte names, if any.
@@ -1172,6 +1184,7 @@ impl MessageKind {
             MessageKind::SaveExecutor => "save_executor",
             MessageKind::ExecutorSaved => "executor_saved",
             MessageKind::ServerLeft => "server_left",
+            MessageKind::ShardRelocated => "shard_relocated",
         }
     }
 }

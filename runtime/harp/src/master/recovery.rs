@@ -315,6 +315,7 @@ impl<A: App> MasterState<A> {
             for route in &self.routes {
                 route.reroute(shard, to)?;
             }
+            self.tell_relocated(shard, to);
         }
         for route in &self.routes {
             route.forget_server(ServerId(report.server));
@@ -334,6 +335,26 @@ impl<A: App> MasterState<A> {
 }
 
 impl<A: App> MasterState<A> {
+    /// Tells every other live server that `shard` was re-created on `to`: one that forwards
+    /// it (perhaps to the failed server) or holds its requests stranded sends them there
+    /// (`server/stranded.rs`). Needed where the shard did not go back to the server it came
+    /// from (that one gives its load away, or the shard came along a chain of servers).
+    fn tell_relocated(&self, shard: ShardId, to: ServerId) {
+        let Some(to_actor) = self.servers.get(&to) else {
+            return;
+        };
+        for (server, actor) in &self.servers {
+            if *server != to {
+                // A server that is gone forwards nothing any more.
+                let _ = actor.send_message(ServerMsg::Relocated {
+                    shard,
+                    to_id: to,
+                    to: to_actor.clone(),
+                });
+            }
+        }
+    }
+
     /// The values of the rows of `server`'s `lost_shards` at its failure, as far as they
     /// differ from their saved values: each row's saved value (its initial value if never
     /// saved) plus what the nodes report `server` acknowledged at or after that save's

@@ -5,7 +5,9 @@
 //! off has that shard re-created on its new owner (the move is reported failed), and one a
 //! shard was moving to has that shard re-created on its old owner, whether its death or the
 //! old owner's failed hand-off reaches the master first. The move is held in flight for
-//! good: its old owner (or its new one) is a [`SilentServer`], which never answers.
+//! good: its old owner (or its new one) is a [`SilentServer`], which never answers. A
+//! failed server's shard goes back to the server it came from, or, when that one gives its
+//! load away, elsewhere, and every other server is told where.
 
 use super::moves::ScaleReport;
 use super::test_master::{
@@ -14,10 +16,10 @@ use super::test_master::{
 use super::MasterMsg;
 use crate::error::HarpError;
 use crate::scar::ServerRecovery;
-use crate::test_support::{DroppingServer, Drops, SilentServer};
+use crate::test_support::{DroppingServer, Drops, SilentServer, TappedServer};
 use harp_core::{ServerId, WorkerId};
 use ractor::{Actor, ActorRef};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// The answer to the scale event that empties server 2.
 type Scaled = oneshot::Receiver<Result<ScaleReport, HarpError>>;
@@ -224,6 +226,76 @@ async fn a_failed_servers_shard_goes_back_to_the_server_it_came_from() {
     // Server 1 holds two shards, server 0 one: the least loaded would be server 0.
     let report = died(&master, 2).await.expect("recovered");
     assert_eq!(report.shards, vec![(moved.item, 1)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+/// Runs a rebalance onto `live_servers` to its end; its moves as `(shard, from, to)`.
+async fn rebalanced(
+    master: &ActorRef<MasterMsg<Running>>,
+    live_servers: &[u32],
+) -> Vec<(u32, u32, u32)> {
+    let (reply, scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: live_servers.iter().map(|s| ServerId(*s)).collect(),
+            reply,
+        })
+        .unwrap();
+    let report = scaled.await.unwrap().expect("the scale event succeeds");
+    report
+        .moves
+        .iter()
+        .map(|m| (m.item, m.from, m.to))
+        .collect()
+}
+
+/// The server a failed server's shards came from gives its load away: they are re-created
+/// elsewhere, and that server (which may still forward requests for them to the failed
+/// one, or hold them stranded: `server/stranded.rs`) is told where; so is every other
+/// live server, but not the new owner.
+#[tokio::test]
+async fn servers_are_told_where_a_shard_that_could_not_go_back_was_re_created() {
+    let mut servers = real_servers(3).await;
+    let mut taps = Vec::new();
+    for id in [0, 1] {
+        let (told, relocations) = mpsc::unbounded_channel();
+        let inner = servers.remove(&ServerId(id)).unwrap();
+        let (tapped, _) = Actor::spawn(None, TappedServer, (inner, told))
+            .await
+            .unwrap();
+        servers.insert(ServerId(id), tapped);
+        taps.push(relocations);
+    }
+    // Server 0 holds shard 0; server 1 shards 1, 2 and 3; server 2 nothing.
+    let mut shards = harp_core::ShardMap::round_robin(4, &[ServerId(1)]).unwrap();
+    shards.assign(harp_core::ShardId(0), ServerId(0)).unwrap();
+    let (master, mut end) = start_master_with_shards(servers, Vec::new(), shards).await;
+    let first = rebalanced(&master, &[0, 1, 2]).await;
+    // Server 1 gives its load away: one shard of it to each of servers 0 and 2.
+    let second = rebalanced(&master, &[0, 2]).await;
+    let on_2: Vec<u32> = first
+        .iter()
+        .chain(&second)
+        .filter(|(_, from, to)| (*from, *to) == (1, 2))
+        .map(|(shard, _, _)| *shard)
+        .collect();
+    assert_eq!(on_2.len(), 2, "{first:?} then {second:?}");
+    // Both came from server 1, which takes no load: re-created on server 0.
+    let report = died(&master, 2).await.expect("recovered");
+    let expected: Vec<(u32, u32)> = on_2.iter().map(|s| (*s, 0)).collect();
+    assert_eq!(report.shards, expected);
+    let mut told = Vec::new();
+    for _ in &expected {
+        let wait = std::time::Duration::from_secs(10);
+        let next = tokio::time::timeout(wait, taps[1].recv()).await;
+        let (shard, to) = next.expect("server 1 is told").unwrap();
+        told.push((shard.0, to.0));
+    }
+    assert_eq!(told, expected, "what server 1 was told");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(taps[0].try_recv().is_err(), "the new owner is told nothing");
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }

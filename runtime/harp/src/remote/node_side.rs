@@ -753,6 +753,30 @@ fn release_executor<A: App>(
     Ok(())
 }
 
+/// Tells the local server (`server`, as the master names it) that a failed server's
+/// `shard` was re-created on `to_id` ([`ServerMsg::Relocated`]).
+fn relocate_shard(
+    local_server: Option<&ActorRef<ServerMsg>>,
+    servers: &ServerProxies,
+    server: ServerId,
+    (shard, to_id): (ShardId, ServerId),
+) {
+    let Some(local) = local_server else {
+        tracing::debug!(%server, %shard, "a relocation for a server this node does not run");
+        return;
+    };
+    let to = match servers.get(&to_id) {
+        Some(proxy) => proxy.clone(),
+        // This node's own server (it stops holding the shard once its take-over is in).
+        None if to_id == server => local.clone(),
+        None => {
+            tracing::warn!(%shard, to = %to_id, "a shard was relocated to a server this node cannot reach; its forwarded requests stay where they are");
+            return;
+        }
+    };
+    let _ = local.send_message(ServerMsg::Relocated { shard, to_id, to });
+}
+
 /// Hands a shard of the local server to another server node; the master hears back once
 /// the new owner holds the rows.
 fn hand_off_shard(
@@ -1067,6 +1091,22 @@ async fn serve_master<A: App>(
                     .reach_again(server, (store, servers, dialer))
                     .await;
                 store.reroute(ShardId(shard), server)?;
+            }
+            Message::ShardRelocated {
+                server,
+                shard,
+                to_server,
+            } => {
+                let to_id = ServerId(to_server);
+                passed_over
+                    .reach_again(to_id, (store, servers, dialer))
+                    .await;
+                relocate_shard(
+                    local_server,
+                    servers,
+                    ServerId(server),
+                    (ShardId(shard), to_id),
+                );
             }
             Message::ServerLost { server } => {
                 tracing::warn!(%server, "a server failed; its shards were re-created on the others");

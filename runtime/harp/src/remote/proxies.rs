@@ -199,6 +199,9 @@ impl Actor for ServerProxy {
             ServerMsg::Unanswered { .. } => {
                 tracing::debug!(server = %state.server, "a server's own request reached a proxy");
             }
+            ServerMsg::Relocated { .. } => {
+                tracing::debug!(server = %state.server, "only the master relocates a shard");
+            }
             ServerMsg::Drain { reply } => {
                 let pending = state.pending.clone();
                 crate::spawn::spawn(async move {
@@ -539,6 +542,14 @@ impl Actor for ServerNodeProxy {
             | ServerMsg::Reset { .. }) => forward_on_link(link, pending, *server, message),
             ServerMsg::HandedOver { .. } | ServerMsg::Unanswered { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
+            }
+            ServerMsg::Relocated { shard, to_id, .. } => {
+                // A node that is gone forwards nothing any more.
+                let _ = link.send(&Message::ShardRelocated {
+                    server: server.0,
+                    shard: shard.0,
+                    to_server: to_id.0,
+                });
             }
             message @ ServerMsg::Crash { .. } => message.refuse_across_processes(),
         }

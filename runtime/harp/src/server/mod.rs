@@ -158,6 +158,14 @@ pub(crate) enum ServerMsg {
         lost: ractor::ActorId,
         request: Box<ServerMsg>,
     },
+    /// The master re-created `shard` on server `to_id` (reached through `to`) after a
+    /// failure: if this server forwards the shard, or holds its requests stranded, it sends
+    /// them there from now on ([`stranded`]).
+    Relocated {
+        shard: ShardId,
+        to_id: ServerId,
+        to: ActorRef<ServerMsg>,
+    },
     /// A request of SCAR's checkpoint coordinator.
     Checkpoint(CheckpointRequest),
     /// Fault injection: fail now, as a crashed server would. The reply gets every row this
@@ -817,6 +825,9 @@ impl Actor for ServerActor {
                 let _ = ack.send(());
             }
             ServerMsg::Unanswered { lost, request } => state.on_unanswered(lost, *request),
+            ServerMsg::Relocated { shard, to_id, to } => {
+                state.relocate(&myself, shard, (to_id, to));
+            }
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());
             }

@@ -21,7 +21,10 @@
 //! the confirmation yet, or a node sent a request here before it learned the new route):
 //! the master re-creates a failed server's shard on the server it came from, when that one
 //! still takes load (`master/recovery.rs`), so the take-over reaches the server that holds
-//! the requests. Otherwise they wait, and the nodes' request deadline ends them.
+//! the requests. Otherwise (that server is leaving, or the shard came along a chain of
+//! servers) the master tells every other server where it re-created the shard
+//! ([`ServerMsg::Relocated`]): a server that forwards it, or holds it stranded, sends its
+//! requests there from now on, the held ones first.
 
 use super::{ServerMsg, ServerState};
 use crate::error::HarpError;
@@ -112,6 +115,38 @@ impl ServerState {
         }
         let held = self.held.remove(&shard).unwrap_or_default();
         tracing::info!(server = %self.id, %shard, requests = held.len(), "a stranded shard was re-created here; serving what was held for it");
+        for message in held {
+            let _ = myself.send_message(message);
+        }
+    }
+
+    /// [`ServerMsg::Relocated`]: the master re-created `shard` on another server. If this
+    /// server forwards the shard (to a server that may be the one that failed) or holds it
+    /// stranded, its traffic goes to the new owner from now on, the held requests first.
+    /// Nothing changes for a shard this server holds, never held, or is handing off now
+    /// (its held requests wait for that hand-off's answer).
+    pub(super) fn relocate(
+        &mut self,
+        myself: &ActorRef<ServerMsg>,
+        shard: ShardId,
+        (to_id, to): (ServerId, ActorRef<ServerMsg>),
+    ) {
+        if to_id == self.id {
+            return; // re-created here: its take-over unstrands it
+        }
+        let stranded = self.stranded.remove(&shard);
+        let handing_off = self.held.contains_key(&shard) && !stranded;
+        if !stranded && (handing_off || !self.forwarded.contains_key(&shard)) {
+            return;
+        }
+        self.forwarded.insert(shard, to);
+        let held = if stranded {
+            self.held.remove(&shard).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        tracing::info!(server = %self.id, %shard, to = %to_id, requests = held.len(), "a shard forwarded from here was re-created on another server; its traffic goes there now");
+        // Sent again after every message already queued: forwarded to the new owner.
         for message in held {
             let _ = myself.send_message(message);
         }

@@ -104,6 +104,17 @@ async fn re_create_shard_0(
     take_over(server, 0, rows, Some(restore)).await;
 }
 
+/// Tells `server` that `shard` was re-created on `heir`, as server 2.
+fn relocated(server: &ActorRef<ServerMsg>, shard: u32, heir: &ActorRef<ServerMsg>) {
+    server
+        .send_message(ServerMsg::Relocated {
+            shard: ShardId(shard),
+            to_id: ServerId(2),
+            to: heir.clone(),
+        })
+        .unwrap();
+}
+
 async fn stopped(server: &ActorRef<ServerMsg>) {
     server.stop(None);
     while server.get_status() != ractor::ActorStatus::Stopped {
@@ -253,4 +264,60 @@ async fn a_request_forwarded_to_a_confirmed_owner_that_died_waits_for_the_shard_
     re_create_shard_0(&tables, &server, (moving, 10.0)).await;
     within("the late part", late).await.unwrap();
     assert_eq!(dump(&server).await, vec![(moving, f32s(12.0))]);
+}
+
+/// The master re-created a stranded shard on another server (its old owner gives its load
+/// away): the requests held here go there, and so does everything sent here for it later;
+/// each update is applied once, on the new owner.
+#[tokio::test]
+async fn a_stranded_shard_re_created_on_another_server_sends_what_it_held_there() {
+    let (tables, server, moving, _) = server_with_two_shards().await;
+    let (new_owner, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
+        .await
+        .unwrap();
+    let answer = hand_off_shard_0(&server, &new_owner).await.unwrap();
+    assert!(
+        matches!(answer, Err(HarpError::ShardInTransit { .. })),
+        "{answer:?}"
+    );
+    let mut held = send_apply(&server, vec![(moving, f32s(2.0))]);
+    settle().await;
+    assert!(matches!(held.try_recv(), Err(TryRecvError::Empty)));
+    let heir = spawn_servers(1, &tables).await.remove(0).1;
+    re_create_shard_0(&tables, &heir, (moving, 10.0)).await;
+    relocated(&server, 0, &heir);
+    within("the held part", held).await.unwrap();
+    within(
+        "a later part",
+        send_apply(&server, vec![(moving, f32s(4.0))]),
+    )
+    .await
+    .unwrap();
+    let read = within("a read", send_get(&server, moving)).await.unwrap();
+    assert_eq!(*read[0], f32s(16.0));
+    assert_eq!(dump(&heir).await, vec![(moving, f32s(16.0))]);
+    assert!(dump(&server).await.is_empty());
+}
+
+/// A shard this server handed off (confirmed) to a server that then died was re-created
+/// elsewhere: a late request for it goes there, not to the dead owner (where it would wait
+/// in vain); a relocation of a shard this server holds changes nothing.
+#[tokio::test]
+async fn a_shard_forwarded_to_an_owner_that_died_goes_where_it_was_re_created() {
+    let (tables, server, moving, staying) = server_with_two_shards().await;
+    apply(&server, vec![(staying, f32s(1.0))]).await;
+    let new_owner = spawn_servers(1, &tables).await.remove(0).1;
+    hand_off_shard_0(&server, &new_owner)
+        .await
+        .unwrap()
+        .unwrap();
+    stopped(&new_owner).await;
+    let heir = spawn_servers(1, &tables).await.remove(0).1;
+    re_create_shard_0(&tables, &heir, (moving, 10.0)).await;
+    relocated(&server, 0, &heir);
+    relocated(&server, 1, &heir);
+    let late = send_apply(&server, vec![(moving, f32s(2.0)), (staying, f32s(3.0))]);
+    within("the late request", late).await.unwrap();
+    assert_eq!(dump(&heir).await, vec![(moving, f32s(12.0))]);
+    assert_eq!(dump(&server).await, vec![(staying, f32s(4.0))]);
 }

@@ -511,6 +511,13 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         any::<u32>()
             .prop_map(|server| Message::ServerLeft { server })
             .boxed(),
+        (any::<u32>(), any::<u32>(), any::<u32>())
+            .prop_map(|(server, shard, to_server)| Message::ShardRelocated {
+                server,
+                shard,
+                to_server,
+            })
+            .boxed(),
         (
             any::<u64>(),
             vec(any::<u32>(), 0..4),

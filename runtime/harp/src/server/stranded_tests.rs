@@ -104,6 +104,26 @@ async fn re_create_shard_0(
     take_over(server, 0, rows, Some(restore)).await;
 }
 
+/// Hands shard 0 to a new owner that drops the rows: the failed confirmation strands it.
+/// Then an update of `moving` (by 2) is sent: it is held, unanswered.
+async fn strand_shard_0(
+    server: &ActorRef<ServerMsg>,
+    moving: ParamKey,
+) -> oneshot::Receiver<Result<AppliedAt, HarpError>> {
+    let (new_owner, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
+        .await
+        .unwrap();
+    let answer = hand_off_shard_0(server, &new_owner).await.unwrap();
+    assert!(
+        matches!(answer, Err(HarpError::ShardInTransit { .. })),
+        "{answer:?}"
+    );
+    let mut held = send_apply(server, vec![(moving, f32s(2.0))]);
+    settle().await;
+    assert!(matches!(held.try_recv(), Err(TryRecvError::Empty)));
+    held
+}
+
 /// Tells `server` that `shard` was re-created on `heir`, as server 2.
 fn relocated(server: &ActorRef<ServerMsg>, shard: u32, heir: &ActorRef<ServerMsg>) {
     server
@@ -194,17 +214,7 @@ async fn requests_forwarded_to_a_new_owner_that_died_are_held_and_applied_once_r
 #[tokio::test]
 async fn after_a_failed_confirmation_requests_are_held_not_forwarded() {
     let (tables, server, moving, _) = server_with_two_shards().await;
-    let (new_owner, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
-        .await
-        .unwrap();
-    let answer = hand_off_shard_0(&server, &new_owner).await.unwrap();
-    assert!(
-        matches!(answer, Err(HarpError::ShardInTransit { .. })),
-        "{answer:?}"
-    );
-    let mut held = send_apply(&server, vec![(moving, f32s(2.0))]);
-    settle().await;
-    assert!(matches!(held.try_recv(), Err(TryRecvError::Empty)));
+    let held = strand_shard_0(&server, moving).await;
     // Nothing to hand on while it is stranded: a move of it is refused, saying why.
     let (other, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
     let refused = hand_off_shard_0(&server, &other).await.unwrap();
@@ -272,17 +282,7 @@ async fn a_request_forwarded_to_a_confirmed_owner_that_died_waits_for_the_shard_
 #[tokio::test]
 async fn a_stranded_shard_re_created_on_another_server_sends_what_it_held_there() {
     let (tables, server, moving, _) = server_with_two_shards().await;
-    let (new_owner, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
-        .await
-        .unwrap();
-    let answer = hand_off_shard_0(&server, &new_owner).await.unwrap();
-    assert!(
-        matches!(answer, Err(HarpError::ShardInTransit { .. })),
-        "{answer:?}"
-    );
-    let mut held = send_apply(&server, vec![(moving, f32s(2.0))]);
-    settle().await;
-    assert!(matches!(held.try_recv(), Err(TryRecvError::Empty)));
+    let held = strand_shard_0(&server, moving).await;
     let heir = spawn_servers(1, &tables).await.remove(0).1;
     re_create_shard_0(&tables, &heir, (moving, 10.0)).await;
     relocated(&server, 0, &heir);

@@ -10,7 +10,7 @@
 //! | `elastic_processes.rs` | node processes joining and leaving a running job (`harp scale`, SIGTERM), large executor states moving node to node, Litz's priority scenario |
 //! | `elastic_mid_move.rs` | a node killed in the middle of an executor's move: a clean failure, or with `--recover-workers` a recovery after which every counter is exact |
 //! | `elastic_etcd.rs` | the job's desired size in etcd grows and shrinks it |
-//! | `scar_processes.rs` | SCAR across processes: a killed server node recovered from the running checkpoint (the lost updates exact), a killed worker node recovered with exactly-once updates, a server node killed while it hands its shards off, recovered on their new owner, and one killed while shards are handed to it (by servers there when it joined, or by a leaving server), recovered on their old owners |
+//! | `scar_processes.rs` | SCAR across processes: a killed server node recovered from the running checkpoint (the lost updates exact), a killed worker node recovered with exactly-once updates, a server node killed while it hands its shards off, recovered on their new owner, and one killed while shards are handed to it (by servers there when it joined, or by a leaving server, whose leave is tried again after the recovery and ends with its exit 0), recovered on their old owners |
 //! | `consistent_checkpoint.rs` | consistent checkpoints and `--resume` with the real binary: killed and resumed jobs end exact, resumes on fewer or more nodes, a stop's last checkpoint and `--stop-wait` |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!

@@ -22,7 +22,8 @@
 
 use harp::{
     App, AppError, ClusterOptions, Completion, Driver, DriverContext, Executor, ExecutorId,
-    HarpError, JobCredentials, JobInfo, ParamClient, ParamKey, ScarOptions, Selection, TableSet,
+    HarpError, JobCredentials, JobInfo, ParamClient, ParamKey, ScaleEvent, ScarOptions, Selection,
+    TableSet,
 };
 use harp_apps::counter::{
     CounterApp, CounterArgs, CounterConfig, CounterDriver, CounterExecutor, CounterOutput,
@@ -42,9 +43,10 @@ const KILL_AFTER_COMPLETIONS: usize = 2_000;
 /// How long the worker node to be killed holds each staged flush before reporting it.
 const STAGED_REPORT_DELAY_MS: u64 = 100;
 
-fn counter_config(losses_expected: bool) -> CounterConfig {
+/// The counter of `tasks` micro-tasks.
+fn counter_config(tasks: u64, losses_expected: bool) -> CounterConfig {
     CounterConfig {
-        tasks: TASKS,
+        tasks,
         rows: ROWS,
         seed: SEED,
         task_sleep_us: 1_000,
@@ -54,12 +56,12 @@ fn counter_config(losses_expected: bool) -> CounterConfig {
 }
 
 /// The `harp node -- run counter ...` arguments of the same counter.
-fn node_run_args(scar: bool) -> Vec<String> {
+fn node_run_args(scar: bool, tasks: u64) -> Vec<String> {
     let mut args: Vec<String> = [
         "run",
         "counter",
         "--tasks",
-        &TASKS.to_string(),
+        &tasks.to_string(),
         "--rows",
         &ROWS.to_string(),
         "--seed",
@@ -223,8 +225,9 @@ fn install_log() -> StampedLog {
     .clone()
 }
 
-/// A `harp node` process; `report_delay_ms` holds its staged flushes that long before
-/// reporting them (fault injection, jobs that recover worker nodes).
+/// A `harp node` process of the counter of [`TASKS`] micro-tasks; `report_delay_ms` holds
+/// its staged flushes that long before reporting them (fault injection, jobs that recover
+/// worker nodes).
 fn node_process(
     addr: &str,
     credentials: &std::path::Path,
@@ -232,21 +235,28 @@ fn node_process(
     scar: bool,
     report_delay_ms: Option<u64>,
 ) -> Child {
-    let mut command = node_command(addr, credentials, role, scar);
+    let mut command = node_command(addr, credentials, role, scar, TASKS);
     if let Some(ms) = report_delay_ms {
         command.env(harp::remote::STAGED_REPORT_DELAY_VAR, ms.to_string());
     }
     command.stderr(Stdio::inherit()).spawn().unwrap()
 }
 
-/// The command of a `harp node` process (its stderr not set yet).
-fn node_command(addr: &str, credentials: &std::path::Path, role: &str, scar: bool) -> Command {
+/// The command of a `harp node` process of the counter of `tasks` micro-tasks (its stderr
+/// not set yet).
+fn node_command(
+    addr: &str,
+    credentials: &std::path::Path,
+    role: &str,
+    scar: bool,
+    tasks: u64,
+) -> Command {
     let mut command = Command::new(harp_binary!());
     command
         .args(["node", "--role", role, "--join", addr, "--credentials"])
         .arg(credentials)
         .arg("--")
-        .args(node_run_args(scar))
+        .args(node_run_args(scar, tasks))
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
@@ -320,7 +330,7 @@ fn run_and_kill(scar: Option<ScarOptions>, worker_recovery: bool, victim: Victim
     let creds = JobCredentials::generate("scar-processes").unwrap();
     creds.save(&credentials).unwrap();
     let app = Arc::new(Watched {
-        inner: CounterApp::new(counter_config(scar.is_some())).unwrap(),
+        inner: CounterApp::new(counter_config(TASKS, scar.is_some())).unwrap(),
         completions: Arc::new(Mutex::new(Vec::new())),
     });
     let with_scar = scar.is_some();
@@ -626,13 +636,13 @@ struct MidMoveJob {
     options: ClusterOptions,
 }
 
-fn mid_move_job(name: &str) -> MidMoveJob {
+fn mid_move_job(name: &str, tasks: u64) -> MidMoveJob {
     let dir = tempfile::tempdir().unwrap();
     let credentials = dir.path().join("creds");
     let creds = JobCredentials::generate(name).unwrap();
     creds.save(&credentials).unwrap();
     let app = Arc::new(Watched {
-        inner: CounterApp::new(counter_config(true)).unwrap(),
+        inner: CounterApp::new(counter_config(tasks, true)).unwrap(),
         completions: Arc::new(Mutex::new(Vec::new())),
     });
     let options = ClusterOptions {
@@ -682,14 +692,14 @@ fn a_server_node_killed_while_it_hands_its_shards_off_is_recovered_on_their_new_
         creds,
         app,
         options,
-    } = mid_move_job("scar-mid-move");
+    } = mid_move_job("scar-mid-move", TASKS);
     let outcome = runtime(Threads::Multi(2)).block_on(async {
         let (master, addr) = start_master(app.clone(), creds, options).await;
-        let mut victim = node_command(&addr, &credentials, "server", true);
+        let mut victim = node_command(&addr, &credentials, "server", true, TASKS);
         victim.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "60000");
         let (mut victim, lines, _reader) = harp_tests::spawn_reading_stderr(&mut victim);
         // The other server node: the new owner of the victim's shards.
-        let mut heir = node_command(&addr, &credentials, "server", true);
+        let mut heir = node_command(&addr, &credentials, "server", true, TASKS);
         let (heir, heir_lines, _heir_reader) = harp_tests::spawn_reading_stderr(&mut heir);
         let mut others: Vec<Child> = ["worker", "worker"]
             .iter()
@@ -790,8 +800,28 @@ enum Arrival {
     ScaleIn,
 }
 
+impl Arrival {
+    /// How many micro-tasks the counter runs: a leave runs two scale events, which must
+    /// end before the job does.
+    fn tasks(self) -> u64 {
+        match self {
+            Arrival::Join => TASKS,
+            Arrival::ScaleIn => 3 * TASKS,
+        }
+    }
+
+    /// How late the servers answer their hand-offs: long enough that the test kills the
+    /// new owner before; short enough that a leave's two events end within the job.
+    fn answer_delay_ms(self) -> u64 {
+        match self {
+            Arrival::Join => 30_000,
+            Arrival::ScaleIn => 5_000,
+        }
+    }
+}
+
 /// A server node of a mid-arrival test, at info level (it says which node it is) and
-/// answering its hand-offs 30 s late, whose stderr the test reads.
+/// answering its hand-offs late, whose stderr the test reads.
 struct LoggedServer {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -800,9 +830,10 @@ struct LoggedServer {
 }
 
 impl LoggedServer {
-    fn start(addr: &str, credentials: &std::path::Path) -> LoggedServer {
-        let mut server = node_command(addr, credentials, "server", true);
-        server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, "30000");
+    fn start(addr: &str, credentials: &std::path::Path, arrival: Arrival) -> LoggedServer {
+        let mut server = node_command(addr, credentials, "server", true, arrival.tasks());
+        let delay = arrival.answer_delay_ms().to_string();
+        server.env(harp::remote::HAND_OFF_ANSWER_DELAY_VAR, delay);
         server.env("HARP_LOG", "info");
         let (child, lines, reader) = harp_tests::spawn_reading_stderr(&mut server);
         LoggedServer {
@@ -852,7 +883,8 @@ fn number_after(line: &str, field: &str) -> Option<u32> {
 /// Runs the counter on 2 workers and the servers of `arrival`, then SIGKILLs the server
 /// node shards are on their way to once it holds one but before the master heard it does
 /// (every old owner answers its hand-offs late, fault injection), after 200 more
-/// completions of forwarding. Checks the recovery and the counter.
+/// completions of forwarding. Checks the recovery and the counter, and that a leaving
+/// server left all the same.
 fn kill_a_server_while_shards_come(arrival: Arrival) {
     let MidMoveJob {
         _dir,
@@ -860,20 +892,25 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         creds,
         app,
         mut options,
-    } = mid_move_job("scar-mid-arrival");
+    } = mid_move_job("scar-mid-arrival", arrival.tasks());
     let servers_at_start = match arrival {
         Arrival::Join => 2,
         Arrival::ScaleIn => 3,
     };
     options.nodes = servers_at_start + 2;
+    let (events, mut scale_events) = tokio::sync::mpsc::unbounded_channel();
+    options.events = Some(events);
     let outcome = runtime(Threads::Multi(2)).block_on(async {
         let (master, addr) = start_master(app.clone(), creds, options).await;
         let mut servers: Vec<LoggedServer> = (0..servers_at_start)
-            .map(|_| LoggedServer::start(&addr, &credentials))
+            .map(|_| LoggedServer::start(&addr, &credentials, arrival))
             .collect();
         let mut workers: Vec<Child> = ["worker", "worker"]
             .iter()
-            .map(|role| node_process(&addr, &credentials, role, true, None))
+            .map(|role| {
+                let mut worker = node_command(&addr, &credentials, role, true, arrival.tasks());
+                worker.stderr(Stdio::inherit()).spawn().unwrap()
+            })
             .collect();
         while app.completions.lock().unwrap().len() < KILL_AFTER_COMPLETIONS / 2 {
             assert!(
@@ -883,7 +920,7 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         match arrival {
-            Arrival::Join => servers.push(LoggedServer::start(&addr, &credentials)),
+            Arrival::Join => servers.push(LoggedServer::start(&addr, &credentials, arrival)),
             Arrival::ScaleIn => {
                 let term = Command::new("kill")
                     .args(["-TERM", &servers[0].child.id().to_string()])
@@ -913,6 +950,8 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         }
         sigkill(&mut servers[victim].child);
         let outcome = master.await.unwrap();
+        // The leaving server exits by itself.
+        let left = (arrival == Arrival::ScaleIn).then(|| exit_within(&mut servers[0].child));
         let children = workers
             .iter_mut()
             .chain(servers.iter_mut().map(|s| &mut s.child));
@@ -921,11 +960,11 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
             let _ = child.wait();
         }
         servers.iter_mut().for_each(LoggedServer::read);
-        (outcome, servers)
+        (outcome, servers, left)
     });
-    let (outcome, servers) = outcome;
+    let (outcome, servers, left) = outcome;
     let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
-    assert_eq!(outcome.driver.inner.completed(), TASKS);
+    assert_eq!(outcome.driver.inner.completed(), arrival.tasks());
     let recoveries = &outcome.stats.recoveries;
     assert_eq!(recoveries.len(), 1, "{recoveries:?}");
     let report = &recoveries[0];
@@ -956,6 +995,11 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         .iter()
         .filter(|(s, _)| handed_to_victim.iter().any(|(handed, _)| handed == s));
     assert!(went_back.count() > 0, "{report:?}");
+    if let (Some(exit), Some(leaving)) = (left, leaving) {
+        let leaves = std::iter::from_fn(|| scale_events.try_recv().ok())
+            .filter(|e| e.cause == "leave" && e.node == Some(leaving));
+        check_left_after_a_retry(leaves.collect(), exit, report.server);
+    }
     let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();
     let num_shards = servers_at_start * SHARDS_PER_SERVER;
     let (_, missing_total) = check_the_counter(&outcome, &app, &lost_shards, num_shards);
@@ -963,6 +1007,38 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         "server {} killed while shards came: shards re-created {:?}, {} rows restored, {missing_total} increments lost",
         report.server, report.shards, report.rows_restored
     );
+}
+
+/// How a child process exited, within 10 s.
+fn exit_within(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "it did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A leaving server whose moves to `dead` the death cut short: its leave's first scale
+/// event failed saying so, the next one (after the recovery) moved the rest of its load,
+/// and it exited 0.
+fn check_left_after_a_retry(leaves: Vec<ScaleEvent>, exit: std::process::ExitStatus, dead: u32) {
+    let summary: Vec<(bool, Option<&str>)> =
+        leaves.iter().map(|e| (e.ok, e.error.as_deref())).collect();
+    let [first, .., last] = &leaves[..] else {
+        panic!("one leave event, not a failed one and a retry: {summary:?}");
+    };
+    let cut_short = format!("server-{dead} failed while");
+    let why = first.error.as_deref().unwrap_or_default();
+    assert!(!first.ok && why.contains(&cut_short), "{summary:?}");
+    assert!(
+        last.ok,
+        "the leave was not tried again or failed: {summary:?}"
+    );
+    assert!(last.report.shards_moved > 0, "{:?}", last.report);
+    assert!(exit.success(), "the leaving server exited {exit}");
 }
 
 /// A server node that joins a running job is given shards from the two servers there, and
@@ -980,8 +1056,10 @@ fn a_server_node_killed_while_shards_are_handed_to_it_is_recovered_on_their_old_
 }
 
 /// The same when one of three servers is given SIGTERM and the one its shards move to
-/// dies: the shards on their way go back to the leaving server (its leave fails once its
-/// other moves end; it keeps serving them), the dead server's own shards go to the third.
+/// dies: the shards on their way go back to the leaving server, the dead server's own
+/// shards go to the third. The leave's scale event fails once its other moves end; a
+/// second one, after the recovery, moves the shards that came back to the third server,
+/// and the leaving server exits 0. Before, it kept serving them until it was killed.
 #[test]
 fn a_server_node_killed_while_a_leaving_server_hands_it_shards_is_recovered() {
     kill_a_server_while_shards_come(Arrival::ScaleIn);

@@ -90,7 +90,8 @@ pub(crate) enum ControlRequest {
         server: Option<ServerId>,
         reply: Reply<ScaleReport>,
     },
-    /// A node process left: its worker and server are no longer the job's.
+    /// A node process left (or died and was recovered): its worker and server are no
+    /// longer the job's.
     Forget {
         worker: Option<WorkerId>,
         server: Option<ServerId>,
@@ -288,12 +289,14 @@ impl JobControl {
         .await
     }
 
-    /// A node process left for good.
+    /// A node process left for good, or died and was recovered: later scale events leave
+    /// its worker and server out, and commands naming them are refused.
     pub(crate) fn forget(&self, worker: Option<WorkerId>, server: Option<ServerId>) {
         let _ = self.tx.send(ControlRequest::Forget { worker, server });
     }
 
-    /// Sends the request made by `request`, again while another scale event runs.
+    /// Sends the request made by `request`, again while another scale event (or a server
+    /// recovery) runs.
     async fn when_idle(
         &self,
         request: impl Fn(Reply<ScaleReport>) -> ControlRequest,
@@ -500,16 +503,23 @@ pub(crate) async fn serve_across<A: App>(
                 known_workers.extend(worker);
                 known_servers.extend(server);
                 let (mut onto_w, mut onto_s) = lock(&live).clone();
+                // Not one that died meanwhile (a scale event that ended after its death
+                // may have named it live again).
+                onto_w.retain(|w| known_workers.contains(w));
+                onto_s.retain(|s| known_servers.contains(s));
                 onto_w.extend(worker.filter(|w| !onto_w.contains(w)));
                 onto_s.extend(server.filter(|s| !onto_s.contains(s)));
                 rebalance(&master, &live, onto_w, onto_s, reply);
             }
             ControlRequest::Forget { worker, server } => {
+                let mut live = lock(&live);
                 if let Some(w) = worker {
                     known_workers.remove(&w);
+                    live.0.retain(|live| *live != w);
                 }
                 if let Some(s) = server {
                     known_servers.remove(&s);
+                    live.1.retain(|live| *live != s);
                 }
             }
         }
@@ -551,9 +561,14 @@ fn retarget<A: App>(
         Target::Onto(w, s) => (w, s),
         Target::Without(gone_w, gone_s) => {
             let (w, s) = lock(live).clone();
+            // Every other live one that is still the job's (not one that died meanwhile).
             (
-                w.into_iter().filter(|w| !gone_w.contains(w)).collect(),
-                s.into_iter().filter(|s| !gone_s.contains(s)).collect(),
+                w.into_iter()
+                    .filter(|w| !gone_w.contains(w) && known_worker(w))
+                    .collect(),
+                s.into_iter()
+                    .filter(|s| !gone_s.contains(s) && known_server(s))
+                    .collect(),
             )
         }
     };

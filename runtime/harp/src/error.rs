@@ -17,8 +17,9 @@ impl From<harp_checkpoint::CheckpointError> for HarpError {
 pub enum HarpError {
     #[error("invalid job configuration: {0}")]
     InvalidConfig(String),
-    /// A scale command arrived while another scale event ran (one runs at a time).
-    #[error("a scale event is already running; wait for it to finish")]
+    /// A scale command arrived while another scale event ran (one runs at a time), or while
+    /// a failed server's shards were being re-created.
+    #[error("a scale event or a server recovery is already running; wait for it to finish")]
     ScaleBusy,
     #[error("unknown table {0}")]
     UnknownTable(TableId),
@@ -86,6 +87,11 @@ pub enum HarpError {
     ActorSpawn(String),
     #[error("{0}")]
     Remote(String),
+    /// A move of a scale event was cut short because a node it involved failed and was
+    /// recovered (the message says which and where the item is now). Nothing was lost that
+    /// the recovery does not report; the event may be tried again.
+    #[error("{0}")]
+    MoveInterrupted(String),
     /// A server failed and the job could not recover from it.
     #[error("{server} failed and the job cannot recover from it: {reason}")]
     Unrecoverable { server: ServerId, reason: String },

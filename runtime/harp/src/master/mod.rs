@@ -116,10 +116,12 @@ pub(crate) enum MasterMsg<A: App> {
         executor: ExecutorId,
         result: Result<(), HarpError>,
     },
-    /// A server handed a shard over (internal).
+    /// A server handed a shard over (internal). `hand_off` numbers the hand-off: a late
+    /// answer to one that already ended is not taken for a later move of the same shard.
     ShardHandedOff {
         shard: ShardId,
         to: ServerId,
+        hand_off: u64,
         result: Result<ShardMoved, HarpError>,
     },
     /// Micro-tasks whose updates are applied.
@@ -344,6 +346,13 @@ pub(crate) struct MasterState<A: App> {
     /// Server recoveries started so far: each one's take-overs carry its number, so that a
     /// new owner drops what a failed hand-off left there first (`server::Restore`).
     restore_generation: u64,
+    /// Failed servers whose shards are being re-created (the take-overs are in flight): the
+    /// shard map still names them, so no scale event starts until they are done
+    /// (`recovery.rs`).
+    servers_recovering: std::collections::BTreeSet<ServerId>,
+    /// Shard hand-offs asked for so far: each one's number tells its answer from a late
+    /// answer to an earlier hand-off of the same shard (`moves.rs`).
+    hand_offs_begun: u64,
     /// Dispatches held while injected faults are applied.
     held: Option<Held<A::Args>>,
     /// The iteration whose checkpoint round waits for the injections to end.
@@ -706,6 +715,8 @@ impl<A: App> Actor for MasterActor<A> {
             unconfirmed_hand_offs: BTreeMap::new(),
             came_from: BTreeMap::new(),
             restore_generation: 0,
+            servers_recovering: std::collections::BTreeSet::new(),
+            hand_offs_begun: 0,
             held: None,
             deferred_iteration: None,
             injecting: false,
@@ -800,9 +811,14 @@ impl<A: App> Actor for MasterActor<A> {
             MasterMsg::ExecutorAdopted { executor, result } => state
                 .on_executor_adopted(&myself, executor, result)
                 .map(|_| false),
-            MasterMsg::ShardHandedOff { shard, to, result } => {
-                state.on_shard_handed_off(shard, to, result).map(|_| false)
-            }
+            MasterMsg::ShardHandedOff {
+                shard,
+                to,
+                hand_off,
+                result,
+            } => state
+                .on_shard_handed_off((shard, to, hand_off), result)
+                .map(|_| false),
             MasterMsg::Completed(completions) => state.hand_to_driver(&myself, completions),
             MasterMsg::FlushStaged {
                 node,

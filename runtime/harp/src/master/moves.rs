@@ -69,6 +69,8 @@ pub(crate) struct ScaleInProgress {
     unfinished: BTreeMap<Moving, String>,
     /// Each shard move of the plan: its old and new server.
     shard_ends: BTreeMap<ShardId, (ServerId, ServerId)>,
+    /// The number of each shard's hand-off under way (`MasterState::hand_offs_begun`).
+    hand_offs: BTreeMap<ShardId, u64>,
     report: ScaleReport,
     first_error: Option<HarpError>,
     /// Taken when the event is answered.
@@ -106,6 +108,12 @@ impl ScaleInProgress {
     /// Whether `shard`'s move is under way in this event.
     pub(crate) fn moves(&self, shard: ShardId) -> bool {
         self.unfinished.contains_key(&Moving::Shard(shard))
+    }
+
+    /// Whether `shard`'s move is under way in this event by hand-off number `hand_off`
+    /// (not a late answer to an earlier hand-off of it, which a failure ended).
+    fn awaits(&self, shard: ShardId, hand_off: u64) -> bool {
+        self.moves(shard) && self.hand_offs.get(&shard) == Some(&hand_off)
     }
 }
 
@@ -163,7 +171,7 @@ impl<A: App> MasterState<A> {
         live_servers: Vec<ServerId>,
         reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
     ) {
-        if self.scale.is_some() {
+        if self.scale.is_some() || self.recovery_pending() {
             let _ = reply.send(Err(HarpError::ScaleBusy));
             return;
         }
@@ -228,6 +236,7 @@ impl<A: App> MasterState<A> {
                 .iter()
                 .map(|m| (m.item, (m.from, m.to)))
                 .collect(),
+            hand_offs: BTreeMap::new(),
             report: ScaleReport::default(),
             first_error: None,
             reply: Some(reply),
@@ -245,9 +254,10 @@ impl<A: App> MasterState<A> {
         }
         for m in &plan.shard_moves {
             match self.begin_shard_move(myself, m.item, m.from, m.to) {
-                Ok(()) => {
+                Ok(hand_off) => {
                     let whole = format!("{} from {} to {}", m.item, m.from, m.to);
                     scale.unfinished.insert(m.item.into(), whole);
+                    scale.hand_offs.insert(m.item, hand_off);
                 }
                 Err(e) => {
                     scale.first_error.get_or_insert(e);
@@ -449,7 +459,7 @@ impl<A: App> MasterState<A> {
         }
         if let Some(why) = diverted {
             tracing::warn!(%executor, %from, "{why}");
-            self.move_failed(executor, HarpError::Remote(why));
+            self.move_failed(executor, HarpError::MoveInterrupted(why));
             return Ok(());
         }
         tracing::info!(%executor, %from, %to, tasks, bytes, "executor moved");
@@ -479,7 +489,7 @@ impl<A: App> MasterState<A> {
         shard: ShardId,
         from: ServerId,
         to: ServerId,
-    ) -> Result<(), HarpError> {
+    ) -> Result<u64, HarpError> {
         let source = self
             .servers
             .get(&from)
@@ -500,25 +510,33 @@ impl<A: App> MasterState<A> {
             })
             .map_err(|_| HarpError::ServerUnreachable(from))?;
         self.unconfirmed_hand_offs.insert(shard, (from, to));
+        self.hand_offs_begun += 1;
+        let hand_off = self.hand_offs_begun;
         reply_to_master(
             myself,
             rx,
             HarpError::ServerUnreachable(from),
-            move |result| MasterMsg::ShardHandedOff { shard, to, result },
+            move |result| MasterMsg::ShardHandedOff {
+                shard,
+                to,
+                hand_off,
+                result,
+            },
         );
-        Ok(())
+        Ok(hand_off)
     }
 
     /// The old server handed `shard` to `to` (or refused): record the new owner everywhere.
-    /// The answer to a move that already ended (its old owner died and a recovery
-    /// re-created the shard) changes nothing.
+    /// The answer to a move that already ended (a failure of its old or new owner ended it)
+    /// changes nothing, even when a later event moves the shard again: it answers another
+    /// hand-off, which may have gone to a server that is dead by now.
     pub(crate) fn on_shard_handed_off(
         &mut self,
-        shard: ShardId,
-        to: ServerId,
+        (shard, to, hand_off): (ShardId, ServerId, u64),
         result: Result<ShardMoved, HarpError>,
     ) -> Result<(), HarpError> {
-        if !self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
+        let awaited = (self.scale.as_ref()).is_some_and(|scale| scale.awaits(shard, hand_off));
+        if !awaited {
             tracing::debug!(%shard, %to, ok = result.is_ok(), "the answer to a shard move that already ended");
             return Ok(());
         }
@@ -531,12 +549,17 @@ impl<A: App> MasterState<A> {
         // stays unconfirmed until the new owner's recovery re-creates the shard on the old
         // owner (`recovery.rs`).
         let stranded = matches!(&result, Err(HarpError::ShardInTransit { .. }));
-        if stranded {
+        let result = if stranded {
             self.shards_moved.insert(shard);
             tracing::warn!(%shard, %from, %to, "a shard's rows left its old owner and the new owner never confirmed them; it is re-created from the running checkpoint once the new owner's failure is handled");
-        } else if !source_vanished {
-            self.unconfirmed_hand_offs.remove(&shard);
-        }
+            // A failure cut the move short: the event may be tried again after the recovery.
+            result.map_err(|e| HarpError::MoveInterrupted(e.to_string()))
+        } else {
+            if !source_vanished {
+                self.unconfirmed_hand_offs.remove(&shard);
+            }
+            result
+        };
         let from = from.0;
         if let Ok(moved) = &result {
             self.shards.assign(shard, to)?;
@@ -644,6 +667,7 @@ mod tests {
             started: Instant::now(),
             unfinished: BTreeMap::new(),
             shard_ends: BTreeMap::from([(ShardId(1), (s0, s1)), (ShardId(4), (s2, s0))]),
+            hand_offs: BTreeMap::from([(ShardId(1), 7), (ShardId(4), 8)]),
             report: ScaleReport::default(),
             first_error: None,
             reply: None,
@@ -667,5 +691,8 @@ mod tests {
         );
         assert_eq!(moving(&scale), [true, false, true]);
         assert!(scale.moves(ShardId(4)) && !scale.moves(ShardId(1)));
+        // Only the answer to the hand-off under way is awaited.
+        assert!(scale.awaits(ShardId(4), 8));
+        assert!(!scale.awaits(ShardId(4), 7) && !scale.awaits(ShardId(1), 7));
     }
 }

@@ -126,7 +126,7 @@ impl<A: App> MasterState<A> {
             self.moving.remove(&executor);
             self.move_failed(
                 executor,
-                HarpError::Remote(format!(
+                HarpError::MoveInterrupted(format!(
                     "{executor} was moving away from {dead}, which died: it is created afresh \
                      on a live worker and its uncommitted micro-tasks run again"
                 )),
@@ -151,7 +151,7 @@ impl<A: App> MasterState<A> {
             self.adopting.remove(&executor);
             self.move_failed(
                 executor,
-                HarpError::Remote(format!(
+                HarpError::MoveInterrupted(format!(
                     "{dead} died while it adopted {executor} from {from}: it is created afresh \
                      on a live worker and its uncommitted micro-tasks run again"
                 )),

@@ -37,7 +37,10 @@
 //!   if that one still takes load, for the same reason (requests sent there late);
 //! - any other: to the least loaded live servers.
 //!
-//! A move the failure ends is reported failed. While a hand-off is unconfirmed, no
+//! A move the failure ends is reported failed ([`HarpError::MoveInterrupted`]: a leave
+//! tries its event again). No scale event starts while a recovery is under way or a
+//! hand-off awaits one ([`MasterState::recovery_pending`]): the shard map still names the
+//! failed server. While a hand-off is unconfirmed, no
 //! checkpoint round saves the new owner's rows of the shard
 //! (`server::checkpoint_round::InTransit`): the image holds nothing of what the nodes send
 //! again.
@@ -115,6 +118,14 @@ impl<A: App> MasterState<A> {
         (self.unconfirmed_hand_offs.iter().filter(to_server))
             .map(|(shard, (from, _))| (*shard, *from))
             .collect()
+    }
+
+    /// Whether a failed server's shards are being re-created, or a hand-off awaits the
+    /// recovery of a server it involved (outside a scale event: its new owner never
+    /// confirmed the rows, or its old owner vanished before answering). The shard map is
+    /// not settled until then, so no scale event starts (`moves.rs`).
+    pub(super) fn recovery_pending(&self) -> bool {
+        !self.servers_recovering.is_empty() || !self.unconfirmed_hand_offs.is_empty()
     }
 
     /// The live servers that may take `server`'s shards: every other one, except those the
@@ -264,6 +275,7 @@ impl<A: App> MasterState<A> {
             }))
             .collect();
         self.restore_generation += 1;
+        self.servers_recovering.insert(server);
         let restore = Restore {
             generation: self.restore_generation,
             num_shards: self.shards.num_shards(),
@@ -283,7 +295,7 @@ impl<A: App> MasterState<A> {
         for (shard, why) in ended_moves {
             self.unconfirmed_hand_offs.remove(&shard);
             if self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
-                self.move_failed(shard, HarpError::Remote(why));
+                self.move_failed(shard, HarpError::MoveInterrupted(why));
             }
         }
         Ok(())
@@ -298,6 +310,7 @@ impl<A: App> MasterState<A> {
             result,
             reply,
         } = done;
+        self.servers_recovering.remove(&ServerId(report.server));
         if let Err(e) = result {
             let server = ServerId(report.server);
             let reason = format!("re-creating its shards failed: {e}");

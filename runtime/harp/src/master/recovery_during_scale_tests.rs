@@ -7,7 +7,8 @@
 //! old owner's failed hand-off reaches the master first. The move is held in flight for
 //! good: its old owner (or its new one) is a [`SilentServer`], which never answers. A
 //! failed server's shard goes back to the server it came from, or, when that one gives its
-//! load away, elsewhere, and every other server is told where.
+//! load away, elsewhere, and every other server is told where. A move a failure ends fails
+//! as interrupted, and no scale event starts while a recovery is under way or awaited.
 
 use super::moves::ScaleReport;
 use super::test_master::{
@@ -107,12 +108,12 @@ async fn a_server_that_dies_handing_a_shard_off_has_it_re_created_on_the_new_own
         .await
         .expect("the scale event ends");
     match answer.expect("the scale event is answered") {
-        Err(e) => assert!(
-            e.to_string()
-                .contains("server-2 failed while handing shard-2 to server-0"),
-            "{e}"
+        // Cut short by a failure: a leave tries it again.
+        Err(HarpError::MoveInterrupted(why)) => assert!(
+            why.contains("server-2 failed while handing shard-2 to server-0"),
+            "{why}"
         ),
-        Ok(report) => panic!("the move did not fail: {report:?}"),
+        other => panic!("the move did not fail as interrupted: {other:?}"),
     }
     assert!(end.try_recv().is_err(), "the job goes on");
     // Shard 2 is server 0's now: losing server 0 re-creates both of its shards.
@@ -149,15 +150,40 @@ async fn master_moving_shard_1_to_server_0(
     (master, end, scaled)
 }
 
-/// The scale event's error, once it ends.
-async fn scale_error(scaled: Scaled) -> String {
+/// Why the scale event failed, once it ends: a move a failure cut short (a leave tries
+/// such an event again).
+async fn interrupted(scaled: Scaled) -> String {
     let answer = tokio::time::timeout(std::time::Duration::from_secs(10), scaled)
         .await
         .expect("the scale event ends");
     match answer.expect("the scale event is answered") {
-        Err(e) => e.to_string(),
-        Ok(report) => panic!("the move did not fail: {report:?}"),
+        Err(HarpError::MoveInterrupted(why)) => why,
+        other => panic!("the move did not fail as interrupted: {other:?}"),
     }
+}
+
+/// Asks for a re-balancing onto servers 1 and 2; its answer.
+async fn rebalance_onto_1_and_2(
+    master: &ActorRef<MasterMsg<Running>>,
+) -> Result<ScaleReport, HarpError> {
+    let (reply, scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: vec![ServerId(1), ServerId(2)],
+            reply,
+        })
+        .unwrap();
+    answer_to(scaled).await
+}
+
+/// The answer to a scale event that ends (or is refused) at once.
+async fn answer_to(scaled: Scaled) -> Result<ScaleReport, HarpError> {
+    let wait = std::time::Duration::from_secs(10);
+    let answer = tokio::time::timeout(wait, scaled).await;
+    answer
+        .expect("the event ends at once")
+        .expect("the master answers")
 }
 
 /// The death of a shard's new owner, handled while the hand-off is still unanswered: the
@@ -168,7 +194,7 @@ async fn a_server_that_dies_while_a_shard_comes_has_it_re_created_on_its_old_own
     let (master, mut end, scaled) = master_moving_shard_1_to_silent_server_0().await;
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
-    let error = scale_error(scaled).await;
+    let error = interrupted(scaled).await;
     assert!(
         error.contains("server-0 failed while server-1 handed shard-1 to it; shard-1 was re-created on server-1"),
         "{error}"
@@ -183,20 +209,58 @@ async fn a_server_that_dies_while_a_shard_comes_has_it_re_created_on_its_old_own
 
 /// The old owner's hand-off fails first (the new owner died holding the unconfirmed rows):
 /// the move fails, and the shard is re-created on the old owner when the death is handled.
+/// No scale event starts until then (the shard map still says the shard is on its way).
 #[tokio::test]
 async fn a_hand_off_the_new_owner_never_confirmed_is_re_created_at_the_new_owners_death() {
     let (dying, _) = Actor::spawn(None, DroppingServer, Drops::TakeOvers)
         .await
         .unwrap();
     let (master, mut end, scaled) = master_moving_shard_1_to_server_0(dying).await;
-    let error = scale_error(scaled).await;
+    let error = interrupted(scaled).await;
     assert!(
         error.contains("the rows of shard-1 left for server-0, which did not confirm"),
         "{error}"
     );
     assert!(end.try_recv().is_err(), "the job goes on");
+    let refused = rebalance_onto_1_and_2(&master).await;
+    assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
+    assert!(end.try_recv().is_err(), "the job goes on");
+    // The recovery is over: a scale event runs again.
+    let scaled = rebalance_onto_1_and_2(&master).await;
+    assert!(scaled.is_ok(), "{scaled:?}");
+    master.stop(None);
+}
+
+/// No scale event starts while a failed server's shards are being re-created: the shard
+/// map still names the failed server until every take-over is answered (here never: the
+/// heir, server 1, does not answer).
+#[tokio::test]
+async fn no_scale_event_starts_while_a_failed_servers_shards_are_re_created() {
+    let mut servers = real_servers(1).await;
+    let (silent, _) = Actor::spawn(None, SilentServer, ()).await.unwrap();
+    servers.insert(ServerId(1), silent);
+    let (master, mut end) = start_master(servers, Vec::new()).await;
+    let (reply, _never_answered) = oneshot::channel();
+    master
+        .send_message(MasterMsg::ServerLost {
+            server: ServerId(0),
+            at_failure: None,
+            acknowledged: None,
+            reply: Some(reply),
+        })
+        .unwrap();
+    let (reply, scaled) = oneshot::channel();
+    master
+        .send_message(MasterMsg::Rebalance {
+            live_workers: vec![WorkerId(0)],
+            live_servers: vec![ServerId(1)],
+            reply,
+        })
+        .unwrap();
+    let refused = answer_to(scaled).await;
+    assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }
@@ -296,6 +360,31 @@ async fn servers_are_told_where_a_shard_that_could_not_go_back_was_re_created() 
     assert_eq!(told, expected, "what server 1 was told");
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(taps[0].try_recv().is_err(), "the new owner is told nothing");
+    assert!(end.try_recv().is_err(), "the job goes on");
+    master.stop(None);
+}
+
+/// A late answer to an earlier hand-off of a shard (a failure ended that move, and a later
+/// event moves the shard again) is not taken for the hand-off under way: it may name a
+/// server that is dead by now, where every node would then send the shard's traffic.
+#[tokio::test]
+async fn a_late_answer_to_an_ended_hand_off_is_not_taken_for_a_later_one() {
+    // Shard 2 is on its way from server 2 to server 0: hand-off number 1, never answered.
+    let (master, mut end, mut scaled) = master_emptying_server_2().await;
+    // An answer to another hand-off of shard 2, which went to server 1.
+    master
+        .send_message(MasterMsg::ShardHandedOff {
+            shard: harp_core::ShardId(2),
+            to: ServerId(1),
+            hand_off: 0,
+            result: Ok(crate::server::ShardMoved::default()),
+        })
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(scaled.try_recv().is_err(), "the move is still under way");
+    // Shard 2 is not server 1's: losing server 1 re-creates its own shard only.
+    let report = crash(&master, 1).await.expect("recovered");
+    assert_eq!(report.shards, vec![(1, 0)]);
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }

@@ -76,7 +76,7 @@ use super::row_parts::InParts;
 use crate::app::App;
 use crate::error::HarpError;
 use crate::master::{Acknowledged, MasterMsg};
-use harp_core::{ParamKey, RowData, ServerId};
+use harp_core::{ParamKey, RowData, ServerId, WorkerId};
 use harp_wire::{LostUpdatesResult, Message};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -114,12 +114,18 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     if worker_lost && !entry.roles.server {
         // After `WorkerLost`: its executors have new workers by then.
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
+        // Later scale events leave it out.
+        ctx.control.forget(Some(WorkerId(node)), None);
         return;
     }
     if ctx.server_recovery && (server_only || worker_recovered) {
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
         // Nodes that join later must not dial it.
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
+        // Later scale events leave it out (the master starts none until its shards are
+        // re-created).
+        let worker = entry.roles.worker.then_some(WorkerId(node));
+        ctx.control.forget(worker, Some(ServerId(node)));
         if ctx.worker_recovery {
             let _ = ctx.master.send_message(MasterMsg::ServerLost {
                 server: ServerId(node),

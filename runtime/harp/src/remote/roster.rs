@@ -1,7 +1,9 @@
 //! The master's roster of node processes while the job runs, and the scale events that change
 //! it: a node that joins a running job is given load by a re-balancing; a node that leaves
 //! (it got SIGTERM, or `harp scale --remove` named it) gives its load away, every other node
-//! drains what it still had in flight to it, and then it is dismissed and exits; `harp scale`
+//! drains what it still had in flight to it, and then it is dismissed and exits (a leave
+//! whose move another node's failure cut short is tried again, [`LEAVE_TRIES`] scale events
+//! at most, once the recovery is over; a recovered node is forgotten); `harp scale`
 //! commands arrive on the master's endpoint like nodes do ([`accepting`], from the moment
 //! every expected node joined: a command while the job still starts is refused at once, and
 //! the job's exit waits for the answers owed; [`scale_clients`]).
@@ -355,9 +357,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     };
     let worker = roles.worker.then_some(WorkerId(node));
     let server = roles.server.then_some(ServerId(node));
-    let moved = ctx.control.node_leaving(worker, server).await;
-    report(ctx, "leave", Some(node), began, &moved);
-    if let Err(e) = moved {
+    if let Err(e) = give_load_away(ctx, node, worker, server).await {
         lock(&ctx.roster).leaving.remove(&node);
         let _ = link.send(&Message::Refused {
             reason: e.to_string(),
@@ -387,6 +387,36 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
         "node left the job"
     );
     Ok(())
+}
+
+/// How many scale events a leave may take when failures of other nodes cut its moves short.
+const LEAVE_TRIES: u32 = 3;
+
+/// Moves the load of the leaving `node` away: a scale event, tried again while the node is
+/// still in the job when another node's failure cut one of its moves short (the recovery
+/// may have put the item back on the leaving node: a shard on its way to a server that
+/// died). The master starts the next one once that recovery is over. Each is reported.
+async fn give_load_away<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    node: u32,
+    worker: Option<WorkerId>,
+    server: Option<ServerId>,
+) -> Result<crate::ScaleReport, HarpError> {
+    let mut tries = 1;
+    loop {
+        let began = Instant::now();
+        let moved = ctx.control.node_leaving(worker, server).await;
+        report(ctx, "leave", Some(node), began, &moved);
+        match moved {
+            Err(HarpError::MoveInterrupted(why))
+                if tries < LEAVE_TRIES && lock(&ctx.roster).nodes.contains_key(&node) =>
+            {
+                tracing::warn!(node, %why, "a failure cut a move of this leave short: trying again");
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Asks every other node to answer once nothing it sent to `server` is unanswered.

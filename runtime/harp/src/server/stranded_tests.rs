@@ -104,6 +104,16 @@ async fn re_create_shard_0(
     take_over(server, 0, rows, Some(restore)).await;
 }
 
+/// Hands shard 0 to a new owner, which confirms it holds the rows and then dies.
+async fn hand_off_shard_0_to_an_owner_that_dies(
+    tables: &Arc<TableSet>,
+    server: &ActorRef<ServerMsg>,
+) {
+    let new_owner = spawn_servers(1, tables).await.remove(0).1;
+    hand_off_shard_0(server, &new_owner).await.unwrap().unwrap();
+    stopped(&new_owner).await;
+}
+
 /// Hands shard 0 to a new owner that drops the rows: the failed confirmation strands it.
 /// Then an update of `moving` (by 2) is sent: it is held, unanswered.
 async fn strand_shard_0(
@@ -262,12 +272,7 @@ async fn a_part_the_new_owner_dropped_strands_the_shard_before_the_confirmation_
 #[tokio::test]
 async fn a_request_forwarded_to_a_confirmed_owner_that_died_waits_for_the_shard_here() {
     let (tables, server, moving, _) = server_with_two_shards().await;
-    let new_owner = spawn_servers(1, &tables).await.remove(0).1;
-    hand_off_shard_0(&server, &new_owner)
-        .await
-        .unwrap()
-        .unwrap();
-    stopped(&new_owner).await;
+    hand_off_shard_0_to_an_owner_that_dies(&tables, &server).await;
     let mut late = send_apply(&server, vec![(moving, f32s(2.0))]);
     settle().await;
     assert!(matches!(late.try_recv(), Err(TryRecvError::Empty)), "held");
@@ -306,12 +311,7 @@ async fn a_stranded_shard_re_created_on_another_server_sends_what_it_held_there(
 async fn a_shard_forwarded_to_an_owner_that_died_goes_where_it_was_re_created() {
     let (tables, server, moving, staying) = server_with_two_shards().await;
     apply(&server, vec![(staying, f32s(1.0))]).await;
-    let new_owner = spawn_servers(1, &tables).await.remove(0).1;
-    hand_off_shard_0(&server, &new_owner)
-        .await
-        .unwrap()
-        .unwrap();
-    stopped(&new_owner).await;
+    hand_off_shard_0_to_an_owner_that_dies(&tables, &server).await;
     let heir = spawn_servers(1, &tables).await.remove(0).1;
     re_create_shard_0(&tables, &heir, (moving, 10.0)).await;
     relocated(&server, 0, &heir);

@@ -17,6 +17,7 @@ use super::test_master::{
 use super::MasterMsg;
 use crate::error::HarpError;
 use crate::scar::ServerRecovery;
+use crate::server::ServerMsg;
 use crate::test_support::{DroppingServer, Drops, SilentServer, TappedServer};
 use harp_core::{ServerId, WorkerId};
 use ractor::{Actor, ActorRef};
@@ -41,15 +42,21 @@ async fn master_emptying_server_2() -> (ActorRef<MasterMsg<Running>>, JobEnd, Sc
     let (master, end) = start_master(servers, Vec::new()).await;
     // Empty server 2: its shard goes to server 0 (a tie with server 1, broken by id), and
     // the hand-off is never answered.
+    let scaled = rebalance(&master, &[0, 1]);
+    (master, end, scaled)
+}
+
+/// Asks the master to re-balance onto `live_servers` (and the one worker); its answer.
+fn rebalance(master: &ActorRef<MasterMsg<Running>>, live_servers: &[u32]) -> Scaled {
     let (reply, scaled) = oneshot::channel();
     master
         .send_message(MasterMsg::Rebalance {
             live_workers: vec![WorkerId(0)],
-            live_servers: vec![ServerId(0), ServerId(1)],
+            live_servers: live_servers.iter().map(|s| ServerId(*s)).collect(),
             reply,
         })
         .unwrap();
-    (master, end, scaled)
+    scaled
 }
 
 /// Tells the master `server` died (as a node process's death does), returns the answer.
@@ -139,14 +146,7 @@ async fn master_moving_shard_1_to_server_0(
     let mut servers = real_servers(3).await;
     servers.insert(ServerId(0), server_0);
     let (master, end) = start_master(servers, Vec::new()).await;
-    let (reply, scaled) = oneshot::channel();
-    master
-        .send_message(MasterMsg::Rebalance {
-            live_workers: vec![WorkerId(0)],
-            live_servers: vec![ServerId(0), ServerId(2)],
-            reply,
-        })
-        .unwrap();
+    let scaled = rebalance(&master, &[0, 2]);
     (master, end, scaled)
 }
 
@@ -160,21 +160,6 @@ async fn interrupted(scaled: Scaled) -> String {
         Err(HarpError::MoveInterrupted(why)) => why,
         other => panic!("the move did not fail as interrupted: {other:?}"),
     }
-}
-
-/// Asks for a re-balancing onto servers 1 and 2; its answer.
-async fn rebalance_onto_1_and_2(
-    master: &ActorRef<MasterMsg<Running>>,
-) -> Result<ScaleReport, HarpError> {
-    let (reply, scaled) = oneshot::channel();
-    master
-        .send_message(MasterMsg::Rebalance {
-            live_workers: vec![WorkerId(0)],
-            live_servers: vec![ServerId(1), ServerId(2)],
-            reply,
-        })
-        .unwrap();
-    answer_to(scaled).await
 }
 
 /// The answer to a scale event that ends (or is refused) at once.
@@ -222,13 +207,13 @@ async fn a_hand_off_the_new_owner_never_confirmed_is_re_created_at_the_new_owner
         "{error}"
     );
     assert!(end.try_recv().is_err(), "the job goes on");
-    let refused = rebalance_onto_1_and_2(&master).await;
+    let refused = answer_to(rebalance(&master, &[1, 2])).await;
     assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
     assert!(end.try_recv().is_err(), "the job goes on");
     // The recovery is over: a scale event runs again.
-    let scaled = rebalance_onto_1_and_2(&master).await;
+    let scaled = answer_to(rebalance(&master, &[1, 2])).await;
     assert!(scaled.is_ok(), "{scaled:?}");
     master.stop(None);
 }
@@ -251,14 +236,7 @@ async fn no_scale_event_starts_while_a_failed_servers_shards_are_re_created() {
             reply: Some(reply),
         })
         .unwrap();
-    let (reply, scaled) = oneshot::channel();
-    master
-        .send_message(MasterMsg::Rebalance {
-            live_workers: vec![WorkerId(0)],
-            live_servers: vec![ServerId(1)],
-            reply,
-        })
-        .unwrap();
+    let scaled = rebalance(&master, &[1]);
     let refused = answer_to(scaled).await;
     assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
     assert!(end.try_recv().is_err(), "the job goes on");
@@ -275,14 +253,7 @@ async fn a_failed_servers_shard_goes_back_to_the_server_it_came_from() {
     let mut shards = harp_core::ShardMap::round_robin(4, &[ServerId(1)]).unwrap();
     shards.assign(harp_core::ShardId(0), ServerId(0)).unwrap();
     let (master, mut end) = start_master_with_shards(servers, Vec::new(), shards).await;
-    let (reply, scaled) = oneshot::channel();
-    master
-        .send_message(MasterMsg::Rebalance {
-            live_workers: vec![WorkerId(0)],
-            live_servers: vec![ServerId(0), ServerId(1), ServerId(2)],
-            reply,
-        })
-        .unwrap();
+    let scaled = rebalance(&master, &[0, 1, 2]);
     let report = scaled.await.unwrap().expect("the scale event succeeds");
     assert_eq!(report.moves.len(), 1, "{report:?}");
     let moved = &report.moves[0];
@@ -299,14 +270,7 @@ async fn rebalanced(
     master: &ActorRef<MasterMsg<Running>>,
     live_servers: &[u32],
 ) -> Vec<(u32, u32, u32)> {
-    let (reply, scaled) = oneshot::channel();
-    master
-        .send_message(MasterMsg::Rebalance {
-            live_workers: vec![WorkerId(0)],
-            live_servers: live_servers.iter().map(|s| ServerId(*s)).collect(),
-            reply,
-        })
-        .unwrap();
+    let scaled = rebalance(master, live_servers);
     let report = scaled.await.unwrap().expect("the scale event succeeds");
     report
         .moves
@@ -329,8 +293,8 @@ async fn servers_are_told_where_a_shard_that_could_not_go_back_was_re_created() 
         let (tapped, _) = Actor::spawn(None, TappedServer, (inner, told))
             .await
             .unwrap();
-        servers.insert(ServerId(id), tapped);
-        taps.push(relocations);
+        servers.insert(ServerId(id), tapped.clone());
+        taps.push((tapped, relocations));
     }
     // Server 0 holds shard 0; server 1 shards 1, 2 and 3; server 2 nothing.
     let mut shards = harp_core::ShardMap::round_robin(4, &[ServerId(1)]).unwrap();
@@ -353,13 +317,20 @@ async fn servers_are_told_where_a_shard_that_could_not_go_back_was_re_created() 
     let mut told = Vec::new();
     for _ in &expected {
         let wait = std::time::Duration::from_secs(10);
-        let next = tokio::time::timeout(wait, taps[1].recv()).await;
+        let next = tokio::time::timeout(wait, taps[1].1.recv()).await;
         let (shard, to) = next.expect("server 1 is told").unwrap();
         told.push((shard.0, to.0));
     }
     assert_eq!(told, expected, "what server 1 was told");
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    assert!(taps[0].try_recv().is_err(), "the new owner is told nothing");
+    // A round trip through server 0 after the recovery's answer: anything the master told it
+    // before that answer has reached its tap by then.
+    let (reply, dumped) = oneshot::channel();
+    taps[0].0.send_message(ServerMsg::Dump { reply }).unwrap();
+    dumped.await.unwrap();
+    assert!(
+        taps[0].1.try_recv().is_err(),
+        "the new owner is told nothing"
+    );
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }
@@ -380,11 +351,12 @@ async fn a_late_answer_to_an_ended_hand_off_is_not_taken_for_a_later_one() {
             result: Ok(crate::server::ShardMoved::default()),
         })
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    assert!(scaled.try_recv().is_err(), "the move is still under way");
     // Shard 2 is not server 1's: losing server 1 re-creates its own shard only.
     let report = crash(&master, 1).await.expect("recovered");
     assert_eq!(report.shards, vec![(1, 0)]);
+    // The master handled the answer before the crash (its mailbox keeps their order), and
+    // the event is still under way.
+    assert!(scaled.try_recv().is_err(), "the move is still under way");
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }

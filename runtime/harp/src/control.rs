@@ -17,10 +17,15 @@ use crate::server::ServerActor;
 use crate::table::TableSet;
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
 use harp_core::{ServerId, WorkerId};
+use live::LiveSet;
 use ractor::ActorRef;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
+
+mod live;
+#[cfg(test)]
+mod tests;
 
 type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
 
@@ -295,19 +300,25 @@ impl JobControl {
         let _ = self.tx.send(ControlRequest::Forget { worker, server });
     }
 
-    /// Sends the request made by `request`, again while another scale event (or a server
-    /// recovery) runs.
+    /// Sends the request made by `request`, again while another scale event runs or a
+    /// server recovery is pending (logged once per reason).
     async fn when_idle(
         &self,
         request: impl Fn(Reply<ScaleReport>) -> ControlRequest,
     ) -> Result<ScaleReport, HarpError> {
+        let mut waits_for = None;
         loop {
             match self.ask(&request).await {
-                Err(HarpError::ScaleBusy) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                Err(HarpError::ScaleBusy) => {}
+                Err(HarpError::RecoveryPending(pending)) => {
+                    if waits_for.as_ref() != Some(&pending) {
+                        tracing::info!(%pending, "a scale event waits for a server recovery");
+                        waits_for = Some(pending);
+                    }
                 }
                 other => return other,
             }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await
         }
     }
 }
@@ -340,13 +351,16 @@ impl<A: App> Default for Started<A> {
 
 /// Serves commands until every [`JobControl`] is dropped or the job ends.
 pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A>) {
-    let live = Arc::new(Mutex::new((ctx.workers.clone(), ctx.servers.clone())));
+    let live: Live = Arc::new(Mutex::new(LiveSet::new(
+        ctx.workers.clone(),
+        ctx.servers.clone(),
+    )));
     let mut next_worker = ctx.workers.iter().map(|w| w.0 + 1).max().unwrap_or(0);
     let mut next_server = ctx.servers.iter().map(|s| s.0 + 1).max().unwrap_or(0);
     while let Some(request) = inbox.rx.recv().await {
         match request {
             ControlRequest::Members { reply } => {
-                let _ = reply.send(Ok(lock(&live).clone()));
+                let _ = reply.send(Ok(lock(&live).members()));
             }
             ControlRequest::NodeJoined { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
@@ -355,23 +369,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
             }
             ControlRequest::Forget { .. } => {}
             ControlRequest::CrashServer { server, reply } => {
-                let (tx, rx) = oneshot::channel();
-                if ctx
-                    .master
-                    .send_message(MasterMsg::CrashServer { server, reply: tx })
-                    .is_err()
-                {
-                    let _ = reply.send(Err(HarpError::MasterUnreachable));
-                    continue;
-                }
-                let live = live.clone();
-                crate::spawn::spawn(async move {
-                    let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
-                    if result.is_ok() {
-                        lock(&live).1.retain(|s| *s != server);
-                    }
-                    let _ = reply.send(result);
-                });
+                crash_server(&ctx.master, &live, server, reply);
             }
             ControlRequest::ScaleOut {
                 workers,
@@ -414,7 +412,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                     let _ = reply.send(Err(e));
                     continue;
                 }
-                let (mut w, mut s) = lock(&live).clone();
+                let (mut w, mut s) = lock(&live).members();
                 w.extend(added.0);
                 s.extend(added.1);
                 rebalance(&ctx.master, &live, w, s, reply);
@@ -457,7 +455,8 @@ pub(crate) async fn serve_across<A: App>(
     workers: Vec<WorkerId>,
     servers: Vec<ServerId>,
 ) {
-    let live: Live = Arc::new(Mutex::new((workers.clone(), servers.clone())));
+    let live: Live = Arc::new(Mutex::new(LiveSet::new(workers.clone(), servers.clone())));
+    // Every node that was ever the job's (one that went is also in the live set's gone).
     let mut known_workers: BTreeSet<WorkerId> = workers.into_iter().collect();
     let mut known_servers: BTreeSet<ServerId> = servers.into_iter().collect();
     while let Some(request) = inbox.rx.recv().await {
@@ -467,7 +466,7 @@ pub(crate) async fn serve_across<A: App>(
         );
         match request {
             ControlRequest::Members { reply } => {
-                let _ = reply.send(Ok(lock(&live).clone()));
+                let _ = reply.send(Ok(lock(&live).members()));
             }
             ControlRequest::CrashServer { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
@@ -502,31 +501,56 @@ pub(crate) async fn serve_across<A: App>(
             } => {
                 known_workers.extend(worker);
                 known_servers.extend(server);
-                let (mut onto_w, mut onto_s) = lock(&live).clone();
-                // Not one that died meanwhile (a scale event that ended after its death
-                // may have named it live again).
-                onto_w.retain(|w| known_workers.contains(w));
-                onto_s.retain(|s| known_servers.contains(s));
+                let (mut onto_w, mut onto_s) = lock(&live).members();
                 onto_w.extend(worker.filter(|w| !onto_w.contains(w)));
                 onto_s.extend(server.filter(|s| !onto_s.contains(s)));
                 rebalance(&master, &live, onto_w, onto_s, reply);
             }
             ControlRequest::Forget { worker, server } => {
-                let mut live = lock(&live);
-                if let Some(w) = worker {
-                    known_workers.remove(&w);
-                    live.0.retain(|live| *live != w);
-                }
-                if let Some(s) = server {
-                    known_servers.remove(&s);
-                    live.1.retain(|live| *live != s);
-                }
+                lock(&live).forget(worker, server);
             }
         }
     }
 }
 
-type Live = Arc<Mutex<(Vec<WorkerId>, Vec<ServerId>)>>;
+type Live = Arc<Mutex<LiveSet>>;
+
+/// Fault injection in one process: has the master fail `server` and recover from it; once
+/// it did, `server` is gone from the live set for good.
+fn crash_server<A: App>(
+    master: &ActorRef<MasterMsg<A>>,
+    live: &Live,
+    server: ServerId,
+    reply: Reply<ServerRecovery>,
+) {
+    let message = |reply| MasterMsg::CrashServer { server, reply };
+    let then = move |live: &mut LiveSet| live.forget(None, Some(server));
+    ask_master(master, live, message, then, reply);
+}
+
+/// Sends the master the message `message` makes with a reply; a success it answers is
+/// applied to the live set (`then`) before `reply` gets the answer.
+fn ask_master<A: App, T: Send + 'static>(
+    master: &ActorRef<MasterMsg<A>>,
+    live: &Live,
+    message: impl FnOnce(Reply<T>) -> MasterMsg<A>,
+    then: impl FnOnce(&mut LiveSet) + Send + 'static,
+    reply: Reply<T>,
+) {
+    let (tx, rx) = oneshot::channel();
+    if master.send_message(message(tx)).is_err() {
+        let _ = reply.send(Err(HarpError::MasterUnreachable));
+        return;
+    }
+    let live = live.clone();
+    crate::spawn::spawn(async move {
+        let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
+        if result.is_ok() {
+            then(&mut lock(&live));
+        }
+        let _ = reply.send(result);
+    });
+}
 
 /// Where a command wants the load: without some workers and servers, or onto exactly some.
 enum Target {
@@ -534,8 +558,9 @@ enum Target {
     Onto(Vec<WorkerId>, Vec<ServerId>),
 }
 
-/// Checks every id of `target` against the job's (`known`: is this one of its workers, of
-/// its servers), then re-balances onto the live set the target describes.
+/// Checks every id of `target` against the job's (`known`: was this ever one of its
+/// workers, of its servers; and it is not gone), then re-balances onto the live set the
+/// target describes.
 fn retarget<A: App>(
     master: &ActorRef<MasterMsg<A>>,
     live: &Live,
@@ -544,31 +569,39 @@ fn retarget<A: App>(
     reply: Reply<ScaleReport>,
 ) {
     let (Target::Without(workers, servers) | Target::Onto(workers, servers)) = &target;
-    let not_the_jobs = |what: String, kind: &str| {
-        Err(HarpError::InvalidConfig(format!(
-            "{what} is not one of the job's {kind}"
-        )))
+    let refusal = {
+        let live = lock(live);
+        let not_the_jobs =
+            |what: String, kind: &str| Some(format!("{what} is not one of the job's {kind}"));
+        let gone = |what: String, kind: &str| {
+            Some(format!(
+                "{what} is no longer one of the job's {kind}: it left, or it failed and was recovered"
+            ))
+        };
+        if let Some(w) = workers.iter().find(|w| !known_worker(w)) {
+            not_the_jobs(w.to_string(), "workers")
+        } else if let Some(w) = workers.iter().find(|w| live.worker_gone(w)) {
+            gone(w.to_string(), "workers")
+        } else if let Some(s) = servers.iter().find(|s| !known_server(s)) {
+            not_the_jobs(s.to_string(), "servers")
+        } else if let Some(s) = servers.iter().find(|s| live.server_gone(s)) {
+            gone(s.to_string(), "servers")
+        } else {
+            None
+        }
     };
-    if let Some(w) = workers.iter().find(|w| !known_worker(w)) {
-        let _ = reply.send(not_the_jobs(w.to_string(), "workers"));
-        return;
-    }
-    if let Some(s) = servers.iter().find(|s| !known_server(s)) {
-        let _ = reply.send(not_the_jobs(s.to_string(), "servers"));
+    if let Some(refusal) = refusal {
+        let _ = reply.send(Err(HarpError::InvalidConfig(refusal)));
         return;
     }
     let (onto_w, onto_s) = match target {
         Target::Onto(w, s) => (w, s),
         Target::Without(gone_w, gone_s) => {
-            let (w, s) = lock(live).clone();
-            // Every other live one that is still the job's (not one that died meanwhile).
+            // Every other live one (the live set holds none that went).
+            let (w, s) = lock(live).members();
             (
-                w.into_iter()
-                    .filter(|w| !gone_w.contains(w) && known_worker(w))
-                    .collect(),
-                s.into_iter()
-                    .filter(|s| !gone_s.contains(s) && known_server(s))
-                    .collect(),
+                w.into_iter().filter(|w| !gone_w.contains(w)).collect(),
+                s.into_iter().filter(|s| !gone_s.contains(s)).collect(),
             )
         }
     };
@@ -576,7 +609,7 @@ fn retarget<A: App>(
 }
 
 /// Asks the master to re-balance onto `workers` and `servers`; they become the live set
-/// once it succeeded.
+/// once it succeeded (less any that went meanwhile: [`LiveSet::settle`]).
 fn rebalance<A: App>(
     master: &ActorRef<MasterMsg<A>>,
     live: &Live,
@@ -584,24 +617,14 @@ fn rebalance<A: App>(
     servers: Vec<ServerId>,
     reply: Reply<ScaleReport>,
 ) {
-    let (tx, rx) = oneshot::channel();
-    let sent = master.send_message(MasterMsg::Rebalance {
-        live_workers: workers.clone(),
-        live_servers: servers.clone(),
-        reply: tx,
-    });
-    if sent.is_err() {
-        let _ = reply.send(Err(HarpError::MasterUnreachable));
-        return;
-    }
-    let live = live.clone();
-    crate::spawn::spawn(async move {
-        let result = rx.await.unwrap_or(Err(HarpError::MasterUnreachable));
-        if result.is_ok() {
-            *lock(&live) = (workers, servers);
-        }
-        let _ = reply.send(result);
-    });
+    let (live_workers, live_servers) = (workers.clone(), servers.clone());
+    let message = |reply| MasterMsg::Rebalance {
+        live_workers,
+        live_servers,
+        reply,
+    };
+    let then = move |live: &mut LiveSet| live.settle(workers, servers);
+    ask_master(master, live, message, then, reply);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -17,10 +17,14 @@ impl From<harp_checkpoint::CheckpointError> for HarpError {
 pub enum HarpError {
     #[error("invalid job configuration: {0}")]
     InvalidConfig(String),
-    /// A scale command arrived while another scale event ran (one runs at a time), or while
-    /// a failed server's shards were being re-created.
-    #[error("a scale event or a server recovery is already running; wait for it to finish")]
+    /// A scale command arrived while another scale event ran (one runs at a time).
+    #[error("another scale event is already running; wait for it to finish")]
     ScaleBusy,
+    /// A scale command arrived while the shard map was not settled: a failed server's
+    /// shards were being re-created, or a hand-off a failure cut short awaits the failed
+    /// server's recovery. Says which.
+    #[error("a scale event waits for a server recovery: {0}; try again once it is over")]
+    RecoveryPending(String),
     #[error("unknown table {0}")]
     UnknownTable(TableId),
     #[error("table '{table}' holds {expected} rows, not {requested}")]

@@ -35,7 +35,7 @@ mod recovery_during_scale_tests;
 mod stop_tests;
 mod task_book;
 #[cfg(test)]
-mod test_master;
+pub(crate) mod test_master;
 mod worker_recovery;
 
 pub(crate) use consistent::{ConsistentEnd, ConsistentSetup, ResumeStart, WriteSetup};

@@ -171,8 +171,12 @@ impl<A: App> MasterState<A> {
         live_servers: Vec<ServerId>,
         reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
     ) {
-        if self.scale.is_some() || self.recovery_pending() {
+        if self.scale.is_some() {
             let _ = reply.send(Err(HarpError::ScaleBusy));
+            return;
+        }
+        if let Some(pending) = self.recovery_pending() {
+            let _ = reply.send(Err(HarpError::RecoveryPending(pending)));
             return;
         }
         if let Err(e) = self.check_live(&live_workers, &live_servers) {

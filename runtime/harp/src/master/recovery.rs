@@ -120,12 +120,20 @@ impl<A: App> MasterState<A> {
             .collect()
     }
 
-    /// Whether a failed server's shards are being re-created, or a hand-off awaits the
-    /// recovery of a server it involved (outside a scale event: its new owner never
-    /// confirmed the rows, or its old owner vanished before answering). The shard map is
-    /// not settled until then, so no scale event starts (`moves.rs`).
-    pub(super) fn recovery_pending(&self) -> bool {
-        !self.servers_recovering.is_empty() || !self.unconfirmed_hand_offs.is_empty()
+    /// What recovery is pending, if any: a failed server's shards being re-created, or a
+    /// hand-off awaiting the recovery of a server it involved (outside a scale event: its
+    /// new owner never confirmed the rows, or its old owner vanished before answering). The
+    /// shard map is not settled until then, so no scale event starts (`moves.rs`).
+    pub(super) fn recovery_pending(&self) -> Option<String> {
+        if let Some(server) = self.servers_recovering.first() {
+            return Some(format!(
+                "{server} failed and its shards are being re-created from the running checkpoint"
+            ));
+        }
+        let (shard, (from, to)) = self.unconfirmed_hand_offs.first_key_value()?;
+        Some(format!(
+            "the hand-off of {shard} from {from} to {to} was cut short by a failure, and the shard's place is settled once the failed server is recovered"
+        ))
     }
 
     /// The live servers that may take `server`'s shards: every other one, except those the

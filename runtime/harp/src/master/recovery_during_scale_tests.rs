@@ -207,8 +207,14 @@ async fn a_hand_off_the_new_owner_never_confirmed_is_re_created_at_the_new_owner
         "{error}"
     );
     assert!(end.try_recv().is_err(), "the job goes on");
-    let refused = answer_to(rebalance(&master, &[1, 2])).await;
-    assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
+    match answer_to(rebalance(&master, &[1, 2])).await {
+        Err(HarpError::RecoveryPending(pending)) => assert_eq!(
+            pending,
+            "the hand-off of shard-1 from server-1 to server-0 was cut short by a failure, \
+             and the shard's place is settled once the failed server is recovered"
+        ),
+        other => panic!("expected RecoveryPending, got {other:?}"),
+    }
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
     assert!(end.try_recv().is_err(), "the job goes on");
@@ -237,8 +243,13 @@ async fn no_scale_event_starts_while_a_failed_servers_shards_are_re_created() {
         })
         .unwrap();
     let scaled = rebalance(&master, &[1]);
-    let refused = answer_to(scaled).await;
-    assert!(matches!(refused, Err(HarpError::ScaleBusy)), "{refused:?}");
+    match answer_to(scaled).await {
+        Err(HarpError::RecoveryPending(pending)) => assert_eq!(
+            pending,
+            "server-0 failed and its shards are being re-created from the running checkpoint"
+        ),
+        other => panic!("expected RecoveryPending, got {other:?}"),
+    }
     assert!(end.try_recv().is_err(), "the job goes on");
     master.stop(None);
 }

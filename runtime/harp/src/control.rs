@@ -376,6 +376,12 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
+                // One the master would refuse starts nothing (only this loop starts scale
+                // events and fails servers, so the answer holds until its `Rebalance`).
+                if let Err(e) = can_scale(&ctx.master).await {
+                    let _ = reply.send(Err(e));
+                    continue;
+                }
                 let mut added = (Vec::new(), Vec::new());
                 let mut failed = None;
                 for _ in 0..workers {
@@ -514,6 +520,15 @@ pub(crate) async fn serve_across<A: App>(
 }
 
 type Live = Arc<Mutex<LiveSet>>;
+
+/// Whether the master would start a scale event now (`Err`: why not).
+async fn can_scale<A: App>(master: &ActorRef<MasterMsg<A>>) -> Result<(), HarpError> {
+    let (reply, answer) = oneshot::channel();
+    master
+        .send_message(MasterMsg::CanScale { reply })
+        .map_err(|_| HarpError::MasterUnreachable)?;
+    answer.await.unwrap_or(Err(HarpError::MasterUnreachable))
+}
 
 /// Fault injection in one process: has the master fail `server` and recover from it; once
 /// it did, `server` is gone from the live set for good.

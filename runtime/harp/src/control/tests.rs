@@ -1,7 +1,8 @@
-//! The control's live set against a scripted master: a node that goes while a scale event
-//! runs (a server failed by fault injection in one process, a node process forgotten across
+//! The control against a scripted master: a node that goes while a scale event runs (a
+//! server failed by fault injection in one process, a node process forgotten across
 //! processes) is not named live again when that event ends, neither by `members` nor by the
-//! next scale event, and a command naming it is refused with a clear error.
+//! next scale event, and a command naming it is refused with a clear error; a scale-out the
+//! master would refuse starts nothing.
 
 use super::{job_control, serve, serve_across, ControlContext, JobControl, Started};
 use crate::error::HarpError;
@@ -232,4 +233,59 @@ async fn a_node_forgotten_while_a_scale_event_runs_is_not_named_live_when_it_end
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
+}
+
+/// In one process a scale-out the master would refuse (another scale event runs, or a
+/// recovery is pending) starts no workers or servers; one it takes adds them after the
+/// job's and re-balances onto all.
+#[tokio::test]
+async fn a_scale_out_the_master_refuses_starts_nothing() {
+    let (control, mut from_master) = serve_in_one_process().await;
+    let refused = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_out(1, 1).await }
+    });
+    match from_master
+        .recv()
+        .await
+        .expect("the control asks the master")
+    {
+        MasterMsg::CanScale { reply } => {
+            let pending = "server-0 failed and its shards are being re-created".to_string();
+            let _ = reply.send(Err(HarpError::RecoveryPending(pending)));
+        }
+        _ => panic!("expected the control to ask whether it may scale"),
+    }
+    match refused.await.unwrap() {
+        Err(HarpError::RecoveryPending(_)) => {}
+        other => panic!("expected RecoveryPending, got {other:?}"),
+    }
+    assert_eq!(control.members().await.unwrap(), ids(3));
+
+    let taken = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_out(1, 1).await }
+    });
+    // Nothing was added for the refused one: the next message asks again.
+    match from_master
+        .recv()
+        .await
+        .expect("the control asks the master")
+    {
+        MasterMsg::CanScale { reply } => reply.send(Ok(())).unwrap(),
+        _ => panic!("expected the control to ask whether it may scale"),
+    }
+    match from_master.recv().await.expect("a worker is added") {
+        MasterMsg::AddWorker(id, _) => assert_eq!(id, WorkerId(3)),
+        _ => panic!("expected the new worker"),
+    }
+    match from_master.recv().await.expect("a server is added") {
+        MasterMsg::AddServer(id, _) => assert_eq!(id, ServerId(3)),
+        _ => panic!("expected the new server"),
+    }
+    let (onto_workers, onto_servers, reply) = next_rebalance(&mut from_master).await;
+    assert_eq!((onto_workers, onto_servers), ids(4));
+    reply.send(Ok(ScaleReport::default())).unwrap();
+    taken.await.unwrap().expect("the scale-out succeeds");
+    assert_eq!(control.members().await.unwrap(), ids(4));
 }

@@ -32,6 +32,8 @@ mod recovery;
 #[cfg(test)]
 mod recovery_during_scale_tests;
 #[cfg(test)]
+mod scale_before_start_tests;
+#[cfg(test)]
 mod stop_tests;
 mod task_book;
 #[cfg(test)]
@@ -99,6 +101,11 @@ pub(crate) enum MasterMsg<A: App> {
     /// A node left the job (or died, or never got ready): nodes that join later do not
     /// dial its server, and nothing of the master counts on its worker or server any more.
     ForgetNode(u32),
+    /// Whether a scale event could start now (`Err`: why not). In one process a scale-out
+    /// asks first, so one that would be refused starts no workers and servers.
+    CanScale {
+        reply: oneshot::Sender<Result<(), HarpError>>,
+    },
     /// Re-balance onto these workers and servers; the others give their load away.
     Rebalance {
         live_workers: Vec<WorkerId>,
@@ -753,9 +760,10 @@ impl<A: App> Actor for MasterActor<A> {
                 routes,
                 server_places,
             } => {
-                state.workers = workers;
+                // Beside any a scale-out added while the job started.
+                state.workers.extend(workers);
                 state.executors = executors;
-                state.servers = servers;
+                state.servers.extend(servers);
                 state.shards = shards;
                 state.routes = routes;
                 state.server_places = server_places.into_iter().map(|p| (p.server, p)).collect();
@@ -788,6 +796,16 @@ impl<A: App> Actor for MasterActor<A> {
             }
             MasterMsg::ForgetNode(node) => {
                 state.forget_node(node);
+                Ok(false)
+            }
+            MasterMsg::CanScale { reply } => {
+                let answer = match state.before_start.as_ref() {
+                    // The first command waiting for the start runs first.
+                    Some(waiting) if !waiting.is_empty() => Err(HarpError::ScaleBusy),
+                    Some(_) => Ok(()),
+                    None => state.scale_refusal().map_or(Ok(()), Err),
+                };
+                let _ = reply.send(answer);
                 Ok(false)
             }
             MasterMsg::Rebalance {

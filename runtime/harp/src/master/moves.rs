@@ -162,6 +162,15 @@ pub(crate) struct Adopting {
 }
 
 impl<A: App> MasterState<A> {
+    /// Why no scale event may start now, if none may: another runs, or a recovery is
+    /// pending.
+    pub(super) fn scale_refusal(&self) -> Option<HarpError> {
+        if self.scale.is_some() {
+            return Some(HarpError::ScaleBusy);
+        }
+        self.recovery_pending().map(HarpError::RecoveryPending)
+    }
+
     /// Starts a re-balancing onto `live_workers` and `live_servers` (a worker or server not
     /// listed gives its load away). Answers on `reply` when every move is done.
     pub(crate) fn start_rebalance(
@@ -171,12 +180,8 @@ impl<A: App> MasterState<A> {
         live_servers: Vec<ServerId>,
         reply: oneshot::Sender<Result<ScaleReport, HarpError>>,
     ) {
-        if self.scale.is_some() {
-            let _ = reply.send(Err(HarpError::ScaleBusy));
-            return;
-        }
-        if let Some(pending) = self.recovery_pending() {
-            let _ = reply.send(Err(HarpError::RecoveryPending(pending)));
+        if let Some(refusal) = self.scale_refusal() {
+            let _ = reply.send(Err(refusal));
             return;
         }
         if let Err(e) = self.check_live(&live_workers, &live_servers) {

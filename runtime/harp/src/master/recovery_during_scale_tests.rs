@@ -59,6 +59,13 @@ fn rebalance(master: &ActorRef<MasterMsg<Running>>, live_servers: &[u32]) -> Sca
     scaled
 }
 
+/// The master's answer to whether a scale event could start now.
+async fn can_scale(master: &ActorRef<MasterMsg<Running>>) -> Result<(), HarpError> {
+    let (reply, answer) = oneshot::channel();
+    master.send_message(MasterMsg::CanScale { reply }).unwrap();
+    answer.await.expect("the master answers")
+}
+
 /// Tells the master `server` died (as a node process's death does), returns the answer.
 async fn died(
     master: &ActorRef<MasterMsg<Running>>,
@@ -177,6 +184,8 @@ async fn answer_to(scaled: Scaled) -> Result<ScaleReport, HarpError> {
 #[tokio::test]
 async fn a_server_that_dies_while_a_shard_comes_has_it_re_created_on_its_old_owner() {
     let (master, mut end, scaled) = master_moving_shard_1_to_silent_server_0().await;
+    let asked = can_scale(&master).await;
+    assert!(matches!(asked, Err(HarpError::ScaleBusy)), "{asked:?}");
     let report = died(&master, 0).await.expect("recovered");
     assert_eq!(report.shards, vec![(0, 2), (1, 1)]);
     let error = interrupted(scaled).await;
@@ -243,11 +252,14 @@ async fn no_scale_event_starts_while_a_failed_servers_shards_are_re_created() {
         })
         .unwrap();
     let scaled = rebalance(&master, &[1]);
+    let pending = "server-0 failed and its shards are being re-created from the running checkpoint";
     match answer_to(scaled).await {
-        Err(HarpError::RecoveryPending(pending)) => assert_eq!(
-            pending,
-            "server-0 failed and its shards are being re-created from the running checkpoint"
-        ),
+        Err(HarpError::RecoveryPending(why)) => assert_eq!(why, pending),
+        other => panic!("expected RecoveryPending, got {other:?}"),
+    }
+    // Asked first (a scale-out in one process), the master says the same.
+    match can_scale(&master).await {
+        Err(HarpError::RecoveryPending(why)) => assert_eq!(why, pending),
         other => panic!("expected RecoveryPending, got {other:?}"),
     }
     assert!(end.try_recv().is_err(), "the job goes on");

@@ -72,13 +72,20 @@ pub(crate) async fn start_master_with_shards(
     routes: Vec<super::RouteTarget>,
     shards: ShardMap,
 ) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
+    let (master, end) = spawn_master(servers.len() as u32).await;
+    start(&master, servers, routes, shards).await;
+    (master, end)
+}
+
+/// A master of a job of `num_servers` servers, not started yet ([`start`]).
+pub(crate) async fn spawn_master(num_servers: u32) -> (ActorRef<MasterMsg<Running>>, JobEnd) {
     let (done, end) = oneshot::channel();
     let args = MasterArgs::<Running> {
         driver: NeverDone,
         info: JobInfo {
             num_executors: 1,
             num_workers: 1,
-            num_servers: servers.len() as u32,
+            num_servers,
         },
         tables: Arc::new(TableSet::new()),
         scar: Some(ScarOptions {
@@ -93,6 +100,17 @@ pub(crate) async fn start_master_with_shards(
     let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)
         .await
         .unwrap();
+    (master, end)
+}
+
+/// Starts `master`'s job: one quiet worker and `servers`, the shards placed as `shards`
+/// says, routing to `routes`.
+pub(crate) async fn start(
+    master: &ActorRef<MasterMsg<Running>>,
+    servers: BTreeMap<ServerId, ActorRef<ServerMsg>>,
+    routes: Vec<super::RouteTarget>,
+    shards: ShardMap,
+) {
     let (worker, _) = Actor::spawn(None, QuietWorker, ()).await.unwrap();
     master
         .send_message(MasterMsg::Start {
@@ -104,7 +122,6 @@ pub(crate) async fn start_master_with_shards(
             server_places: Vec::new(),
         })
         .unwrap();
-    (master, end)
 }
 
 /// Real servers `0..n` of a job without tables.

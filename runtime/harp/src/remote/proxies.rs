@@ -1036,6 +1036,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::AddServer(..)
             | MasterMsg::AddNode { .. }
             | MasterMsg::ForgetNode(..)
+            | MasterMsg::CanScale { .. }
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }
             | MasterMsg::ExecutorAdopted { .. }

@@ -235,46 +235,45 @@ async fn a_node_forgotten_while_a_scale_event_runs_is_not_named_live_when_it_end
     }
 }
 
+/// Starts a scale-out of one worker and one server; the master answers its question
+/// whether it may scale with `answer`. Returns the scale-out's task.
+async fn scale_out_answered(
+    control: &JobControl,
+    from_master: &mut mpsc::UnboundedReceiver<MasterMsg<Running>>,
+    answer: Result<(), HarpError>,
+) -> tokio::task::JoinHandle<Result<ScaleReport, HarpError>> {
+    let scaling = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_out(1, 1).await }
+    });
+    match from_master
+        .recv()
+        .await
+        .expect("the control asks the master")
+    {
+        MasterMsg::CanScale { reply } => reply.send(answer).unwrap(),
+        _ => panic!("expected the control to ask whether it may scale"),
+    }
+    scaling
+}
+
 /// In one process a scale-out the master would refuse (another scale event runs, or a
 /// recovery is pending) starts no workers or servers; one it takes adds them after the
 /// job's and re-balances onto all.
 #[tokio::test]
 async fn a_scale_out_the_master_refuses_starts_nothing() {
     let (control, mut from_master) = serve_in_one_process().await;
-    let refused = tokio::spawn({
-        let control = control.clone();
-        async move { control.scale_out(1, 1).await }
-    });
-    match from_master
-        .recv()
-        .await
-        .expect("the control asks the master")
-    {
-        MasterMsg::CanScale { reply } => {
-            let pending = "server-0 failed and its shards are being re-created".to_string();
-            let _ = reply.send(Err(HarpError::RecoveryPending(pending)));
-        }
-        _ => panic!("expected the control to ask whether it may scale"),
-    }
+    let pending = "server-0 failed and its shards are being re-created".to_string();
+    let refusal = Err(HarpError::RecoveryPending(pending));
+    let refused = scale_out_answered(&control, &mut from_master, refusal).await;
     match refused.await.unwrap() {
         Err(HarpError::RecoveryPending(_)) => {}
         other => panic!("expected RecoveryPending, got {other:?}"),
     }
     assert_eq!(control.members().await.unwrap(), ids(3));
 
-    let taken = tokio::spawn({
-        let control = control.clone();
-        async move { control.scale_out(1, 1).await }
-    });
     // Nothing was added for the refused one: the next message asks again.
-    match from_master
-        .recv()
-        .await
-        .expect("the control asks the master")
-    {
-        MasterMsg::CanScale { reply } => reply.send(Ok(())).unwrap(),
-        _ => panic!("expected the control to ask whether it may scale"),
-    }
+    let taken = scale_out_answered(&control, &mut from_master, Ok(())).await;
     match from_master.recv().await.expect("a worker is added") {
         MasterMsg::AddWorker(id, _) => assert_eq!(id, WorkerId(3)),
         _ => panic!("expected the new worker"),

@@ -186,7 +186,10 @@ impl JobControl {
             .unwrap_or_else(|_| Err(HarpError::InvalidConfig("the job is not running".into())))
     }
 
-    /// Adds `workers` workers and `servers` servers and moves load onto them.
+    /// Adds `workers` workers and `servers` servers and moves load onto them. Like every
+    /// scale command, refused while another scale event runs ([`HarpError::ScaleBusy`]) or
+    /// a server recovery is pending ([`HarpError::RecoveryPending`]); a refused scale-out
+    /// starts no workers or servers. Across processes, start node processes instead.
     pub async fn scale_out(&self, workers: u32, servers: u32) -> Result<ScaleReport, HarpError> {
         self.ask(|reply| ControlRequest::ScaleOut {
             workers,
@@ -197,6 +200,8 @@ impl JobControl {
     }
 
     /// Moves the load of these workers and servers onto the others; they take no more.
+    /// Naming one that is not the job's, or one gone from it (it left, or it failed and was
+    /// recovered), is refused with [`HarpError::InvalidConfig`] and moves nothing.
     pub async fn scale_in(
         &self,
         workers: &[WorkerId],

@@ -40,8 +40,8 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub credentials: Option<std::path::PathBuf>,
     /// Also track membership in etcd (`http://HOST:PORT`): nodes register under
-    /// /harp/jobs/<job>/members/ with a lease; the master watches. The master also follows
-    /// the job's desired size, /harp/jobs/<job>/desired_nodes (printed at start): a node
+    /// /harp/jobs/JOB/members/ with a lease; the master watches. The master also follows
+    /// the job's desired size, /harp/jobs/JOB/desired_nodes (printed at start): a node
     /// count put there grows the job (a master started with --processes starts the nodes)
     /// or lets the most recently joined nodes leave. Needs a build with the `etcd` feature.
     #[arg(long)]

@@ -23,7 +23,9 @@
 //! makes the read fetch them (DESIGN §2.1) and nobody else writes the block meanwhile. The
 //! word–topic counts are therefore exact. Each sub-round also checks it: an executor
 //! reports a checksum of its block after sampling, and the driver hands it to the block's
-//! next owner, which refuses rows that do not match ([`LdaError`] in the job's error).
+//! next owner, which refuses rows that do not match: its micro-task fails with an error naming
+//! the executor, the block and the sub-round, which ends the job (unless
+//! [`LdaConfig::recover`] is on).
 //!
 //! **Topic totals.** An executor samples against the totals as they were at the start of
 //! the sub-round plus its own changes: other executors' changes in the same sub-round are
@@ -144,7 +146,7 @@ pub enum LdaSampler {
     #[default]
     Sequential,
     /// Every token drawn from the counts at the start of the sub-round, then all moves
-    /// applied ([`parallel`]); the same bits on the CPU and on the GPU.
+    /// applied (`lda/parallel.rs`); the same bits on the CPU and on the GPU.
     Parallel,
 }
 

@@ -219,7 +219,7 @@ impl Gpu {
     }
 
     /// Launch geometry for a grid-stride kernel over `work_items` independent items
-    /// (for the float4 kernels: `ceil(n / 4)`): [`BLOCK_THREADS`] threads per block,
+    /// (for the float4 kernels: `ceil(n / 4)`): `BLOCK_THREADS` threads per block,
     /// as many blocks as the items need but at most one full wave of the device, and
     /// at least one block.
     pub fn grid_stride_config(&self, work_items: usize) -> LaunchConfig {

@@ -28,7 +28,7 @@ use crate::error::KernelError;
 /// Topics per chunk of the parallel step's summation order (one CUDA warp).
 pub const PARALLEL_CHUNK: usize = 32;
 
-/// One parallel sampling step (see the [module docs](self) for the exact arithmetic).
+/// One parallel sampling step (see this module's docs, `kernels/src/lda/parallel.rs`, for the exact arithmetic).
 ///
 /// `new_topics[i]` receives token `i`'s topic sampled from the fixed `counts` with its
 /// current assignment `topics[i]` excluded, using `uniforms[i]` in `[0, 1)`. The counts

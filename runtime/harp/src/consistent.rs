@@ -12,7 +12,7 @@
 //!
 //! Files of one checkpoint: `driver` (`Driver::save_state`), `held` (the held micro-tasks
 //! with their versions, postcard), `rows` (every parameter row, postcard), `executor-<id>`
-//! (`Executor::save_state`), and the manifest's metadata ([`CheckpointMeta`], JSON).
+//! (`Executor::save_state`), and the manifest's metadata (`CheckpointMeta`, JSON).
 
 use crate::error::HarpError;
 use serde::{Deserialize, Serialize};

@@ -1,9 +1,9 @@
 //! Jobs across processes: the master in one process, each node (a worker, a server or both)
 //! in its own `harp node` process, talking over QUIC links (harp-net) in harp-wire frames.
 //!
-//! The master and worker actors are the same as in process; proxies ([`proxies`]) stand for
+//! The master and worker actors are the same as in process; proxies (`proxies`) stand for
 //! the actors of other processes, so the protocol logic does not know where a peer lives.
-//! Each link's answers resolve the requests that wait for them ([`pending`]).
+//! Each link's answers resolve the requests that wait for them (`pending`).
 //!
 //! Start-up: a node dials the master and says `Hello` (job identity and protocol version are
 //! checked); the master answers `Welcome` with the node's id, and once every expected node
@@ -11,7 +11,7 @@
 //! `Placement` (which server holds which shard, and where it listens). Nodes dial the nodes
 //! whose servers they need, create their executors, and report `Ready`; then the driver
 //! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
-//! connection breaks, is dead ([`failures`]): a server-only node of a job with SCAR's
+//! connection breaks, is dead (`failures`): a server-only node of a job with SCAR's
 //! running checkpoint is recovered from it (its shards re-created on the live servers); a
 //! worker node of a job that recovers workers is recovered too (its executors created again
 //! on the live workers, the micro-tasks whose flushes the master had not committed run
@@ -27,14 +27,14 @@
 //! Consistent checkpoints ([`run_job_across_consistent`]) are captured by the master as in
 //! one process: each worker node sends its executors' saved states and keeps running them
 //! (`SaveExecutor`/`ExecutorSaved`; a large state is parked on the node and the master
-//! fetches it, [`state_transfer`]), and the rows come from every server node (`Dump`, in
-//! parts: [`row_parts`]).
+//! fetches it, `state_transfer`), and the rows come from every server node (`Dump`, in
+//! parts: `row_parts`).
 //! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
 //! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
 //! states (`AdoptExecutor`; a large state the master parks, and the node fetches it from
 //! the master's endpoint) before the driver starts.
 //!
-//! While the job runs ([`roster`]): a node may join (it gets an empty assignment, the other
+//! While the job runs (`roster`): a node may join (it gets an empty assignment, the other
 //! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node
 //! may leave (`Leaving`, or `harp scale --remove`: its load moves away, every other node
 //! answers `DrainServer` once nothing it sent there is unanswered, and the master dismisses

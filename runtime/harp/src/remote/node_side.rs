@@ -406,7 +406,7 @@ fn staged_report_delay() -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
-/// See [`staged_report_delay`].
+/// See `staged_report_delay`.
 pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 
 /// Fault injection for tests (`HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS`): a node with a server

@@ -11,6 +11,7 @@
 //! | [`cnn`] | a convolutional network trained with Adam on the servers (SCAR's CNN) |
 //! | [`counter`] | the exact-accounting app (every update checked) |
 //! | [`metrics`] | JSON-lines metrics files |
+//! | [`plot`] | convergence plots of metrics files, with their scale events and failures (`harp plot`) |
 //! | [`cli`] | the `harp` command line |
 
 pub mod cli;
@@ -23,3 +24,4 @@ pub mod lda;
 pub mod metrics;
 pub mod mf;
 pub mod mlr;
+pub mod plot;

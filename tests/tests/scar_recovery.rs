@@ -99,6 +99,14 @@ fn a_failed_server_costs_exactly_what_its_recovery_report_says() {
         assert_eq!(lost_shards, expected_shards, "seed {seed}");
         assert!(report.shards.iter().all(|(_, to)| *to != 1));
         assert_eq!(outcome.stats.recoveries, vec![report.clone()]);
+        // When it failed, on the job's clock: after the 400 ms the test waited (less the
+        // master's start), before the job's end.
+        assert!(
+            report.detected_at_s > 0.2 && report.detected_at_s < outcome.stats.elapsed_s,
+            "seed {seed}: failure at {} s in a job of {} s",
+            report.detected_at_s,
+            outcome.stats.elapsed_s
+        );
         let stats = &outcome.stats.checkpoints;
         assert!(
             stats.rounds > 0,

@@ -3,6 +3,7 @@
 mod checkpoints;
 mod cluster;
 mod output;
+mod plot;
 mod processes;
 mod run_cnn;
 mod run_counter;
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand};
 use std::sync::Arc;
 
 pub use cluster::ClusterArgs;
+pub use plot::PlotCliArgs;
 pub use run_cnn::CnnCliArgs;
 pub use run_counter::CounterCliArgs;
 pub use run_lda::LdaCliArgs;
@@ -107,6 +109,10 @@ pub enum Command {
         #[arg(long)]
         remove: Vec<u32>,
     },
+    /// Draw metrics files (`harp run APP --metrics-out FILE`) as an SVG convergence plot:
+    /// a panel per metric, a line per run, and each scale event, fault and recovery the
+    /// runs recorded as a vertical line.
+    Plot(PlotCliArgs),
 }
 
 /// `harp node --role`.
@@ -235,11 +241,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 Command::Run {
                     app: RunApp::Cnn(args),
                 } => node(&args.cluster).run(run_cnn::build_app(&args)?),
-                Command::Node { .. } | Command::Scale { .. } => {
+                Command::Node { .. } | Command::Scale { .. } | Command::Plot(_) => {
                     anyhow::bail!("a node's job must be a `run` command")
                 }
             }
         }
+        Command::Plot(args) => plot::run(args),
         Command::Scale {
             job,
             credentials,

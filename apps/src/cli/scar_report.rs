@@ -49,8 +49,9 @@ pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
     }
     for r in &stats.recoveries {
         eprintln!(
-            "recovery: server {} -> {} shards re-created, {} rows restored in {:.3}s",
+            "recovery: server {} failed at {:.3}s -> {} shards re-created, {} rows restored in {:.3}s",
             r.server,
+            r.detected_at_s,
             r.shards.len(),
             r.rows_restored,
             r.duration_s

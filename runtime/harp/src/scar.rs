@@ -224,6 +224,8 @@ pub struct ServerRecovery {
     pub rows_restored: usize,
     /// Bytes of those rows.
     pub bytes_restored: u64,
+    /// Seconds from the job's start to the master handling the failure.
+    pub detected_at_s: f64,
     /// Seconds from the failure being handled to the shards being served again.
     pub duration_s: f64,
     /// The perturbation, when the values at the failure are known (an injected failure

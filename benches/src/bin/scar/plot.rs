@@ -2,6 +2,7 @@
 //! interval) as an SVG chart, one line per series, as SCAR's Fig. 5.7 and 5.9 draw them.
 
 use anyhow::{anyhow, Result};
+use harp_apps::plot::chart::PALETTE;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,15 +17,6 @@ pub struct Point {
     pub mean: f64,
     pub ci95: f64,
 }
-
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-    RGBColor(255, 127, 14),
-    RGBColor(127, 127, 127),
-];
 
 /// Writes `points` as an SVG chart titled `title` with `x_axis` under its x axis.
 pub fn write_svg(path: &Path, title: &str, x_axis: &str, points: &[Point]) -> Result<()> {
@@ -109,5 +101,5 @@ fn label_key(x: f64) -> i64 {
 fn draw_error<E: std::error::Error + Send + Sync + 'static>(
     e: DrawingAreaErrorKind<E>,
 ) -> anyhow::Error {
-    anyhow!("drawing the plot: {e}")
+    anyhow!(harp_apps::plot::chart::draw_error(e))
 }

@@ -140,6 +140,7 @@ async fn a_server_crashed_while_a_scale_event_runs_is_not_named_live_when_it_end
                 shards: Vec::new(),
                 rows_restored: 0,
                 bytes_restored: 0,
+                detected_at_s: 0.0,
                 duration_s: 0.0,
                 lost: None,
             }));

@@ -377,6 +377,8 @@ pub(crate) struct MasterState<A: App> {
     /// The driver finished while a checkpoint round ran: the job ends when the round does
     /// (or the wait for it is over), and nothing else is handled meanwhile.
     ending_after_round: bool,
+    /// When the master started: the origin of the reports' `detected_at_s`.
+    started: std::time::Instant,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -734,6 +736,7 @@ impl<A: App> Actor for MasterActor<A> {
                 .worker_recovery
                 .then(worker_recovery::WorkerRecoveryState::new),
             ending_after_round: false,
+            started: std::time::Instant::now(),
             done: Some(args.done),
         })
     }

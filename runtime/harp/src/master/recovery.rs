@@ -259,6 +259,7 @@ impl<A: App> MasterState<A> {
             shards: placements.iter().map(|(s, to)| (s.0, to.0)).collect(),
             rows_restored,
             bytes_restored,
+            detected_at_s: started.duration_since(self.started).as_secs_f64(),
             duration_s: 0.0,
             lost,
         };

@@ -1,7 +1,8 @@
-//! Reading `--metrics-out` files for [`super::plot`]: each line is one JSON object; a line
-//! with an `epoch` or `iteration` number is a point of the run's curves (its other numbers
-//! are the metrics), a line with an `event` the runtime wrote is something that happened
-//! (a node joined or left, a fault, a recovery, a resume). Everything else is passed over.
+//! Reading `--metrics-out` files for `harp plot` ([`super::plan`]): each line is one JSON
+//! object; a line with an `epoch` or `iteration` number is a point of the run's curves (its
+//! other numbers are the metrics), a line with an `event` the runtime wrote is something
+//! that happened (a node joined or left, a fault, a recovery, a resume). Everything else is
+//! passed over.
 //!
 //! Bad input is refused with the file and the line ([`PlotError`]), never guessed at.
 

@@ -61,7 +61,6 @@ pub struct Mark {
     pub x: f64,
     pub label: String,
     pub failure: bool,
-    pub run: usize,
 }
 
 /// Everything the chart draws.
@@ -118,14 +117,14 @@ pub fn plan(runs: &[Run], options: &PlotOptions) -> Result<Plan, PlotError> {
         // Every metric is in some run, so only the time axis can leave them all out.
         return Err(PlotError::NoElapsed);
     }
-    for (run_index, run) in runs.iter().enumerate() {
+    for run in runs {
+        let clock = clock(run);
         for event in &run.events {
-            match place(run, event.at, options.x) {
+            match place(&clock, event.at, options.x) {
                 Some(x) => plan.marks.push(Mark {
                     x,
                     label: event.label.clone(),
                     failure: event.failure,
-                    run: run_index,
                 }),
                 None => plan.unplaced += 1,
             }
@@ -196,27 +195,30 @@ fn x_of(point: &Point, axis: XAxis) -> Option<f64> {
     }
 }
 
-/// Where on `axis` an event of `run` at `at` goes: read off the run's own (time,
-/// iteration) pairs when the event is given in the other unit. The run starts at 0 s, one
-/// iteration before its first point.
-fn place(run: &Run, at: At, axis: XAxis) -> Option<f64> {
+/// A run's (seconds, iteration) pairs, from its points with an `elapsed_s`: the run starts
+/// at 0 s, one iteration before its first point. Empty when no point has a time.
+fn clock(run: &Run) -> Vec<(f64, f64)> {
     let mut pairs: Vec<(f64, f64)> = run
         .points
         .iter()
         .filter_map(|p| Some((p.elapsed_s?, p.iteration)))
         .collect();
+    if let Some(&(_, first)) = pairs.first() {
+        pairs.insert(0, (0.0, first - 1.0));
+    }
+    pairs
+}
+
+/// Where on `axis` an event at `at` goes: read off the run's `clock` when the event is
+/// given in the other unit (`None` when the run has no clock).
+fn place(clock: &[(f64, f64)], at: At, axis: XAxis) -> Option<f64> {
     match (at, axis) {
         (At::Iteration(i), XAxis::Iteration) => Some(i),
         (At::Seconds(s), XAxis::Time) => Some(s),
-        (At::Seconds(s), XAxis::Iteration) => {
-            let first = pairs.first()?.1;
-            pairs.insert(0, (0.0, first - 1.0));
-            Some(interpolate(&pairs, s))
-        }
+        _ if clock.is_empty() => None,
+        (At::Seconds(s), XAxis::Iteration) => Some(interpolate(clock, s)),
         (At::Iteration(i), XAxis::Time) => {
-            let first = pairs.first()?.1;
-            pairs.insert(0, (0.0, first - 1.0));
-            let flipped: Vec<(f64, f64)> = pairs.iter().map(|&(t, i)| (i, t)).collect();
+            let flipped: Vec<(f64, f64)> = clock.iter().map(|&(t, i)| (i, t)).collect();
             Some(interpolate(&flipped, i))
         }
     }

@@ -211,13 +211,32 @@ fn the_svg_has_every_panel_line_and_event() {
             "the SVG lacks the text {text:?}"
         );
     }
-    // Two panels: each draws its lines as polylines, and the events' vertical lines.
-    let polylines = svg.matches("<polyline").count();
-    assert!(polylines >= 3 + 2 * 2, "{polylines} polylines");
-    assert!(
-        svg.contains("stroke=\"#C81E1E\""),
-        "the fault's line is red"
-    );
+    // Each event is a vertical line in each of the two panels (the legend's samples are
+    // opaque, the events' lines not): the join's blue, the fault's red.
+    let event_lines = |color: &str| {
+        svg.matches(&format!(
+            "<polyline fill=\"none\" opacity=\"0.7\" stroke=\"{color}\""
+        ))
+        .count()
+    };
+    assert_eq!(event_lines("#3C6EC8"), 2, "the join's lines");
+    assert_eq!(event_lines("#C81E1E"), 2, "the fault's lines");
+    // The solid lines (loss, accuracy) are one polyline each through the run's 4 epochs.
+    let solid_run_lines = svg
+        .split("<polyline")
+        .filter(|p| p.contains("stroke=\"#1F77B4\" stroke-width=\"2\""))
+        .filter(|p| {
+            p.split("points=\"").nth(1).is_some_and(|pts| {
+                pts.split('"')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .count()
+                    == 4
+            })
+        })
+        .count();
+    assert_eq!(solid_run_lines, 2, "loss and accuracy");
 }
 
 #[test]
@@ -245,7 +264,6 @@ fn labels_of_events_close_together_go_on_rows_of_their_own() {
         x,
         label: String::new(),
         failure: false,
-        run: 0,
     };
     // On a span of 100: 50 and 52 collide, 55 collides with both, 80 fits on the top row
     // again, and 10 is alone.

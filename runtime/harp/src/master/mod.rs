@@ -377,7 +377,8 @@ pub(crate) struct MasterState<A: App> {
     /// The driver finished while a checkpoint round ran: the job ends when the round does
     /// (or the wait for it is over), and nothing else is handled meanwhile.
     ending_after_round: bool,
-    /// When the master started: the origin of the reports' `detected_at_s`.
+    /// When the master started: the origin of the server and worker recovery reports'
+    /// `detected_at_s`.
     started: std::time::Instant,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }

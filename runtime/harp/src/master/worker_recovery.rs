@@ -51,7 +51,6 @@ pub(crate) struct WorkerRecoveryState<O> {
     reports: Vec<WorkerRecovery>,
     /// Reports of flushes that arrived after their node's burial (dropped).
     late_reports_dropped: u64,
-    started: Instant,
 }
 
 struct PendingCommit<O> {
@@ -82,7 +81,6 @@ impl<O> WorkerRecoveryState<O> {
             recovering: Vec::new(),
             reports: Vec::new(),
             late_reports_dropped: 0,
-            started: Instant::now(),
         }
     }
 
@@ -257,7 +255,7 @@ impl<A: App> MasterState<A> {
         if !recovery.buried.insert(node) {
             return Ok(());
         }
-        let detected_at_s = recovery.started.elapsed().as_secs_f64();
+        let detected_at_s = began.duration_since(self.started).as_secs_f64();
         // The moves it took part in end (`moves_under_recovery.rs`); an executor it was
         // releasing or adopting is among its executors below.
         self.end_moves_of(worker);

@@ -213,11 +213,28 @@ fn the_svg_has_every_panel_line_and_event() {
     }
     // Each event is a vertical line in each of the two panels (the legend's samples are
     // opaque, the events' lines not): the join's blue, the fault's red.
+    let points = |polyline: &str| -> Vec<(i64, i64)> {
+        let list = polyline.split("points=\"").nth(1).unwrap_or("");
+        list.split('"')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|p| p.split_once(','))
+            .map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap()))
+            .collect()
+    };
     let event_lines = |color: &str| {
-        svg.matches(&format!(
-            "<polyline fill=\"none\" opacity=\"0.7\" stroke=\"{color}\""
-        ))
-        .count()
+        let head = format!(" fill=\"none\" opacity=\"0.7\" stroke=\"{color}\"");
+        let lines: Vec<Vec<(i64, i64)>> = svg
+            .split("<polyline")
+            .filter(|p| p.starts_with(&head))
+            .map(points)
+            .collect();
+        for line in &lines {
+            let vertical = line.len() == 2 && line[0].0 == line[1].0 && line[0].1 != line[1].1;
+            assert!(vertical, "an event's line is not vertical: {line:?}");
+        }
+        lines.len()
     };
     assert_eq!(event_lines("#3C6EC8"), 2, "the join's lines");
     assert_eq!(event_lines("#C81E1E"), 2, "the fault's lines");
@@ -225,16 +242,7 @@ fn the_svg_has_every_panel_line_and_event() {
     let solid_run_lines = svg
         .split("<polyline")
         .filter(|p| p.contains("stroke=\"#1F77B4\" stroke-width=\"2\""))
-        .filter(|p| {
-            p.split("points=\"").nth(1).is_some_and(|pts| {
-                pts.split('"')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .count()
-                    == 4
-            })
-        })
+        .filter(|p| points(p).len() == 4)
         .count();
     assert_eq!(solid_run_lines, 2, "loss and accuracy");
 }

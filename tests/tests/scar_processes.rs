@@ -22,8 +22,8 @@
 
 use harp::{
     App, AppError, ClusterOptions, Completion, Driver, DriverContext, Executor, ExecutorId,
-    HarpError, JobCredentials, JobInfo, ParamClient, ParamKey, ScaleEvent, ScarOptions, Selection,
-    TableSet,
+    HarpError, JobCredentials, JobEvent, JobInfo, ParamClient, ParamKey, ScaleEvent, ScarOptions,
+    Selection, ServerRecovery, TableSet,
 };
 use harp_apps::counter::{
     CounterApp, CounterArgs, CounterConfig, CounterDriver, CounterExecutor, CounterOutput,
@@ -272,12 +272,26 @@ async fn start_master(
     tokio::task::JoinHandle<Result<harp::JobOutcome<Watched>, HarpError>>,
     String,
 ) {
+    start_master_with(app, creds, options, harp::job_control().1).await
+}
+
+/// [`start_master`], the job taking `inbox`'s commands and telling its events.
+async fn start_master_with(
+    app: Arc<Watched>,
+    creds: JobCredentials,
+    options: ClusterOptions,
+    inbox: harp::ControlInbox,
+) -> (
+    tokio::task::JoinHandle<Result<harp::JobOutcome<Watched>, HarpError>>,
+    String,
+) {
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let master = tokio::spawn(async move {
-        harp::run_job_across(app, &creds, &options, |addr| {
+        let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+        let listening = |addr| {
             let _ = addr_tx.send(addr);
-        })
-        .await
+        };
+        harp::run_job_across_controlled(app, &creds, &options, listening, failures, inbox).await
     });
     (master, addr_rx.await.unwrap().to_string())
 }
@@ -898,10 +912,10 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         Arrival::ScaleIn => 3,
     };
     options.nodes = servers_at_start + 2;
-    let (events, mut scale_events) = tokio::sync::mpsc::unbounded_channel();
-    options.events = Some(events);
+    let (events, mut job_events) = tokio::sync::mpsc::unbounded_channel();
+    let inbox = harp::job_control().1.with_events(events);
     let outcome = runtime(Threads::Multi(2)).block_on(async {
-        let (master, addr) = start_master(app.clone(), creds, options).await;
+        let (master, addr) = start_master_with(app.clone(), creds, options, inbox).await;
         let mut servers: Vec<LoggedServer> = (0..servers_at_start)
             .map(|_| LoggedServer::start(&addr, &credentials, arrival))
             .collect();
@@ -995,9 +1009,21 @@ fn kill_a_server_while_shards_come(arrival: Arrival) {
         .iter()
         .filter(|(s, _)| handed_to_victim.iter().any(|(handed, _)| handed == s));
     assert!(went_back.count() > 0, "{report:?}");
+    // Every event was told before the job ended: the recovery once, as the stats have it.
+    let told: Vec<JobEvent> = std::iter::from_fn(|| job_events.try_recv().ok()).collect();
+    let recoveries_told: Vec<&ServerRecovery> = told
+        .iter()
+        .filter_map(|e| match e {
+            JobEvent::ServerRecovered(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recoveries_told, [report], "the recovery's event");
     if let (Some(exit), Some(leaving)) = (left, leaving) {
-        let leaves = std::iter::from_fn(|| scale_events.try_recv().ok())
-            .filter(|e| e.cause == "leave" && e.node == Some(leaving));
+        let leaves = told.iter().filter_map(|e| match e {
+            JobEvent::Scale(e) if e.cause == "leave" && e.node == Some(leaving) => Some(e.clone()),
+            _ => None,
+        });
         check_left_after_a_retry(leaves.collect(), exit, report.server);
     }
     let lost_shards: BTreeSet<u32> = report.shards.iter().map(|(s, _)| *s).collect();

@@ -149,8 +149,8 @@ pub enum RunApp {
 
 /// Runs `app` as the command line asks: with consistent checkpoints (`--checkpoint-dir`,
 /// `--resume`; their report is returned) or without, in one process or across processes.
-/// `output` hears each scale event and is finished (bar cleared, metrics-file errors
-/// reported) when the job ends, whether or not it succeeded.
+/// `output` hears each of the job's events as it happens and is finished (bar cleared,
+/// metrics-file errors reported) when the job ends, whether or not it succeeded.
 fn execute_app<A: harp::App>(
     app: Arc<A>,
     cluster: &ClusterArgs,
@@ -158,9 +158,9 @@ fn execute_app<A: harp::App>(
     output: &Arc<output::RunOutput>,
 ) -> Result<(harp::JobOutcome<A>, Option<harp::ConsistentReport>)> {
     let consistent = cluster.consistent_options();
-    let scale = output.clone();
-    let on_scale = move |e: &harp::ScaleEvent| scale.scale_event(e);
-    let result = processes::execute(app, cluster, collect_params, on_scale, consistent.as_ref());
+    let told = output.clone();
+    let on_event = move |e: &harp::JobEvent| told.job_event(e);
+    let result = processes::execute(app, cluster, collect_params, on_event, consistent.as_ref());
     // A stopped job reports what its checkpoints did (the stop's last one too) before its
     // error.
     if let Some(harp::HarpError::Stopped {
@@ -178,8 +178,8 @@ fn execute_app<A: harp::App>(
     Ok(outcome)
 }
 
-/// The reports every app prints and writes at its end: SCAR's checkpoints, recoveries and
-/// injections, and the consistent checkpoints written.
+/// The reports every app prints and writes at its end: SCAR's checkpoint rounds (its faults
+/// and recoveries were told as they happened) and the consistent checkpoints written.
 fn report_end(
     stats: &harp::JobStats,
     checkpoints: Option<&harp::ConsistentReport>,

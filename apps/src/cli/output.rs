@@ -1,6 +1,6 @@
 //! What `harp run` shows and writes while a job runs: the apps' per-iteration lines, an
-//! optional progress bar under them, the `--metrics-out` file, and the scale events, which
-//! go to both.
+//! optional progress bar under them, the `--metrics-out` file, and the job's events (scale
+//! events, injected faults, recoveries), which go to both as they happen.
 //!
 //! Each app's observer (`MlrObserver`, `CnnObserver`, ...) is implemented on [`RunOutput`]
 //! in the app's `run_*.rs`, which only decides what a line says.
@@ -78,10 +78,29 @@ impl RunOutput {
         }
     }
 
-    /// A node joined or left: a line, and a record in the metrics file.
-    pub(super) fn scale_event(&self, event: &harp::ScaleEvent) {
-        self.line(scale_line(event));
-        self.record(event);
+    /// Something happened in the job (a node joined or left, a fault struck, a server or a
+    /// worker node was recovered): a line, and a record in the metrics file.
+    pub(super) fn job_event(&self, event: &harp::JobEvent) {
+        use super::scar_report::{fault_line, recovery_line, worker_recovery_line};
+        use harp::JobEvent;
+        match event {
+            JobEvent::Scale(e) => {
+                self.line(scale_line(e));
+                self.record(e);
+            }
+            JobEvent::Fault(f) => {
+                self.line(fault_line(f));
+                self.record(f);
+            }
+            JobEvent::ServerRecovered(r) => {
+                self.line(recovery_line(r));
+                self.record(&serde_json::json!({ "event": "recovery", "report": r }));
+            }
+            JobEvent::WorkerRecovered(r) => {
+                self.line(worker_recovery_line(r));
+                self.record(&serde_json::json!({ "event": "worker_recovery", "report": r }));
+            }
+        }
     }
 
     pub(super) fn metrics(&self) -> Option<&MetricsWriter> {

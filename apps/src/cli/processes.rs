@@ -5,8 +5,8 @@
 use super::ClusterArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use harp::{
-    App, ClusterOptions, ConsistentOptions, ConsistentReport, JobConfig, JobCredentials,
-    JobOutcome, NodeLauncher, ScaleEvent,
+    App, ClusterOptions, ConsistentOptions, ConsistentReport, JobConfig, JobCredentials, JobEvent,
+    JobOutcome, NodeLauncher,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -16,19 +16,23 @@ use std::time::{Duration, Instant};
 
 /// Runs `app` in process, or across processes when `--processes` or `--nodes` is given,
 /// with consistent checkpoints when `consistent` is given (their report is returned).
-/// Across processes, every scale event (a node joining or leaving) goes to `on_scale` as it
-/// ends.
+/// Every event of the job (a node joining or leaving, an injected fault, a recovery) goes
+/// to `on_event` as it happens; all of them have when this returns, whether or not the job
+/// succeeded.
 pub fn execute<A: App>(
     app: Arc<A>,
     cluster: &ClusterArgs,
     collect_params: bool,
-    on_scale: impl Fn(&ScaleEvent) + Send + 'static,
+    on_event: impl Fn(&JobEvent) + Send + 'static,
     consistent: Option<&ConsistentOptions>,
 ) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
     let runtime = cluster.runtime()?;
     cluster.validate_scar()?;
     cluster.validate_worker_recovery()?;
     let (control, inbox) = harp::job_control();
+    let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let inbox = inbox.with_events(events_tx);
+    let (job_ended, reporting) = report_events(&runtime, events, on_event);
     let signals = runtime.spawn(super::signals::stop_on_signals(control));
     let result = match cluster.node_count()? {
         None => {
@@ -48,13 +52,44 @@ pub fn execute<A: App>(
             nodes,
             &runtime,
             collect_params,
-            on_scale,
             consistent,
             inbox,
         ),
     };
+    // The job told every event before it ended: the reporter hands on those still queued.
+    let _ = job_ended.send(());
+    let _ = runtime.block_on(reporting);
     signals.abort();
     result
+}
+
+/// Hands each of the job's events to `on_event` as it comes until the job has ended (the
+/// returned sender is sent to or dropped), then those still queued, and ends.
+fn report_events(
+    runtime: &tokio::runtime::Runtime,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+    on_event: impl Fn(&JobEvent) + Send + 'static,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<()>();
+    let reporting = runtime.spawn(async move {
+        loop {
+            tokio::select! {
+                biased;
+                event = events.recv() => match event {
+                    Some(event) => on_event(&event),
+                    None => return,
+                },
+                _ = &mut ended => break,
+            }
+        }
+        while let Ok(event) = events.try_recv() {
+            on_event(&event);
+        }
+    });
+    (ended_tx, reporting)
 }
 
 /// A stopped job that wrote checkpoints says how to go on from them; one that wrote none
@@ -83,14 +118,12 @@ fn with_resume_hint(
 }
 
 /// [`execute`] across processes: `nodes` node processes.
-#[allow(clippy::too_many_arguments)]
 fn across<A: App>(
     app: Arc<A>,
     cluster: &ClusterArgs,
     nodes: u32,
     runtime: &tokio::runtime::Runtime,
     collect_params: bool,
-    on_scale: impl Fn(&ScaleEvent) + Send + 'static,
     consistent: Option<&ConsistentOptions>,
     control: harp::ControlInbox,
 ) -> Result<(JobOutcome<A>, Option<ConsistentReport>)> {
@@ -118,7 +151,6 @@ fn across<A: App>(
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let spawn_children = cluster.processes.is_some();
     let children = Arc::new(Mutex::new(Children::default()));
-    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     // With --etcd, the job's desired_nodes key feeds this (see `watch_etcd`).
     let (desired_tx, desired_rx) = tokio::sync::watch::channel(None);
     let options = ClusterOptions {
@@ -129,18 +161,12 @@ fn across<A: App>(
         collect_params,
         lease_timeout_ms: cluster.lease_timeout_ms,
         launcher: spawn_children.then(|| launcher(children.clone(), creds_dir.clone())),
-        events: Some(events_tx),
         desired_nodes: cluster.etcd.is_some().then_some(desired_rx),
         scar: cluster.scar_options(),
         worker_recovery: cluster.recover_workers,
         consistent: consistent.cloned().unwrap_or_default(),
         ..ClusterOptions::default()
     };
-    let reporting = runtime.spawn(async move {
-        while let Some(event) = events.recv().await {
-            on_scale(&event);
-        }
-    });
     let failures = watch_etcd(runtime, cluster, &creds, desired_tx)?;
     let listening = |addr: SocketAddr| {
         let mut children = lock(&children);
@@ -165,9 +191,6 @@ fn across<A: App>(
     let result = runtime.block_on(harp::run_job_across_consistent(
         app, &creds, &options, listening, failures, control,
     ));
-    drop(options);
-    // Every event was sent before the job ended; let the reporter write them out.
-    let _ = runtime.block_on(reporting);
     let (spawned, spawn_error) = {
         let mut children = lock(&children);
         (std::mem::take(&mut children.spawned), children.error.take())

@@ -7,6 +7,8 @@
 //! away and then take no more. One scale event runs at a time; a command issued while
 //! another runs is refused with a clear error. [`JobControl::stop`] ends the job at once
 //! with [`HarpError::Stopped`], also while it still starts (e.g. `harp run` on SIGTERM).
+//! [`ControlInbox::with_events`] has the job tell its caller each [`JobEvent`] (scale
+//! events, injected faults, recoveries) as it happens (`control/events.rs`).
 
 use crate::app::App;
 use crate::error::HarpError;
@@ -16,6 +18,8 @@ use crate::scar::ServerRecovery;
 use crate::server::ServerActor;
 use crate::table::TableSet;
 use crate::worker::{NodeShared, WorkerActor, WorkerArgs, WorkerMsg};
+pub(crate) use events::EventSink;
+pub use events::JobEvent;
 use harp_core::{ServerId, WorkerId};
 use live::LiveSet;
 use ractor::ActorRef;
@@ -23,6 +27,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod events;
 mod live;
 #[cfg(test)]
 mod tests;
@@ -122,9 +127,26 @@ pub struct ControlInbox {
     /// For the runtime's own commands (nodes joining and leaving).
     tx: mpsc::UnboundedSender<ControlRequest>,
     stop: Arc<watch::Sender<Option<String>>>,
+    /// Where the job tells its events as they happen.
+    events: EventSink,
 }
 
 impl ControlInbox {
+    /// The job sends every [`JobEvent`] (scale events, injected faults, server and worker
+    /// recoveries) to `events` as it happens, in one process and across processes; all of
+    /// them are sent before the run function returns.
+    pub fn with_events(self, events: mpsc::UnboundedSender<JobEvent>) -> Self {
+        Self {
+            events: EventSink::to(events),
+            ..self
+        }
+    }
+
+    /// Where the job's parts send their events.
+    pub(crate) fn events(&self) -> EventSink {
+        self.events.clone()
+    }
+
     /// A handle for the runtime's own commands to this inbox.
     pub(crate) fn handle(&self) -> JobControl {
         JobControl {
@@ -160,7 +182,15 @@ pub fn job_control() -> (JobControl, ControlInbox) {
         tx: tx.clone(),
         stop: stop.clone(),
     };
-    (control, ControlInbox { rx, tx, stop })
+    (
+        control,
+        ControlInbox {
+            rx,
+            tx,
+            stop,
+            events: EventSink::default(),
+        },
+    )
 }
 
 /// Until `stopped` completes, then has `master` end the job with [`HarpError::Stopped`]

@@ -278,6 +278,7 @@ async fn run_job_inner<A: App>(
             scar: config.scar.clone(),
             // In one process workers cannot die apart from the master.
             worker_recovery: false,
+            events: control.events(),
             done: done_tx,
         },
     )

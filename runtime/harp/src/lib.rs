@@ -39,7 +39,7 @@ pub use consistent::{
     resumable, CheckpointOutcome, CheckpointRecord, ConsistentOptions, ConsistentReport,
     ResumeRecord, STOP_WAIT_DEFAULT,
 };
-pub use control::{job_control, ControlInbox, JobControl, ScaleEvent};
+pub use control::{job_control, ControlInbox, JobControl, JobEvent, ScaleEvent};
 pub use error::{AppError, HarpError};
 pub use executor_runtime::EXECUTOR_THREADS_VAR;
 /// The splitmix64 finalizer, for apps that derive seeds and hashes the way the runtime does.

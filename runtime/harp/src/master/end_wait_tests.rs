@@ -35,6 +35,7 @@ async fn a_round_a_server_never_answers_is_waited_for_then_counted_unfinished() 
             ..ScarOptions::default()
         }),
         worker_recovery: false,
+        events: Default::default(),
         done,
     };
     let (master, _) = Actor::spawn(None, MasterActor::<OneIteration>::new(), args)

@@ -153,6 +153,8 @@ impl<A: App> MasterState<A> {
         self.injecting = false;
         for report in injected? {
             tracing::info!(?report, "fault injected");
+            self.events
+                .tell(crate::control::JobEvent::Fault(report.clone()));
             self.injections.push(report);
         }
         self.release_held(myself)

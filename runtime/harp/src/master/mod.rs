@@ -47,6 +47,7 @@ pub use moves::{MoveRecord, ScaleReport};
 pub(crate) use worker_recovery::CommitDone;
 
 use crate::app::{App, Completion, Driver, DriverContext, JobInfo};
+use crate::control::EventSink;
 use crate::error::HarpError;
 use crate::node::ParamStore;
 use crate::scar::{CheckpointStats, ScarOptions, ServerRecovery};
@@ -303,6 +304,8 @@ pub(crate) struct MasterArgs<A: App> {
     pub scar: Option<ScarOptions>,
     /// Recover dead worker nodes: flushes are committed here and dispatched tasks kept.
     pub worker_recovery: bool,
+    /// Where injected faults and recoveries are told as they happen.
+    pub events: EventSink,
     pub done: oneshot::Sender<Result<MasterEnd<A>, HarpError>>,
 }
 
@@ -380,6 +383,9 @@ pub(crate) struct MasterState<A: App> {
     /// When the master started: the origin of the server and worker recovery reports'
     /// `detected_at_s`.
     started: std::time::Instant,
+    /// Where injected faults and server recoveries are told as they happen (worker
+    /// recoveries: [`worker_recovery::WorkerRecoveryState`] holds a clone).
+    events: EventSink,
     done: Option<oneshot::Sender<Result<MasterEnd<A>, HarpError>>>,
 }
 
@@ -735,9 +741,10 @@ impl<A: App> Actor for MasterActor<A> {
             injections: Vec::new(),
             worker_recovery: args
                 .worker_recovery
-                .then(worker_recovery::WorkerRecoveryState::new),
+                .then(|| worker_recovery::WorkerRecoveryState::new(args.events.clone())),
             ending_after_round: false,
             started: std::time::Instant::now(),
+            events: args.events,
             done: Some(args.done),
         })
     }

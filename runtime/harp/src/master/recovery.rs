@@ -349,6 +349,8 @@ impl<A: App> MasterState<A> {
             "server recovered from the running checkpoint"
         );
         self.recoveries.push(report.clone());
+        self.events
+            .tell(crate::control::JobEvent::ServerRecovered(report.clone()));
         if let Some(reply) = reply {
             let _ = reply.send(Ok(report));
         }

@@ -95,6 +95,7 @@ pub(crate) async fn spawn_master(num_servers: u32) -> (ActorRef<MasterMsg<Runnin
             ..ScarOptions::default()
         }),
         worker_recovery: false,
+        events: Default::default(),
         done,
     };
     let (master, _) = Actor::spawn(None, MasterActor::<Running>::new(), args)

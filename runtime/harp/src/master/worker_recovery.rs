@@ -27,6 +27,7 @@
 use super::task_book::TaskBook;
 use super::{MasterMsg, MasterState};
 use crate::app::{App, Completion};
+use crate::control::{EventSink, JobEvent};
 use crate::error::HarpError;
 use crate::remote::codec::{from_bytes, to_bytes};
 use crate::scar::WorkerRecovery;
@@ -51,6 +52,8 @@ pub(crate) struct WorkerRecoveryState<O> {
     reports: Vec<WorkerRecovery>,
     /// Reports of flushes that arrived after their node's burial (dropped).
     late_reports_dropped: u64,
+    /// Where each recovery is told once its executors run again.
+    events: EventSink,
 }
 
 struct PendingCommit<O> {
@@ -72,8 +75,9 @@ pub(crate) struct CommitDone {
 }
 
 impl<O> WorkerRecoveryState<O> {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(events: EventSink) -> Self {
         Self {
+            events,
             book: TaskBook::default(),
             commits: BTreeMap::new(),
             next_commit: 0,
@@ -95,6 +99,8 @@ impl<O> WorkerRecoveryState<O> {
         for open in self.recovering.drain(..) {
             let mut report = open.report;
             report.duration_s = open.began.elapsed().as_secs_f64();
+            // Never told: its executors did not all run again before the end.
+            self.events.tell(JobEvent::WorkerRecovered(report.clone()));
             reports.push(report);
         }
         if self.late_reports_dropped > 0 {
@@ -405,6 +411,7 @@ impl<O> WorkerRecoveryState<O> {
                 took_ms = (report.duration_s * 1e3) as u64,
                 "worker node recovered: its executors run on the live workers"
             );
+            self.events.tell(JobEvent::WorkerRecovered(report.clone()));
             self.reports.push(report);
         }
     }

@@ -12,7 +12,6 @@ use super::row_parts::InParts;
 use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};
 use crate::app::{App, Driver, JobInfo};
 use crate::consistent::{CheckpointLayout, ConsistentReport};
-use crate::control::ScaleEvent;
 use crate::error::HarpError;
 use crate::job::{
     consistent_start, finish_consistent_write, restore_resumed_rows, spawn, ConsistentStart,
@@ -53,9 +52,6 @@ pub struct ClusterOptions {
     pub join_timeout_ms: u64,
     /// Starts more node processes for `harp scale --add N`; without one, `--add` is refused.
     pub launcher: Option<NodeLauncher>,
-    /// Where every scale event (a node joining or leaving) is reported, e.g. to be written
-    /// to the metrics file.
-    pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
     /// The node count an outside scheduler wants (with `harp run --etcd`: the job's
     /// `/harp/jobs/<job>/desired_nodes` key). Each value sent grows the job through
     /// `launcher` or lets the most recently joined nodes leave; one value is applied at a
@@ -89,7 +85,6 @@ impl Default for ClusterOptions {
             lease_timeout_ms: 3_000,
             join_timeout_ms: 30_000,
             launcher: None,
-            events: None,
             desired_nodes: None,
             scar: None,
             worker_recovery: false,
@@ -371,6 +366,7 @@ async fn run_across<A: App>(
             tables: Arc::new(app.tables().clone()),
             scar: options.scar.clone(),
             worker_recovery: options.worker_recovery,
+            events: control.events(),
             done: done_tx,
         },
     )
@@ -387,10 +383,10 @@ async fn run_across<A: App>(
     // With a desired node count to follow, the roster's events also count the joins.
     let (events, joins) = match &options.desired_nodes {
         Some(_) => {
-            let (events, joins) = roster::count_joins(options.events.clone());
-            (Some(events), Some(joins))
+            let (events, joins) = roster::count_joins(control.events());
+            (events, Some(joins))
         }
-        None => (options.events.clone(), None),
+        None => (control.events(), None),
     };
     let (leaving_tx, leaving_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(RosterContext {

@@ -24,7 +24,7 @@ use super::pending::{Pending, PendingReplies};
 use super::proxies::{ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::state_transfer::MasterCourier;
 use crate::app::App;
-use crate::control::{JobControl, ScaleEvent};
+use crate::control::{EventSink, JobControl, JobEvent, ScaleEvent};
 use crate::error::HarpError;
 use crate::job::spawn;
 use crate::master::MasterMsg;
@@ -145,7 +145,8 @@ pub(crate) struct RosterContext<A: App> {
     pub lease_timeout_ms: u64,
     pub join_timeout_ms: u64,
     pub launcher: Option<NodeLauncher>,
-    pub events: Option<mpsc::UnboundedSender<ScaleEvent>>,
+    /// Where each scale event is told (the job's [`crate::JobEvent`]s).
+    pub events: EventSink,
     /// Where each node's reader reports a node asking to leave.
     pub leaving: mpsc::UnboundedSender<u32>,
     /// The job keeps SCAR's running checkpoint: a dead server node is recovered from it.
@@ -465,9 +466,7 @@ fn report<A: App>(
         ),
         Err(e) => tracing::warn!(cause, ?node, error = %e, "scale event failed"),
     }
-    if let Some(events) = &ctx.events {
-        let _ = events.send(event);
-    }
+    ctx.events.tell(JobEvent::Scale(event));
 }
 
 pub(crate) fn now_ms(started: Instant) -> u64 {

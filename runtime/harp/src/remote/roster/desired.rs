@@ -17,7 +17,7 @@
 
 use super::{leave, lock, report, NodeLauncher, Roster, RosterContext, NODES_STARTED_MAX};
 use crate::app::App;
-use crate::control::ScaleEvent;
+use crate::control::{EventSink, JobEvent};
 use crate::error::HarpError;
 use crate::master::ScaleReport;
 use std::future::Future;
@@ -165,25 +165,23 @@ pub(super) fn can_launch<A: App>(
     Ok(launcher)
 }
 
-/// Passes every scale event the roster reports on to `events` and counts the joins of nodes
+/// Passes every event the roster tells on to `events` and counts the joins of nodes
 /// (successful or not) on the returned channel, for [`follow_desired`] to wait on the nodes it
-/// started. Returns the sender the roster reports to. Ends once every sender is gone.
-pub(crate) fn count_joins(
-    events: Option<mpsc::UnboundedSender<ScaleEvent>>,
-) -> (mpsc::UnboundedSender<ScaleEvent>, watch::Receiver<u64>) {
-    let (tx, mut inbox) = mpsc::unbounded_channel::<ScaleEvent>();
+/// started. Returns the sink the roster tells. Ends once every sender is gone.
+pub(crate) fn count_joins(events: EventSink) -> (EventSink, watch::Receiver<u64>) {
+    let (tx, mut inbox) = mpsc::unbounded_channel::<JobEvent>();
     let (joins_tx, joins) = watch::channel(0u64);
     crate::spawn::spawn(async move {
         while let Some(event) = inbox.recv().await {
-            if event.cause == "join" && event.node.is_some() {
-                joins_tx.send_modify(|n| *n += 1);
+            if let JobEvent::Scale(scale) = &event {
+                if scale.cause == "join" && scale.node.is_some() {
+                    joins_tx.send_modify(|n| *n += 1);
+                }
             }
-            if let Some(events) = &events {
-                let _ = events.send(event);
-            }
+            events.tell(event);
         }
     });
-    (tx, joins)
+    (EventSink::to(tx), joins)
 }
 
 #[cfg(test)]
@@ -276,10 +274,16 @@ mod tests {
     #[tokio::test]
     async fn join_events_are_counted_and_every_event_passes_on() {
         let (out_tx, mut out) = mpsc::unbounded_channel();
-        let (tx, mut joins) = count_joins(Some(out_tx));
+        let (tx, mut joins) = count_joins(EventSink::to(out_tx));
         let event = |cause, node| {
             let began = std::time::Instant::now();
-            ScaleEvent::new(cause, node, began, began, &Ok(ScaleReport::default()))
+            JobEvent::Scale(crate::ScaleEvent::new(
+                cause,
+                node,
+                began,
+                began,
+                &Ok(ScaleReport::default()),
+            ))
         };
         for (cause, node) in [
             ("join", Some(1)),
@@ -287,11 +291,14 @@ mod tests {
             ("join", None),
             ("join", Some(2)),
         ] {
-            tx.send(event(cause, node)).unwrap();
+            tx.tell(event(cause, node));
         }
         drop(tx);
         let mut passed = Vec::new();
         while let Some(e) = out.recv().await {
+            let JobEvent::Scale(e) = e else {
+                panic!("only scale events were told, got {e:?}")
+            };
             passed.push((e.cause, e.node));
         }
         assert_eq!(

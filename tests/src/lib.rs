@@ -13,7 +13,7 @@
 //! | `scar_processes.rs` | SCAR across processes: a killed server node recovered from the running checkpoint (the lost updates exact), a killed worker node recovered with exactly-once updates, a server node killed while it hands its shards off, recovered on their new owner, and one killed while shards are handed to it (by servers there when it joined, or by a leaving server, whose leave is tried again after the recovery and ends with its exit 0), recovered on their old owners |
 //! | `consistent_checkpoint.rs` | consistent checkpoints and `--resume` with the real binary: killed and resumed jobs end exact, resumes on fewer or more nodes, a stop's last checkpoint and `--stop-wait` |
 //! | `plot_cli.rs` | `harp plot` on what `harp run` wrote (panels, the fault's line, `--x time`, `--out`); bad metrics files refused with file and line |
-//! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
+//! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`, and each consistent checkpoint and the resume equal to the `ConsistentReport`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].

@@ -1,12 +1,13 @@
 //! The job's events as they happen (`ControlInbox::with_events`): an injected fault and a
 //! server's recovery are told while the job runs, once each and equal to what the job's
-//! stats report at its end; and `harp run --metrics-out` writes them to the file then, so a
-//! stopped job's file holds them too. (Scale events across processes: `scar_processes.rs`
+//! stats report at its end, as are its consistent checkpoints and the one it resumed from;
+//! and `harp run --metrics-out` writes them to the file then, so a stopped job's file holds
+//! them too. (Scale events across processes: `scar_processes.rs`
 //! and the `harp run` tests of `elastic_processes.rs`.)
 
 use harp::{
-    job_control, Fault, FaultTiming, HarpError, Injection, JobConfig, JobEvent, Recovery,
-    ScarOptions, Selection, ServerId,
+    job_control, CheckpointOutcome, ConsistentOptions, Fault, FaultTiming, HarpError, Injection,
+    JobConfig, JobEvent, Recovery, ScarOptions, Selection, ServerId,
 };
 use harp_apps::counter::{CounterApp, CounterConfig};
 use harp_tests::{harp_binary, read_json_lines, runtime, spawn_reading_stderr, Threads, PATIENCE};
@@ -143,13 +144,76 @@ fn every_fault_and_recovery_is_told_once_as_the_stats_report_it() {
     );
 }
 
-/// `harp run --metrics-out` writes a fault's record when it strikes: the file has it while
-/// the job still runs, and after SIGTERM stops the job (its end reports never run) it is
-/// still there. Before, faults and recoveries were written only at a successful end.
+/// A job that writes consistent checkpoints tells each due one as the report at its end
+/// has it; the job resumed from the newest tells that first, before any of its own.
 #[test]
-fn harp_run_writes_a_fault_to_the_metrics_file_when_it_strikes() {
+fn each_checkpoint_and_the_resume_are_told_as_the_report_has_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = |resume: bool| ConsistentOptions {
+        checkpoint_dir: Some(dir.path().to_path_buf()),
+        every: 100,
+        keep: 10,
+        resume_from: resume.then(|| dir.path().to_path_buf()),
+        ..ConsistentOptions::default()
+    };
+    let run = |options: ConsistentOptions, tasks: u64| {
+        // No SCAR and no fault: only the checkpoints are events.
+        let job = JobConfig {
+            scar: None,
+            ..job(Vec::new())
+        };
+        let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let inbox = job_control().1.with_events(events_tx);
+        let app = counter(tasks, false);
+        let (_, report) = runtime(Threads::Multi(2))
+            .block_on(harp::run_job_consistent_controlled(
+                app, &job, &options, inbox,
+            ))
+            .unwrap_or_else(|e| panic!("the job failed: {e}"));
+        let told: Vec<JobEvent> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+        (report, told)
+    };
+    let checkpoints_of = |told: &[JobEvent]| -> Vec<harp::CheckpointRecord> {
+        told.iter()
+            .filter_map(|e| match e {
+                JobEvent::Checkpoint(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // 2,000 tasks over 4 executors: 500 iterations, a checkpoint due every 100.
+    let (first, told) = run(options(false), 2_000);
+    assert!(first.written >= 2, "{first:?}");
+    assert_eq!(checkpoints_of(&told), first.checkpoints);
+    assert_eq!(told.len(), first.checkpoints.len(), "{told:?}");
+
+    let (second, told) = run(options(true), 4_000);
+    let resumed = second.resumed.clone().expect("the job resumed");
+    assert!(
+        matches!(&told[0], JobEvent::Resumed(r) if *r == resumed),
+        "the resume is told first: {told:?}"
+    );
+    let newest = first
+        .checkpoints
+        .iter()
+        .filter(|c| c.outcome == CheckpointOutcome::Written)
+        .map(|c| c.seq)
+        .max();
+    assert_eq!(Some(resumed.seq), newest);
+    assert_eq!(checkpoints_of(&told[1..]), second.checkpoints);
+    assert_eq!(told.len(), 1 + second.checkpoints.len(), "{told:?}");
+}
+
+/// `harp run --metrics-out` writes a fault's record when it strikes and a checkpoint's when
+/// it is written: the file has them while the job still runs, and after SIGTERM stops the
+/// job (its end reports never run) they are still there. Before, faults, recoveries and
+/// checkpoints were written only at the end.
+#[test]
+fn harp_run_writes_faults_and_checkpoints_to_the_metrics_file_when_they_happen() {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
+    let checkpoints = dir.path().join("checkpoints");
     let mut command = std::process::Command::new(harp_binary!());
     command.args([
         "run",
@@ -162,35 +226,41 @@ fn harp_run_writes_a_fault_to_the_metrics_file_when_it_strikes() {
         "0.25",
         "--inject",
         "reset:0.5@3",
+        "--checkpoint-dir",
+        checkpoints.to_str().unwrap(),
+        "--checkpoint-every",
+        "50",
         "--metrics-out",
         metrics.to_str().unwrap(),
     ]);
     let (mut child, lines, reader) = spawn_reading_stderr(&mut command);
     let deadline = Instant::now() + PATIENCE;
     let mut seen = Vec::new();
-    let fault_line = loop {
+    let mut wait_for_line = |start: &str| loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
-            Ok(line) if line.starts_with("fault: ") => break line,
+            Ok(line) if line.starts_with(start) => break line,
             Ok(line) => seen.push(line),
-            Err(_) => panic!("no fault line; the run said:\n{}", seen.join("\n")),
+            Err(_) => panic!("no {start:?} line; the run said:\n{}", seen.join("\n")),
         }
     };
+    let fault_line = wait_for_line("fault: ");
     assert!(
         fault_line.starts_with("fault: reset-to-initial at iteration 3: "),
         "{fault_line}"
     );
-    let faults_in = |path: &std::path::Path| {
-        read_json_lines(path)
+    let checkpoint_line = wait_for_line("checkpoint 50 (iteration 50): written");
+    let records_of = |event: &str| {
+        read_json_lines(&metrics)
             .into_iter()
-            .filter(|r| r["event"] == "fault")
+            .filter(|r| r["event"] == event)
             .collect::<Vec<_>>()
     };
     // The line is printed first, so the record may be a moment behind it.
     let written = loop {
-        let faults = faults_in(&metrics);
-        if !faults.is_empty() || Instant::now() > deadline {
-            break faults;
+        let both = (records_of("fault"), records_of("checkpoint"));
+        if !both.1.is_empty() || Instant::now() > deadline {
+            break both;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -198,9 +268,16 @@ fn harp_run_writes_a_fault_to_the_metrics_file_when_it_strikes() {
         child.try_wait().unwrap().is_none(),
         "the run ended by itself"
     );
-    assert_eq!(written.len(), 1, "{written:?}");
-    assert_eq!(written[0]["at_iteration"], 3);
-    assert_eq!(written[0]["fault"], "reset-to-initial");
+    let (faults, checkpoints) = &written;
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(faults[0]["at_iteration"], 3);
+    assert_eq!(faults[0]["fault"], "reset-to-initial");
+    let first = &checkpoints[0]["checkpoint"];
+    assert_eq!(
+        (&first["seq"], &first["outcome"]),
+        (&serde_json::json!(50), &serde_json::json!("written")),
+        "{checkpoint_line}"
+    );
 
     let term = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -211,7 +288,17 @@ fn harp_run_writes_a_fault_to_the_metrics_file_when_it_strikes() {
     reader.join().unwrap();
     let rest: Vec<String> = lines.try_iter().collect();
     assert_eq!(status.code(), Some(128 + 15), "{}", rest.join("\n"));
-    assert_eq!(faults_in(&metrics), written, "the stop kept the record");
+    assert_eq!(
+        records_of("fault"),
+        written.0,
+        "the stop kept the fault's record"
+    );
+    let kept = records_of("checkpoint");
+    assert_eq!(
+        kept[..written.1.len()],
+        written.1[..],
+        "the stop kept the checkpoints' records"
+    );
     let faults_printed = rest.iter().filter(|l| l.starts_with("fault: ")).count();
     assert_eq!(faults_printed, 0, "the fault was printed twice: {rest:?}");
 }

@@ -161,16 +161,14 @@ fn execute_app<A: harp::App>(
     let told = output.clone();
     let on_event = move |e: &harp::JobEvent| told.job_event(e);
     let result = processes::execute(app, cluster, collect_params, on_event, consistent.as_ref());
-    // A stopped job reports what its checkpoints did (the stop's last one too) before its
+    // A stopped job sums up what its checkpoints did (the stop's last one too) before its
     // error.
     if let Some(harp::HarpError::Stopped {
         checkpoints: Some(report),
         ..
     }) = result.as_ref().err().and_then(|e| e.downcast_ref())
     {
-        if let Err(e) = checkpoints::report(report, output.metrics()) {
-            tracing::warn!(error = %e, "could not report the stopped job's checkpoints");
-        }
+        checkpoints::report(report);
     }
     let finished = output.finish();
     let outcome = result?;
@@ -178,8 +176,9 @@ fn execute_app<A: harp::App>(
     Ok(outcome)
 }
 
-/// The reports every app prints and writes at its end: SCAR's checkpoint rounds (its faults
-/// and recoveries were told as they happened) and the consistent checkpoints written.
+/// The reports every app prints and writes at its end: SCAR's checkpoint rounds and the sum
+/// of the consistent checkpoints (each fault, recovery and checkpoint was printed and
+/// recorded as it happened).
 fn report_end(
     stats: &harp::JobStats,
     checkpoints: Option<&harp::ConsistentReport>,
@@ -187,7 +186,7 @@ fn report_end(
 ) -> Result<()> {
     scar_report::report(stats, metrics)?;
     if let Some(checkpoints) = checkpoints {
-        checkpoints::report(checkpoints, metrics)?;
+        checkpoints::report(checkpoints);
     }
     Ok(())
 }

@@ -79,7 +79,8 @@ impl RunOutput {
     }
 
     /// Something happened in the job (a node joined or left, a fault struck, a server or a
-    /// worker node was recovered): a line, and a record in the metrics file.
+    /// worker node was recovered, a consistent checkpoint was due, the job resumed from
+    /// one): a line (or two), and a record in the metrics file.
     pub(super) fn job_event(&self, event: &harp::JobEvent) {
         use super::scar_report::{fault_line, recovery_line, worker_recovery_line};
         use harp::JobEvent;
@@ -99,6 +100,16 @@ impl RunOutput {
             JobEvent::WorkerRecovered(r) => {
                 self.line(worker_recovery_line(r));
                 self.record(&serde_json::json!({ "event": "worker_recovery", "report": r }));
+            }
+            JobEvent::Checkpoint(c) => {
+                self.line(super::checkpoints::checkpoint_line(c));
+                self.record(&serde_json::json!({ "event": "checkpoint", "checkpoint": c }));
+            }
+            JobEvent::Resumed(r) => {
+                for line in super::checkpoints::resumed_lines(r) {
+                    self.line(line);
+                }
+                self.record(&serde_json::json!({ "event": "resumed", "from": r }));
             }
         }
     }

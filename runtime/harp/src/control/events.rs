@@ -1,13 +1,16 @@
 //! What a running job tells its caller as it happens: each scale event, injected fault,
-//! server recovery and worker recovery, sent to the channel given with
+//! server recovery, worker recovery and consistent checkpoint, and the checkpoint it
+//! resumed from, sent to the channel given with
 //! [`ControlInbox::with_events`](super::ControlInbox::with_events) the moment it ends.
 //!
-//! The same reports come back in [`JobStats`](crate::JobStats) when the job ends; the
+//! The same reports come back when the job ends, in [`JobStats`](crate::JobStats) and the
+//! [`ConsistentReport`](crate::ConsistentReport); the
 //! events are for whoever must not wait for the end: a metrics file that holds them even
 //! when the job is stopped or its master killed, a live plot, a test that reacts to a
 //! fault. Every event is sent before the job's run function returns.
 
 use super::ScaleEvent;
+use crate::consistent::{CheckpointRecord, ResumeRecord};
 use crate::scar::{InjectionReport, ServerRecovery, WorkerRecovery};
 use tokio::sync::mpsc;
 
@@ -24,6 +27,12 @@ pub enum JobEvent {
     /// A dead worker node's executors run again on the live workers. A recovery still
     /// creating executors when the job ends is sent then, as far as it got.
     WorkerRecovered(WorkerRecovery),
+    /// A consistent checkpoint that was due is written, failed or was skipped
+    /// (`ConsistentOptions::every`; a stopped job's last one too).
+    Checkpoint(CheckpointRecord),
+    /// The job resumed from this checkpoint (`ConsistentOptions::resume_from`): told before
+    /// anything runs.
+    Resumed(ResumeRecord),
 }
 
 /// Where the runtime sends a job's events: nowhere unless the caller asked for them.

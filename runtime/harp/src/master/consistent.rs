@@ -23,6 +23,7 @@ use crate::consistent::{
     executor_file, CheckpointLayout, CheckpointMeta, CheckpointOutcome, CheckpointRecord,
     ConsistentReport, DRIVER_FILE, HELD_FILE, META_FORMAT, ROWS_FILE,
 };
+use crate::control::{EventSink, JobEvent};
 use crate::error::HarpError;
 use crate::server::checkpoint_round::RoundOutcome;
 use crate::server::dump_servers;
@@ -81,6 +82,8 @@ pub(crate) struct ConsistentCheckpoint<A: App> {
     last_iteration: Option<u64>,
     writing: Option<JoinHandle<()>>,
     report: Arc<Mutex<ConsistentReport>>,
+    /// Where each checkpoint's record is told as it is counted.
+    events: EventSink,
 }
 
 impl<A: App> ConsistentCheckpoint<A> {
@@ -103,7 +106,7 @@ impl<A: App> ConsistentCheckpoint<A> {
     }
 
     fn record(&self, record: CheckpointRecord) {
-        lock(&self.report).record(record);
+        record_told(&self.report, &self.events, record);
     }
 
     /// The state to hand back when the job ends.
@@ -112,6 +115,12 @@ impl<A: App> ConsistentCheckpoint<A> {
             writing: self.writing.take(),
         }
     }
+}
+
+/// Counts `record` in `report` and tells it to `events`.
+fn record_told(report: &Mutex<ConsistentReport>, events: &EventSink, record: CheckpointRecord) {
+    lock(report).record(record.clone());
+    events.tell(JobEvent::Checkpoint(record));
 }
 
 fn lock(report: &Mutex<ConsistentReport>) -> std::sync::MutexGuard<'_, ConsistentReport> {
@@ -144,6 +153,9 @@ impl<A: App> MasterState<A> {
             last_iteration = Some(start.iteration);
             resume = Some(start.held);
         }
+        if let Some(resumed) = &lock(&setup.report).resumed {
+            self.events.tell(JobEvent::Resumed(resumed.clone()));
+        }
         self.consistent = Some(ConsistentCheckpoint {
             write: setup.write,
             resume,
@@ -151,6 +163,7 @@ impl<A: App> MasterState<A> {
             last_iteration,
             writing: None,
             report: setup.report,
+            events: self.events.clone(),
         });
     }
 
@@ -364,6 +377,7 @@ impl<A: App> MasterState<A> {
         };
         let store = write.store.clone();
         let report = consistent.report.clone();
+        let events = consistent.events.clone();
         consistent.writing = Some(tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let result = write_checkpoint(&store, iteration, captured);
@@ -392,7 +406,7 @@ impl<A: App> MasterState<A> {
                     failed(iteration, pause_ms, write_ms, e)
                 }
             };
-            lock(&report).record(record);
+            record_told(&report, &events, record);
         }));
         Ok(())
     }

@@ -167,7 +167,11 @@ fn across<A: App>(
         consistent: consistent.cloned().unwrap_or_default(),
         ..ClusterOptions::default()
     };
-    let failures = watch_etcd(runtime, cluster, &creds, desired_tx)?;
+    // Deaths the master hears of from outside its links: etcd's, and its own children's
+    // exits (at once, instead of after the lease timeout).
+    let (failures_tx, failures) = tokio::sync::mpsc::unbounded_channel();
+    watch_etcd(runtime, cluster, &creds, desired_tx, failures_tx.clone())?;
+    let exits = runtime.spawn(watch_exits(children.clone(), failures_tx));
     let listening = |addr: SocketAddr| {
         let mut children = lock(&children);
         children.master = Some(addr);
@@ -191,6 +195,8 @@ fn across<A: App>(
     let result = runtime.block_on(harp::run_job_across_consistent(
         app, &creds, &options, listening, failures, control,
     ));
+    // The nodes exit now the job has ended: that is no death.
+    exits.abort();
     let (spawned, spawn_error) = {
         let mut children = lock(&children);
         (std::mem::take(&mut children.spawned), children.error.take())
@@ -210,8 +216,17 @@ fn across<A: App>(
 #[derive(Default)]
 struct Children {
     master: Option<SocketAddr>,
-    spawned: Vec<Child>,
+    spawned: Vec<Launched>,
     error: Option<anyhow::Error>,
+}
+
+/// A node process the master started, named by its launch id (`harp::NODE_LAUNCH_ID_VAR`:
+/// 1, 2, ... in the order they were started).
+struct Launched {
+    launch_id: u64,
+    child: Child,
+    /// Its exit was seen (and, if it was not a clean one, reported to the job).
+    exit_seen: bool,
 }
 
 impl Children {
@@ -219,8 +234,60 @@ impl Children {
         let addr = self
             .master
             .ok_or_else(|| anyhow!("the master is not listening yet"))?;
-        self.spawned.push(spawn_node(addr, creds_dir)?);
+        let launch_id = self.spawned.len() as u64 + 1;
+        self.spawned.push(Launched {
+            launch_id,
+            child: spawn_node(addr, creds_dir, launch_id)?,
+            exit_seen: false,
+        });
         Ok(())
+    }
+
+    /// The children that exited since the last call and did not end cleanly: each one's
+    /// launch id and exit status.
+    fn new_failed_exits(&mut self) -> Vec<(u64, String)> {
+        let mut failed = Vec::new();
+        for launched in self.spawned.iter_mut().filter(|l| !l.exit_seen) {
+            let status = match launched.child.try_wait() {
+                Ok(Some(status)) => status,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(launch_id = launched.launch_id, error = %e, "cannot tell whether a node process exited");
+                    continue;
+                }
+            };
+            launched.exit_seen = true;
+            if !status.success() {
+                failed.push((launched.launch_id, status.to_string()));
+            }
+        }
+        failed
+    }
+}
+
+/// How often the master looks for node processes of its own that exited.
+const EXIT_POLL: Duration = Duration::from_millis(25);
+
+/// Until aborted: reports every node process the master started that exits without a
+/// clean end (a crash, a SIGKILL) to the job, which handles the node's death at once
+/// instead of after its lease expired. A clean exit (a node that left) is not reported.
+async fn watch_exits(
+    children: Arc<Mutex<Children>>,
+    failures: tokio::sync::mpsc::UnboundedSender<harp::NodeFailure>,
+) {
+    let mut every = tokio::time::interval(EXIT_POLL);
+    loop {
+        every.tick().await;
+        let exited = lock(&children).new_failed_exits();
+        for (launch_id, how) in exited {
+            tracing::warn!(launch_id, %how, "a node process exited while the job ran");
+            if failures
+                .send(harp::NodeFailure::Exited { launch_id, how })
+                .is_err()
+            {
+                return; // the job has ended
+            }
+        }
     }
 }
 
@@ -239,8 +306,9 @@ fn launcher(children: Arc<Mutex<Children>>, creds_dir: PathBuf) -> NodeLauncher 
     }))
 }
 
-/// Starts `harp node` for this command line, joining the master at `addr`.
-fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
+/// Starts `harp node` for this command line, joining the master at `addr`, its process
+/// named `launch_id`.
+fn spawn_node(addr: SocketAddr, creds_dir: &Path, launch_id: u64) -> Result<Child> {
     let exe = std::env::current_exe().context("cannot find the harp executable to start nodes")?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut command = Command::new(exe);
@@ -252,6 +320,7 @@ fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
         .arg(creds_dir)
         .arg("--")
         .args(args)
+        .env(harp::NODE_LAUNCH_ID_VAR, launch_id.to_string())
         .stdin(Stdio::null());
     // A Ctrl-C in the terminal goes to the master only, which ends the nodes through the
     // job (`signals.rs`).
@@ -262,14 +331,14 @@ fn spawn_node(addr: SocketAddr, creds_dir: &Path) -> Result<Child> {
 
 /// Waits a little for the nodes to exit after the job, then stops the stragglers, and says
 /// how the node processes ended (those that left the job earlier included).
-fn reap(children: Vec<Child>) {
+fn reap(children: Vec<Launched>) {
     if children.is_empty() {
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     let total = children.len();
     let mut failed = Vec::new();
-    for mut child in children {
+    for Launched { mut child, .. } in children {
         let pid = child.id();
         let ended = loop {
             match child.try_wait() {
@@ -329,13 +398,13 @@ fn watch_etcd(
     cluster: &ClusterArgs,
     creds: &JobCredentials,
     desired: tokio::sync::watch::Sender<Option<u32>>,
-) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
+    tx: tokio::sync::mpsc::UnboundedSender<harp::NodeFailure>,
+) -> Result<()> {
     use harp_membership::{
         EtcdMembership, EtcdOptions, MembershipBackend, MembershipConfig, MembershipEvent,
     };
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let Some(endpoint) = &cluster.etcd else {
-        return Ok(rx);
+        return Ok(());
     };
     let config = MembershipConfig::with_lease_timeout_ms(cluster.lease_timeout_ms);
     let backend = runtime
@@ -355,7 +424,10 @@ fn watch_etcd(
         loop {
             match watch.next().await {
                 Ok(MembershipEvent::Died { node, .. }) => {
-                    let _ = tx.send((node.0, "its etcd lease expired".to_string()));
+                    let _ = tx.send(harp::NodeFailure::Seen {
+                        node: node.0,
+                        seen: "its etcd lease expired".to_string(),
+                    });
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -365,7 +437,7 @@ fn watch_etcd(
             }
         }
     });
-    Ok(rx)
+    Ok(())
 }
 
 /// Watches `/harp/jobs/<job>/desired_nodes` (and says where it is): each valid count goes to
@@ -409,11 +481,12 @@ fn watch_etcd(
     cluster: &ClusterArgs,
     _creds: &JobCredentials,
     _desired: tokio::sync::watch::Sender<Option<u32>>,
-) -> Result<tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>> {
+    _tx: tokio::sync::mpsc::UnboundedSender<harp::NodeFailure>,
+) -> Result<()> {
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd` (needs protoc; see scripts/install-test-deps.sh)");
     }
-    Ok(tokio::sync::mpsc::unbounded_channel().1)
+    Ok(())
 }
 
 /// Where and as what a `harp node` process joins a job (its command line, less the app).

@@ -59,7 +59,7 @@ pub use param_client::{ParamClient, Row};
 pub use remote::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,
     run_node, run_node_leaving, run_node_with, send_scale_command, ClusterOptions, NodeFailure,
-    NodeLauncher, ScaleError, NODES_STARTED_MAX,
+    NodeLauncher, ScaleError, NODES_STARTED_MAX, NODE_LAUNCH_ID_VAR,
 };
 pub use scar::{
     CheckpointStats, Fault, FaultTiming, Injection, InjectionReport, LostValues, Recovery,

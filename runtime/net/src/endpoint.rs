@@ -187,6 +187,23 @@ impl NetEndpoint {
             .close(quinn::VarInt::from_u32(0), b"endpoint closed");
     }
 
+    /// [`Self::close`], then waits (at most `wait`) until every connection has sent its
+    /// close and drained, so that peers learn of it at once: a process that exits right
+    /// after a plain `close` may not have sent the close yet, and its peers then wait for
+    /// their idle timeout.
+    pub async fn close_and_drain(&self, wait: Duration) {
+        self.close();
+        if tokio::time::timeout(wait, self.endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "connections still draining when the endpoint stopped waiting"
+            );
+        }
+    }
+
     pub fn config(&self) -> &TransportConfig {
         &self.config
     }

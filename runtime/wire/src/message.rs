@@ -470,7 +470,10 @@ pub enum Message {
     /// master → every node: where shards live (sent at start and whenever it changes).
     Placement(Placement),
     /// node → master: executors created and/or server up; the node can take work.
-    Ready { node_id: u32 },
+    /// `launch_id`: what its launcher named the process it runs in (the
+    /// `HARP_NODE_LAUNCH_ID` environment variable; 0: none), so that the launcher's report
+    /// of the process's exit names the node.
+    Ready { node_id: u32, launch_id: u64 },
 
     // ---- micro-tasks ----
     /// master → worker node: run these tasks.

@@ -99,6 +99,8 @@ struct JoinedNode {
     incoming: mpsc::UnboundedReceiver<Incoming>,
     listen_addr: String,
     roles: NodeRoles,
+    /// What the launcher of its process named it (known once it is ready; 0: nothing).
+    launch_id: u64,
 }
 
 fn transport(lease_timeout_ms: u64) -> TransportConfig {
@@ -109,9 +111,20 @@ fn transport(lease_timeout_ms: u64) -> TransportConfig {
     }
 }
 
-/// A node failure reported by an outside membership service (e.g. etcd): the node's id and
-/// what the service saw.
-pub type NodeFailure = (u32, String);
+/// A node's death reported from outside the job's links, which the master handles at once
+/// (`failures` of [`run_job_across_watched`] and the other runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeFailure {
+    /// An outside membership service (e.g. etcd) saw node `node` die: what it saw.
+    Seen { node: u32, seen: String },
+    /// The process its launcher named `launch_id` ([`NODE_LAUNCH_ID_VAR`]) exited while
+    /// the job ran (`how`: its exit status, e.g. `signal: 9 (SIGKILL)`). Report only
+    /// exits that are not a clean end: a node that left the job, or one never named, is
+    /// not the job's any more and the report is ignored.
+    ///
+    /// [`NODE_LAUNCH_ID_VAR`]: crate::NODE_LAUNCH_ID_VAR
+    Exited { launch_id: u64, how: String },
+}
 
 /// Runs `app` with its master here and `options.nodes` node processes (started elsewhere,
 /// e.g. `harp node --join ADDR`). `listening` is called with the bound address once the
@@ -446,6 +459,7 @@ async fn run_across<A: App>(
             roles: node.roles,
             pending: pending.clone(),
             holdings: holdings_of(node, &executors, &shards),
+            launch_id: node.launch_id,
         });
         crate::spawn::spawn(read_node::<A>(node.id, incoming, ctx.clone(), pending));
     }
@@ -453,8 +467,23 @@ async fn run_across<A: App>(
     let outside_failures = {
         let ctx = ctx.clone();
         crate::spawn::spawn(async move {
-            while let Some((node, seen)) = failures.recv().await {
-                node_died(&ctx, node, &seen);
+            while let Some(failure) = failures.recv().await {
+                match failure {
+                    NodeFailure::Seen { node, seen } => node_died(&ctx, node, &seen),
+                    NodeFailure::Exited { launch_id, how } => {
+                        let node = roster::lock(&ctx.roster).launched_as(launch_id);
+                        match node {
+                            Some(node) => {
+                                node_died(&ctx, node, &format!("its process exited ({how})"))
+                            }
+                            None => tracing::debug!(
+                                launch_id,
+                                %how,
+                                "a launched process exited that runs no node of the job (any more)"
+                            ),
+                        }
+                    }
+                }
             }
         })
     };
@@ -735,6 +764,7 @@ async fn accept_nodes(
             link,
             incoming,
             listen_addr,
+            launch_id: 0,
             roles: NodeRoles {
                 worker: hello.role.worker,
                 server: hello.role.server,
@@ -746,7 +776,7 @@ async fn accept_nodes(
 
 async fn wait_ready(nodes: &mut [JoinedNode], timeout_ms: u64) -> Result<(), HarpError> {
     for node in nodes.iter_mut() {
-        roster::wait_ready(node.id, &mut node.incoming, timeout_ms).await?;
+        node.launch_id = roster::wait_ready(node.id, &mut node.incoming, timeout_ms).await?;
     }
     Ok(())
 }

@@ -59,7 +59,8 @@ pub use master_side::{
     ClusterOptions, NodeFailure,
 };
 pub use node_side::{
-    run_node, run_node_leaving, run_node_with, HAND_OFF_ANSWER_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+    run_node, run_node_leaving, run_node_with, HAND_OFF_ANSWER_DELAY_VAR, NODE_LAUNCH_ID_VAR,
+    STAGED_REPORT_DELAY_VAR,
 };
 pub use roster::{NodeLauncher, NODES_STARTED_MAX};
 pub use scale_client::{send_scale_command, ScaleError};

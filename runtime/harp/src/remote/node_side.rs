@@ -223,7 +223,10 @@ pub async fn run_node_leaving<A: App>(
             return Err(e);
         }
     };
-    master_link.send(&Message::Ready { node_id: me })?;
+    master_link.send(&Message::Ready {
+        node_id: me,
+        launch_id: launch_id(),
+    })?;
     tracing::info!(
         node = me,
         worker = ?assignment.worker,
@@ -288,9 +291,13 @@ pub async fn run_node_leaving<A: App>(
     for server in servers.values() {
         server.stop(None);
     }
-    endpoint.close();
+    // The master and the other nodes hear of the close now, not after their idle timeout.
+    endpoint.close_and_drain(CLOSE_DRAIN_WAIT).await;
     result
 }
+
+/// How long a node that is done waits for its connections' closes to go out.
+const CLOSE_DRAIN_WAIT: Duration = Duration::from_millis(500);
 
 type Started<A> = (ActorRef<WorkerMsg<A>>, ServerProxies, Arc<ParamStore>);
 
@@ -408,6 +415,33 @@ fn staged_report_delay() -> Option<Duration> {
 
 /// See `staged_report_delay`.
 pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
+
+/// What the launcher of this node's process named it ([`NODE_LAUNCH_ID_VAR`]), told to the
+/// master with `Ready`: 0 (none) when unset; a value that is not a number greater than 0 is
+/// reported and taken as none.
+fn launch_id() -> u64 {
+    let Ok(value) = std::env::var(NODE_LAUNCH_ID_VAR) else {
+        return 0;
+    };
+    match value.trim().parse::<u64>() {
+        Ok(id) if id > 0 => id,
+        _ => {
+            tracing::warn!(
+                var = NODE_LAUNCH_ID_VAR,
+                %value,
+                "not a launch id (a number greater than 0); this process's exit will not be reported to the job"
+            );
+            0
+        }
+    }
+}
+
+/// The environment variable a launcher of node processes (`harp run --processes`) sets to
+/// a number of its choosing, unique among the processes it starts, before it starts one:
+/// the node tells the master, and the launcher's report that the process exited
+/// ([`NodeFailure::Exited`](crate::NodeFailure::Exited)) then names that node, whose death
+/// the master handles at once instead of after its lease timeout.
+pub const NODE_LAUNCH_ID_VAR: &str = "HARP_NODE_LAUNCH_ID";
 
 /// Fault injection for tests (`HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS`): a node with a server
 /// answers the master's hand-off of a shard that long after the new owner confirmed it holds

@@ -46,6 +46,8 @@ pub(crate) struct NodeEntry {
     pub pending: Arc<PendingReplies>,
     /// What it held when it joined, for the report of its death.
     pub holdings: String,
+    /// What the launcher of its process named it (`Ready::launch_id`; 0: nothing).
+    pub launch_id: u64,
 }
 
 /// The nodes of the job: those that joined and have not left, and those that left.
@@ -80,6 +82,18 @@ impl Roster {
     pub(crate) fn insert(&mut self, entry: NodeEntry) {
         self.next_id = self.next_id.max(entry.id + 1);
         self.nodes.insert(entry.id, entry);
+    }
+
+    /// The node of the job that runs in the process its launcher named `launch_id`, if it
+    /// is still part of the job.
+    pub(crate) fn launched_as(&self, launch_id: u64) -> Option<u32> {
+        if launch_id == 0 {
+            return None; // a process no launcher named
+        }
+        self.nodes
+            .values()
+            .find(|entry| entry.launch_id == launch_id)
+            .map(|entry| entry.id)
     }
 
     /// Nodes that are part of the job now.
@@ -209,14 +223,25 @@ async fn admit<A: App>(
         link.close("the job is ending");
         return;
     }
-    if let Err(e) = wait_ready(id, &mut incoming, ctx.join_timeout_ms).await {
-        tracing::warn!(node = id, error = %e, "a joining node did not get ready; it gets no load");
-        lock(&ctx.roster).depart(id);
-        let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
-        link.close("not ready");
-        return;
-    }
-    if let Err(e) = enlist(ctx, id, link, incoming, roles, listen_addr).await {
+    let launch_id = match wait_ready(id, &mut incoming, ctx.join_timeout_ms).await {
+        Ok(launch_id) => launch_id,
+        Err(e) => {
+            tracing::warn!(node = id, error = %e, "a joining node did not get ready; it gets no load");
+            lock(&ctx.roster).depart(id);
+            let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
+            link.close("not ready");
+            return;
+        }
+    };
+    let joined = Joined {
+        id,
+        link,
+        incoming,
+        roles,
+        listen_addr,
+        launch_id,
+    };
+    if let Err(e) = enlist(ctx, joined).await {
         tracing::warn!(node = id, error = %e, "could not take a joining node in");
         lock(&ctx.roster).depart(id);
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
@@ -228,15 +253,26 @@ async fn admit<A: App>(
     report(ctx, "join", Some(id), began, &result);
 }
 
-/// Takes a ready node in: its lease, its proxies on the master, its reader.
-async fn enlist<A: App>(
-    ctx: &Arc<RosterContext<A>>,
+/// A node that joined the running job and got ready.
+struct Joined {
     id: u32,
     link: Link,
     incoming: mpsc::UnboundedReceiver<Incoming>,
     roles: NodeRoles,
     listen_addr: String,
-) -> Result<(), HarpError> {
+    launch_id: u64,
+}
+
+/// Takes a ready node in: its lease, its proxies on the master, its reader.
+async fn enlist<A: App>(ctx: &Arc<RosterContext<A>>, joined: Joined) -> Result<(), HarpError> {
+    let Joined {
+        id,
+        link,
+        incoming,
+        roles,
+        listen_addr,
+        launch_id,
+    } = joined;
     {
         let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
         let info = MemberInfo::new(listen_addr.clone(), roles);
@@ -281,6 +317,7 @@ async fn enlist<A: App>(
         roles,
         pending: pending.clone(),
         holdings,
+        launch_id,
     });
     crate::spawn::spawn(super::master_side::read_node::<A>(
         id,
@@ -291,17 +328,17 @@ async fn enlist<A: App>(
     Ok(())
 }
 
-/// Waits for a node's `Ready`.
+/// Waits for a node's `Ready`; returns what the launcher of its process named it.
 pub(crate) async fn wait_ready(
     id: u32,
     incoming: &mut mpsc::UnboundedReceiver<Incoming>,
     timeout_ms: u64,
-) -> Result<(), HarpError> {
+) -> Result<u64, HarpError> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, incoming.recv()).await {
-            Ok(Some(Ok(Message::Ready { .. }))) => return Ok(()),
+            Ok(Some(Ok(Message::Ready { launch_id, .. }))) => return Ok(launch_id),
             Ok(Some(Ok(Message::Heartbeat { .. }))) => continue,
             Ok(Some(Ok(Message::Failed { message, .. }))) => {
                 return Err(HarpError::Remote(format!(

@@ -180,8 +180,8 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             .boxed(),
         arb_assignment().prop_map(Message::Assign).boxed(),
         arb_placement().prop_map(Message::Placement).boxed(),
-        any::<u32>()
-            .prop_map(|node_id| Message::Ready { node_id })
+        (any::<u32>(), any::<u64>())
+            .prop_map(|(node_id, launch_id)| Message::Ready { node_id, launch_id })
             .boxed(),
         vec(arb_task(), 0..6)
             .prop_map(|tasks| Message::RunTasks { tasks })

@@ -34,15 +34,16 @@ mod tests;
 
 type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
 
-/// One scale event of a job across processes (a node joined or left), as the metrics file
-/// records it.
+/// One scale event (across processes a node joined or left; in one process a scale
+/// command was carried out or refused), as the metrics file records it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ScaleEvent {
     /// Always `"scale"`, to tell these lines from the app's.
     pub event: &'static str,
-    /// `"join"` or `"leave"`.
+    /// Across processes `"join"` or `"leave"`; in one process the command:
+    /// `"scale-out"`, `"scale-in"` or `"rebalance"`.
     pub cause: &'static str,
-    /// The node that joined or left.
+    /// The node that joined or left (`None` in one process).
     pub node: Option<u32>,
     /// Seconds from the start of the job to the start of the event.
     pub at_s: f64,
@@ -367,6 +368,8 @@ pub(crate) struct ControlContext<A: App> {
     pub servers: Vec<ServerId>,
     /// Every actor started by a command, stopped with the job.
     pub started: Arc<Mutex<Started<A>>>,
+    /// When the job started: the origin of its scale events' `at_s`.
+    pub job_started: std::time::Instant,
 }
 
 /// Actors started by scale-out commands.
@@ -386,6 +389,10 @@ impl<A: App> Default for Started<A> {
 
 /// Serves commands until every [`JobControl`] is dropped or the job ends.
 pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A>) {
+    let events = inbox.events();
+    let told = |cause: &'static str, reply: Reply<ScaleReport>| {
+        told_reply(cause, reply, events.clone(), ctx.job_started)
+    };
     let live: Live = Arc::new(Mutex::new(LiveSet::new(
         ctx.workers.clone(),
         ctx.servers.clone(),
@@ -411,6 +418,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
+                let reply = told("scale-out", reply);
                 // One the master would refuse starts nothing (only this loop starts scale
                 // events and fails servers, so the answer holds until its `Rebalance`).
                 if let Err(e) = can_scale(&ctx.master).await {
@@ -463,6 +471,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
+                let reply = told("scale-in", reply);
                 let known = (
                     |w: &WorkerId| w.0 < next_worker,
                     |s: &ServerId| s.0 < next_server,
@@ -475,6 +484,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
+                let reply = told("rebalance", reply);
                 let known = (
                     |w: &WorkerId| w.0 < next_worker,
                     |s: &ServerId| s.0 < next_server,
@@ -484,6 +494,33 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
             }
         }
     }
+}
+
+/// A reply for a scale command of a job in one process (`cause`: which command) that, once
+/// answered, tells the outcome as a [`JobEvent::Scale`] (a refused command too, with why)
+/// and passes it on to `reply`.
+fn told_reply(
+    cause: &'static str,
+    reply: Reply<ScaleReport>,
+    events: EventSink,
+    job_started: std::time::Instant,
+) -> Reply<ScaleReport> {
+    let began = std::time::Instant::now();
+    let (tx, answer) = oneshot::channel();
+    crate::spawn::spawn(async move {
+        let result = answer
+            .await
+            .unwrap_or_else(|_| Err(HarpError::InvalidConfig("the job is not running".into())));
+        events.tell(JobEvent::Scale(ScaleEvent::new(
+            cause,
+            None,
+            began,
+            job_started,
+            &result,
+        )));
+        let _ = reply.send(result);
+    });
+    tx
 }
 
 /// Serves commands to a job across processes: executors move between the worker nodes and

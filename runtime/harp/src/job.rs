@@ -351,6 +351,7 @@ async fn run_job_inner<A: App>(
             workers: worker_ids.clone(),
             servers: server_ids.clone(),
             started: started_by_commands.clone(),
+            job_started: started,
         },
     ));
     let started_ok = master

@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 /// One thing that happened in a running job.
 #[derive(Clone, Debug)]
 pub enum JobEvent {
-    /// A node process joined or left the job, and its load moved (jobs across processes).
+    /// A node process joined or left the job and its load moved, or (in one process) a
+    /// scale command was carried out or refused.
     Scale(ScaleEvent),
     /// The faults injected at an iteration struck (`ScarOptions::inject`), one event per
     /// fault, when the held micro-tasks are released.

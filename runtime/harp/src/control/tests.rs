@@ -4,7 +4,7 @@
 //! next scale event, and a command naming it is refused with a clear error; a scale-out the
 //! master would refuse starts nothing.
 
-use super::{job_control, serve, serve_across, ControlContext, JobControl, Started};
+use super::{job_control, serve, serve_across, ControlContext, JobControl, JobEvent, Started};
 use crate::error::HarpError;
 use crate::master::test_master::Running;
 use crate::master::{MasterMsg, ScaleReport};
@@ -84,6 +84,16 @@ fn ids(n: u32) -> (Vec<WorkerId>, Vec<ServerId>) {
 
 /// A job in one process of 3 workers and 3 servers whose control talks to a scripted master.
 async fn serve_in_one_process() -> (JobControl, mpsc::UnboundedReceiver<MasterMsg<Running>>) {
+    let (control, from_master, _events) = serve_in_one_process_told().await;
+    (control, from_master)
+}
+
+/// [`serve_in_one_process`], and the events the job tells.
+async fn serve_in_one_process_told() -> (
+    JobControl,
+    mpsc::UnboundedReceiver<MasterMsg<Running>>,
+    mpsc::UnboundedReceiver<JobEvent>,
+) {
     let (master, from_master) = scripted_master().await;
     let tables = Arc::new(TableSet::new());
     let routing = Routing {
@@ -99,8 +109,9 @@ async fn serve_in_one_process() -> (JobControl, mpsc::UnboundedReceiver<MasterMs
     });
     let (workers, servers) = ids(3);
     let (control, inbox) = job_control();
+    let (events_tx, events) = mpsc::unbounded_channel();
     tokio::spawn(serve(
-        inbox,
+        inbox.with_events(events_tx),
         ControlContext {
             node,
             master,
@@ -108,9 +119,54 @@ async fn serve_in_one_process() -> (JobControl, mpsc::UnboundedReceiver<MasterMs
             workers,
             servers,
             started: Arc::new(Mutex::new(Started::default())),
+            job_started: std::time::Instant::now(),
         },
     ));
-    (control, from_master)
+    (control, from_master, events)
+}
+
+/// The next event told, within 10 s (a guard against a hang, not a measurement).
+async fn next_event(events: &mut mpsc::UnboundedReceiver<JobEvent>) -> JobEvent {
+    tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+        .await
+        .expect("no event within 10 s")
+        .expect("the events ended")
+}
+
+/// In one process each scale command's outcome is told as a scale event once it is
+/// answered: one carried out with its report, one refused with why.
+#[tokio::test]
+async fn each_scale_command_in_one_process_is_told_as_a_scale_event() {
+    let (control, mut from_master, mut events) = serve_in_one_process_told().await;
+    let scale_in = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_in(&[WorkerId(0)], &[]).await }
+    });
+    let (_, _, reply) = next_rebalance(&mut from_master).await;
+    assert!(events.try_recv().is_err(), "told before it was answered");
+    let report = ScaleReport {
+        executors_moved: 1,
+        ..ScaleReport::default()
+    };
+    reply.send(Ok(report.clone())).unwrap();
+    assert_eq!(scale_in.await.unwrap().unwrap(), report);
+    let JobEvent::Scale(done) = next_event(&mut events).await else {
+        panic!("not a scale event")
+    };
+    assert_eq!((done.cause, done.node, done.ok), ("scale-in", None, true));
+    assert_eq!(done.report, report);
+
+    let refused = control.rebalance_onto(&[WorkerId(7)], &[]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let JobEvent::Scale(refusal) = next_event(&mut events).await else {
+        panic!("not a scale event")
+    };
+    assert_eq!((refusal.cause, refusal.ok), ("rebalance", false));
+    let why = refusal.error.unwrap_or_default();
+    assert!(
+        why.contains("worker-7 is not one of the job's workers"),
+        "{why}"
+    );
 }
 
 #[tokio::test]

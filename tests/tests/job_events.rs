@@ -44,6 +44,11 @@ fn job(inject: Vec<Injection>) -> JobConfig {
     }
 }
 
+/// The reports `pick` takes out of `told`, in order.
+fn picked<T: Clone>(told: &[JobEvent], pick: impl Fn(&JobEvent) -> Option<&T>) -> Vec<T> {
+    told.iter().filter_map(pick).cloned().collect()
+}
+
 fn reset_at(at_iteration: u64) -> Injection {
     Injection {
         at_iteration,
@@ -116,20 +121,14 @@ fn every_fault_and_recovery_is_told_once_as_the_stats_report_it() {
     });
     let outcome = outcome.unwrap_or_else(|e| panic!("the job failed: {e}"));
     let crash = crash.unwrap_or_else(|e| panic!("the crash was refused: {e}"));
-    let faults: Vec<_> = told
-        .iter()
-        .filter_map(|e| match e {
-            JobEvent::Fault(f) => Some(f.clone()),
-            _ => None,
-        })
-        .collect();
-    let recoveries: Vec<_> = told
-        .iter()
-        .filter_map(|e| match e {
-            JobEvent::ServerRecovered(r) => Some(r.clone()),
-            _ => None,
-        })
-        .collect();
+    let faults = picked(&told, |e| match e {
+        JobEvent::Fault(f) => Some(f),
+        _ => None,
+    });
+    let recoveries = picked(&told, |e| match e {
+        JobEvent::ServerRecovered(r) => Some(r),
+        _ => None,
+    });
     assert_eq!(faults, outcome.stats.injections);
     assert_eq!(
         faults.iter().map(|f| f.at_iteration).collect::<Vec<_>>(),
@@ -173,13 +172,11 @@ fn each_checkpoint_and_the_resume_are_told_as_the_report_has_them() {
         let told: Vec<JobEvent> = std::iter::from_fn(|| events.try_recv().ok()).collect();
         (report, told)
     };
-    let checkpoints_of = |told: &[JobEvent]| -> Vec<harp::CheckpointRecord> {
-        told.iter()
-            .filter_map(|e| match e {
-                JobEvent::Checkpoint(c) => Some(c.clone()),
-                _ => None,
-            })
-            .collect()
+    let checkpoints_of = |told: &[JobEvent]| {
+        picked(told, |e| match e {
+            JobEvent::Checkpoint(c) => Some(c),
+            _ => None,
+        })
     };
 
     // 2,000 tasks over 4 executors: 500 iterations, a checkpoint due every 100.

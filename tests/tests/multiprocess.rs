@@ -193,11 +193,7 @@ fn a_killed_node_is_recovered_from_when_its_process_exits() {
     }
     let nodes = children_of(master.id());
     assert_eq!(nodes.len(), 2, "the master's children: {nodes:?}");
-    let status = Command::new("kill")
-        .args(["-9", &nodes[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigkill(nodes[0]);
     let status = master.wait().unwrap();
     reader.join().unwrap();
     seen.extend(lines.try_iter());
@@ -232,6 +228,15 @@ fn a_killed_node_is_recovered_from_when_its_process_exits() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Sends process `pid` SIGKILL.
+fn sigkill(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid} failed");
+}
+
 /// Kills one node of a job on three processes; the master's stderr.
 fn killed_node_is_reported(extra: &[&str]) -> String {
     let master = Command::new(harp())
@@ -256,11 +261,7 @@ fn killed_node_is_reported(extra: &[&str]) -> String {
     assert!(nodes.len() >= 2, "the master did not start its nodes");
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let killed_at = Instant::now();
-    let status = Command::new("kill")
-        .args(["-9", &nodes[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigkill(nodes[0]);
     let output = master.wait_with_output().unwrap();
     let detected_s = killed_at.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -210,11 +210,8 @@ impl JobControl {
         request: impl FnOnce(Reply<T>) -> ControlRequest,
     ) -> Result<T, HarpError> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(request(tx))
-            .map_err(|_| HarpError::InvalidConfig("the job is not running".into()))?;
-        rx.await
-            .unwrap_or_else(|_| Err(HarpError::InvalidConfig("the job is not running".into())))
+        self.tx.send(request(tx)).map_err(|_| not_running())?;
+        rx.await.unwrap_or_else(|_| Err(not_running()))
     }
 
     /// Adds `workers` workers and `servers` servers and moves load onto them. Like every
@@ -496,6 +493,11 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
     }
 }
 
+/// The answer to a command the job can no longer take (it ended, or never started).
+fn not_running() -> HarpError {
+    HarpError::InvalidConfig("the job is not running".into())
+}
+
 /// A reply for a scale command of a job in one process (`cause`: which command) that, once
 /// answered, tells the outcome as a [`JobEvent::Scale`] (a refused command too, with why)
 /// and passes it on to `reply`.
@@ -508,9 +510,7 @@ fn told_reply(
     let began = std::time::Instant::now();
     let (tx, answer) = oneshot::channel();
     crate::spawn::spawn(async move {
-        let result = answer
-            .await
-            .unwrap_or_else(|_| Err(HarpError::InvalidConfig("the job is not running".into())));
+        let result = answer.await.unwrap_or_else(|_| Err(not_running()));
         events.tell(JobEvent::Scale(ScaleEvent::new(
             cause,
             None,

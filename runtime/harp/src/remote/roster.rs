@@ -233,15 +233,7 @@ async fn admit<A: App>(
             return;
         }
     };
-    let joined = Joined {
-        id,
-        link,
-        incoming,
-        roles,
-        listen_addr,
-        launch_id,
-    };
-    if let Err(e) = enlist(ctx, joined).await {
+    if let Err(e) = enlist(ctx, id, link, incoming, roles, listen_addr, launch_id).await {
         tracing::warn!(node = id, error = %e, "could not take a joining node in");
         lock(&ctx.roster).depart(id);
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(id));
@@ -253,26 +245,17 @@ async fn admit<A: App>(
     report(ctx, "join", Some(id), began, &result);
 }
 
-/// A node that joined the running job and got ready.
-struct Joined {
+/// Takes a ready node in: its lease, its proxies on the master, its reader
+/// (`launch_id`: what the launcher of its process named it).
+async fn enlist<A: App>(
+    ctx: &Arc<RosterContext<A>>,
     id: u32,
     link: Link,
     incoming: mpsc::UnboundedReceiver<Incoming>,
     roles: NodeRoles,
     listen_addr: String,
     launch_id: u64,
-}
-
-/// Takes a ready node in: its lease, its proxies on the master, its reader.
-async fn enlist<A: App>(ctx: &Arc<RosterContext<A>>, joined: Joined) -> Result<(), HarpError> {
-    let Joined {
-        id,
-        link,
-        incoming,
-        roles,
-        listen_addr,
-        launch_id,
-    } = joined;
+) -> Result<(), HarpError> {
     {
         let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
         let info = MemberInfo::new(listen_addr.clone(), roles);

@@ -15,6 +15,7 @@
 //! | `plot_cli.rs` | `harp plot` on what `harp run` wrote (panels, the fault's line, `--x time`, `--out`); bad metrics files refused with file and line |
 //! | `multiprocess.rs` | `harp run --processes`: the counter exact and MLR accurate across processes; a SIGKILLed node reported (the process's exit, which node, what it held) or, with `--recover-workers`, recovered from when its process exits; SIGTERM on the master ends its nodes cleanly |
 //! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`, and each consistent checkpoint and the resume equal to the `ConsistentReport`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
+//! | `start_failures.rs` | a job across processes whose node process exits before the start (`NodeFailure::Exited`, a SIGKILLed child of `harp run --processes` that joins late) ends the start at once naming the process, and the nodes that joined hear why; a death seen before the start is handled once the job runs |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
@@ -328,6 +329,68 @@ pub fn run_across_in_process<A: harp::App>(
         }
         outcome
     })
+}
+
+/// A counter job far too long to end by itself within a test.
+pub fn endless_counter() -> Arc<CounterApp> {
+    let config = CounterConfig {
+        tasks: 100_000_000,
+        task_sleep_us: 200,
+        ..CounterConfig::default()
+    };
+    Arc::new(CounterApp::new(config).unwrap())
+}
+
+/// Children of `pid` (Linux /proc).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name (which is in parentheses): state, ppid, ...
+        let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+            continue;
+        };
+        let ppid = after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Waits (at most 30 s) until process `pid` has at least `count` children and returns
+/// them; fewer fails the test (e.g. a master that did not start its node processes).
+pub fn wait_for_children(pid: u32, count: usize) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let children = children_of(pid);
+        if children.len() >= count {
+            return children;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} has {} of {count} children",
+            children.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends process `pid` SIGKILL.
+pub fn sigkill(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid} failed");
 }
 
 /// Waits (at most 30 s) for `child` to exit; a process that does not fails the test

@@ -6,20 +6,10 @@
 //! the real binary: `multiprocess.rs` and `consistent_checkpoint.rs`.)
 
 use harp::{job_control, ClusterOptions, HarpError, JobConfig, JobCredentials, NodeRoles};
-use harp_apps::counter::{CounterApp, CounterConfig};
-use harp_tests::{runtime, spawn_nodes, Threads};
+use harp_apps::counter::CounterApp;
+use harp_tests::{endless_counter, runtime, spawn_nodes, Threads};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A counter job far too long to end by itself within a test.
-fn endless_counter() -> Arc<CounterApp> {
-    let config = CounterConfig {
-        tasks: 100_000_000,
-        task_sleep_us: 200,
-        ..CounterConfig::default()
-    };
-    Arc::new(CounterApp::new(config).unwrap())
-}
 
 /// The endless counter across processes, waiting for `nodes` nodes (for ten minutes), with
 /// one node that joins it: the job's control, its master and that node.

@@ -5,7 +5,9 @@
 //! `--recover-workers`, recovers from it when it sees its child exit, without waiting for
 //! the lease — and SIGTERM on the master stops the job and its nodes cleanly.
 
-use harp_tests::{read_json_lines, resolve_binary, run_process};
+use harp_tests::{
+    children_of, read_json_lines, resolve_binary, run_process, sigkill, wait_for_children,
+};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -72,31 +74,6 @@ fn mlr_across_processes_matches_the_in_process_accuracy() {
         (across - in_process).abs() <= 0.02,
         "across processes {across} vs in process {in_process}"
     );
-}
-
-/// Children of `pid` (Linux /proc).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // Fields after the command name (which is in parentheses): state, ppid, ...
-        let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let ppid = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(child);
-        }
-    }
-    out
 }
 
 /// Starts a throwaway etcd (or `None` when it is not installed and this is not CI).
@@ -228,15 +205,6 @@ fn a_killed_node_is_recovered_from_when_its_process_exits() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// Sends process `pid` SIGKILL.
-fn sigkill(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -9 {pid} failed");
-}
-
 /// Kills one node of a job on three processes; the master's stderr.
 fn killed_node_is_reported(extra: &[&str]) -> String {
     let master = Command::new(harp())
@@ -250,15 +218,7 @@ fn killed_node_is_reported(extra: &[&str]) -> String {
         .spawn()
         .unwrap();
     // Wait until both node processes run, then let the job make progress.
-    let mut nodes = Vec::new();
-    for _ in 0..600 {
-        nodes = children_of(master.id());
-        if nodes.len() >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(nodes.len() >= 2, "the master did not start its nodes");
+    let nodes = wait_for_children(master.id(), 2);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let killed_at = Instant::now();
     sigkill(nodes[0]);

@@ -270,7 +270,8 @@ const EXIT_POLL: Duration = Duration::from_millis(25);
 
 /// Until aborted: reports every node process the master started that exits without a
 /// clean end (a crash, a SIGKILL) to the job, which handles the node's death at once
-/// instead of after its lease expired. A clean exit (a node that left) is not reported.
+/// instead of after its lease expired, or, before the job started, ends the start instead
+/// of waiting out the join timeout. A clean exit (a node that left) is not reported.
 async fn watch_exits(
     children: Arc<Mutex<Children>>,
     failures: tokio::sync::mpsc::UnboundedSender<harp::NodeFailure>,
@@ -280,7 +281,7 @@ async fn watch_exits(
         every.tick().await;
         let exited = lock(&children).new_failed_exits();
         for (launch_id, how) in exited {
-            tracing::warn!(launch_id, %how, "a node process exited while the job ran");
+            tracing::warn!(launch_id, %how, "a node process this master started exited");
             if failures
                 .send(harp::NodeFailure::Exited { launch_id, how })
                 .is_err()

@@ -34,16 +34,17 @@ mod tests;
 
 type Reply<T> = oneshot::Sender<Result<T, HarpError>>;
 
-/// One scale event (across processes a node joined or left; in one process a scale
-/// command was carried out or refused), as the metrics file records it.
+/// One scale event, as the metrics file records it: a node process joined or left a job
+/// across processes, or a command of a [`JobControl`] was carried out or refused (in one
+/// process or across processes).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ScaleEvent {
     /// Always `"scale"`, to tell these lines from the app's.
     pub event: &'static str,
-    /// Across processes `"join"` or `"leave"`; in one process the command:
-    /// `"scale-out"`, `"scale-in"` or `"rebalance"`.
+    /// `"join"` or `"leave"` for a node process; for a command: `"scale-out"`,
+    /// `"scale-in"` or `"rebalance"`.
     pub cause: &'static str,
-    /// The node that joined or left (`None` in one process).
+    /// The node that joined or left (`None` for a command).
     pub node: Option<u32>,
     /// Seconds from the start of the job to the start of the event.
     pub at_s: f64,
@@ -101,6 +102,13 @@ pub(crate) enum ControlRequest {
         server: Option<ServerId>,
         reply: Reply<ScaleReport>,
     },
+    /// A node process is leaving a job across processes: move its load away (a scale-in
+    /// the roster reports as the node's leave, not as a command).
+    NodeLeaving {
+        worker: Option<WorkerId>,
+        server: Option<ServerId>,
+        reply: Reply<ScaleReport>,
+    },
     /// A node process left (or died and was recovered): its worker and server are no
     /// longer the job's.
     Forget {
@@ -130,6 +138,10 @@ pub struct ControlInbox {
     stop: Arc<watch::Sender<Option<String>>>,
     /// Where the job tells its events as they happen.
     events: EventSink,
+    /// Held by each scale command whose event is still to be told (`told_reply`).
+    untold: mpsc::Sender<()>,
+    /// Completes once no one holds `untold` (taken by [`ControlInbox::commands_told`]).
+    all_told: Option<mpsc::Receiver<()>>,
 }
 
 impl ControlInbox {
@@ -146,6 +158,12 @@ impl ControlInbox {
     /// Where the job's parts send their events.
     pub(crate) fn events(&self) -> EventSink {
         self.events.clone()
+    }
+
+    /// What the run function awaits before it returns, so that the event of every scale
+    /// command answered by then has been told (call before the inbox goes to `serve`).
+    pub(crate) fn commands_told(&mut self) -> CommandsTold {
+        CommandsTold(self.all_told.take())
     }
 
     /// A handle for the runtime's own commands to this inbox.
@@ -183,6 +201,8 @@ pub fn job_control() -> (JobControl, ControlInbox) {
         tx: tx.clone(),
         stop: stop.clone(),
     };
+    // Nothing is ever sent: the receiver only learns when the last sender is gone.
+    let (untold, all_told) = mpsc::channel(1);
     (
         control,
         ControlInbox {
@@ -190,8 +210,34 @@ pub fn job_control() -> (JobControl, ControlInbox) {
             tx,
             stop,
             events: EventSink::default(),
+            untold,
+            all_told: Some(all_told),
         },
     )
+}
+
+/// How long a run function waits at its end for scale commands still to be told. Once the
+/// master has stopped each is answered at once (it can no longer be carried out); the
+/// bound only keeps a run from hanging on one that is not.
+const TOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// See [`ControlInbox::commands_told`].
+pub(crate) struct CommandsTold(Option<mpsc::Receiver<()>>);
+
+impl CommandsTold {
+    /// Completes once every scale command the inbox took has been told (the inbox and each
+    /// command's telling task hold a sender), or after [`TOLD_WAIT`].
+    pub(crate) async fn wait(self) {
+        let Some(mut all_told) = self.0 else {
+            return;
+        };
+        let told = async { while all_told.recv().await.is_some() {} };
+        if tokio::time::timeout(TOLD_WAIT, told).await.is_err() {
+            tracing::warn!(
+                "a scale command was still unanswered when the job ended; its event is not told"
+            );
+        }
+    }
 }
 
 /// Until `stopped` completes, then has `master` end the job with [`HarpError::Stopped`]
@@ -319,9 +365,9 @@ impl JobControl {
         server: Option<ServerId>,
     ) -> Result<ScaleReport, HarpError> {
         // A scale-in of its worker and server (the node is forgotten once it is gone).
-        self.when_idle(|reply| ControlRequest::ScaleIn {
-            workers: worker.into_iter().collect(),
-            servers: server.into_iter().collect(),
+        self.when_idle(|reply| ControlRequest::NodeLeaving {
+            worker,
+            server,
             reply,
         })
         .await
@@ -387,8 +433,15 @@ impl<A: App> Default for Started<A> {
 /// Serves commands until every [`JobControl`] is dropped or the job ends.
 pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A>) {
     let events = inbox.events();
+    let untold = inbox.untold.clone();
     let told = |cause: &'static str, reply: Reply<ScaleReport>| {
-        told_reply(cause, reply, events.clone(), ctx.job_started)
+        told_reply(
+            cause,
+            reply,
+            events.clone(),
+            untold.clone(),
+            ctx.job_started,
+        )
     };
     let live: Live = Arc::new(Mutex::new(LiveSet::new(
         ctx.workers.clone(),
@@ -401,7 +454,8 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
             ControlRequest::Members { reply } => {
                 let _ = reply.send(Ok(lock(&live).members()));
             }
-            ControlRequest::NodeJoined { reply, .. } => {
+            ControlRequest::NodeJoined { reply, .. }
+            | ControlRequest::NodeLeaving { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
                     "a job in one process has no node processes".into(),
                 )));
@@ -498,18 +552,22 @@ fn not_running() -> HarpError {
     HarpError::InvalidConfig("the job is not running".into())
 }
 
-/// A reply for a scale command of a job in one process (`cause`: which command) that, once
+/// A reply for a scale command of [`JobControl`] (`cause`: which command) that, once
 /// answered, tells the outcome as a [`JobEvent::Scale`] (a refused command too, with why)
-/// and passes it on to `reply`.
+/// and passes it on to `reply`. The runtime's own scale events across processes (a node
+/// joining or leaving) are told by the roster instead, with the node.
 fn told_reply(
     cause: &'static str,
     reply: Reply<ScaleReport>,
     events: EventSink,
+    untold: mpsc::Sender<()>,
     job_started: std::time::Instant,
 ) -> Reply<ScaleReport> {
     let began = std::time::Instant::now();
     let (tx, answer) = oneshot::channel();
     crate::spawn::spawn(async move {
+        // Until told: the run function waits for it (`CommandsTold`).
+        let _untold = untold;
         let result = answer.await.unwrap_or_else(|_| Err(not_running()));
         events.tell(JobEvent::Scale(ScaleEvent::new(
             cause,
@@ -526,13 +584,20 @@ fn told_reply(
 /// Serves commands to a job across processes: executors move between the worker nodes and
 /// shards between the server nodes; node processes that join get load, and node processes
 /// that leave give theirs away. `scale_out` is refused: start node processes instead (`harp
-/// node --join`, or `harp scale --add`).
+/// node --join`, or `harp scale --add`). Each command of a [`JobControl`] is told as a
+/// scale event once answered, as in one process (`job_started`: the origin of its `at_s`).
 pub(crate) async fn serve_across<A: App>(
     mut inbox: ControlInbox,
     master: ActorRef<MasterMsg<A>>,
     workers: Vec<WorkerId>,
     servers: Vec<ServerId>,
+    job_started: std::time::Instant,
 ) {
+    let events = inbox.events();
+    let untold = inbox.untold.clone();
+    let told = |cause: &'static str, reply: Reply<ScaleReport>| {
+        told_reply(cause, reply, events.clone(), untold.clone(), job_started)
+    };
     let live: Live = Arc::new(Mutex::new(LiveSet::new(workers.clone(), servers.clone())));
     // Every node that was ever the job's (one that went is also in the live set's gone).
     let mut known_workers: BTreeSet<WorkerId> = workers.into_iter().collect();
@@ -552,6 +617,7 @@ pub(crate) async fn serve_across<A: App>(
                 )));
             }
             ControlRequest::ScaleOut { reply, .. } => {
+                let reply = told("scale-out", reply);
                 let _ = reply.send(Err(HarpError::InvalidConfig(
                     "a job across processes grows when node processes join: start them with `harp node --join` or `harp scale --add`".into(),
                 )));
@@ -562,6 +628,15 @@ pub(crate) async fn serve_across<A: App>(
                 reply,
             } => {
                 let target = Target::Without(gone, gone_servers);
+                retarget(&master, &live, known, target, told("scale-in", reply));
+            }
+            ControlRequest::NodeLeaving {
+                worker,
+                server,
+                reply,
+            } => {
+                let target =
+                    Target::Without(worker.into_iter().collect(), server.into_iter().collect());
                 retarget(&master, &live, known, target, reply);
             }
             ControlRequest::Rebalance {
@@ -570,7 +645,7 @@ pub(crate) async fn serve_across<A: App>(
                 reply,
             } => {
                 let target = Target::Onto(onto, onto_servers);
-                retarget(&master, &live, known, target, reply);
+                retarget(&master, &live, known, target, told("rebalance", reply));
             }
             ControlRequest::NodeJoined {
                 worker,

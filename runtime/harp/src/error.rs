@@ -101,6 +101,11 @@ pub enum HarpError {
     Unrecoverable { server: ServerId, reason: String },
     #[error("node {node} died ({detail})")]
     NodeDied { node: u32, detail: String },
+    /// A node process its launcher started for the job exited, not cleanly, before the job
+    /// started ([`NodeFailure::Exited`](crate::NodeFailure::Exited) while the master still
+    /// waited for its nodes): the job cannot have all its nodes, so it does not start.
+    #[error("node process {launch_id} exited before the job started ({how}); the job cannot start without it")]
+    NodeExitedBeforeStart { launch_id: u64, how: String },
     /// The job was stopped from outside before it finished ([`JobControl::stop`], e.g. `harp
     /// run` got SIGTERM or SIGINT): nothing failed.
     ///

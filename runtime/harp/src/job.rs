@@ -201,6 +201,19 @@ pub async fn run_job_consistent_controlled<A: App>(
 async fn run_job_inner<A: App>(
     app: Arc<A>,
     config: &JobConfig,
+    mut control: crate::control::ControlInbox,
+    options: &ConsistentOptions,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    // The event of every scale command answered by the end is told before this returns.
+    let told = control.commands_told();
+    let result = run_job_body(app, config, control, options).await;
+    told.wait().await;
+    result
+}
+
+async fn run_job_body<A: App>(
+    app: Arc<A>,
+    config: &JobConfig,
     control: crate::control::ControlInbox,
     options: &ConsistentOptions,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
@@ -387,10 +400,15 @@ async fn run_job_inner<A: App>(
         }
     };
     finish_consistent_write(&mut end).await;
-    let params = if config.collect_params {
-        Some(dump_params(&store).await?)
-    } else {
-        None
+    let params = match config.collect_params {
+        true => match dump_params(&store).await {
+            Ok(params) => Some(params),
+            Err(e) => {
+                shut_down(&master, workers.values(), &store);
+                return Err(e);
+            }
+        },
+        false => None,
     };
     let stats = JobStats {
         tasks_completed: end.tasks_completed,

@@ -17,8 +17,9 @@ use tokio::sync::mpsc;
 /// One thing that happened in a running job.
 #[derive(Clone, Debug)]
 pub enum JobEvent {
-    /// A node process joined or left the job and its load moved, or (in one process) a
-    /// scale command was carried out or refused.
+    /// A node process joined or left the job and its load moved, or a scale command of a
+    /// [`JobControl`](crate::JobControl) was carried out or refused (one still unanswered
+    /// when the job ends is told as refused).
     Scale(ScaleEvent),
     /// The faults injected at an iteration struck (`ScarOptions::inject`), one event per
     /// fault, when the held micro-tasks are released.

@@ -169,6 +169,128 @@ async fn each_scale_command_in_one_process_is_told_as_a_scale_event() {
     );
 }
 
+/// Across processes each command of a `JobControl` is told as a scale event once it is
+/// answered, as in one process (a refused one with why); a node process's leave, which is a
+/// scale-in too, is not: the roster tells it, naming the node.
+#[tokio::test]
+async fn each_scale_command_across_processes_is_told_but_not_a_nodes_leave() {
+    let (master, mut from_master) = scripted_master().await;
+    let (control, inbox) = job_control();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (workers, servers) = ids(3);
+    let job_started = std::time::Instant::now();
+    tokio::spawn(serve_across(
+        inbox.with_events(events_tx),
+        master,
+        workers,
+        servers,
+        job_started,
+    ));
+    // Node 0 leaves: its load moves away.
+    let leave = tokio::spawn({
+        let control = control.clone();
+        async move {
+            control
+                .node_leaving(Some(WorkerId(0)), Some(ServerId(0)))
+                .await
+        }
+    });
+    let (onto_workers, onto_servers, reply) = next_rebalance(&mut from_master).await;
+    assert_eq!(onto_workers, vec![WorkerId(1), WorkerId(2)]);
+    assert_eq!(onto_servers, vec![ServerId(1), ServerId(2)]);
+    reply.send(Ok(ScaleReport::default())).unwrap();
+    leave.await.unwrap().expect("the leave succeeds");
+    // (A told answer is told before it is passed on.)
+    assert!(
+        events.try_recv().is_err(),
+        "the leave was told as a command"
+    );
+    // Once it has gone, the roster has it forgotten.
+    control.forget(Some(WorkerId(0)), Some(ServerId(0)));
+
+    let scale_in = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_in(&[WorkerId(1)], &[]).await }
+    });
+    let (onto_workers, _, reply) = next_rebalance(&mut from_master).await;
+    assert_eq!(onto_workers, vec![WorkerId(2)]);
+    assert!(events.try_recv().is_err(), "told before it was answered");
+    let report = ScaleReport {
+        executors_moved: 2,
+        ..ScaleReport::default()
+    };
+    reply.send(Ok(report.clone())).unwrap();
+    assert_eq!(scale_in.await.unwrap().unwrap(), report);
+    let JobEvent::Scale(done) = next_event(&mut events).await else {
+        panic!("not a scale event")
+    };
+    assert_eq!((done.cause, done.node, done.ok), ("scale-in", None, true));
+    assert_eq!(done.report, report);
+    assert!(done.at_s <= job_started.elapsed().as_secs_f64());
+
+    let refused = control.scale_out(1, 0).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let JobEvent::Scale(refusal) = next_event(&mut events).await else {
+        panic!("not a scale event")
+    };
+    assert_eq!((refusal.cause, refusal.ok), ("scale-out", false));
+    let why = refusal.error.unwrap_or_default();
+    assert!(why.contains("grows when node processes join"), "{why}");
+
+    let refused = control.rebalance_onto(&[WorkerId(0)], &[]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let JobEvent::Scale(refusal) = next_event(&mut events).await else {
+        panic!("not a scale event")
+    };
+    assert_eq!((refusal.cause, refusal.ok), ("rebalance", false));
+    let why = refusal.error.unwrap_or_default();
+    assert!(
+        why.contains("worker-0 is no longer one of the job's workers"),
+        "{why}"
+    );
+    assert!(events.try_recv().is_err(), "one event per command");
+}
+
+/// A scale command the master still answers when the job ends is told before the run
+/// function returns: the run awaits `CommandsTold`, which waits for the command's answer
+/// (an error, once the master stopped) and its event.
+#[tokio::test]
+async fn the_end_of_a_job_waits_until_a_command_in_flight_is_told() {
+    let (master, mut from_master) = scripted_master().await;
+    let (control, mut inbox) = job_control();
+    let told = inbox.commands_told();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (workers, servers) = ids(3);
+    let serving = tokio::spawn(serve_across(
+        inbox.with_events(events_tx),
+        master,
+        workers,
+        servers,
+        std::time::Instant::now(),
+    ));
+    let scale_in = tokio::spawn({
+        let control = control.clone();
+        async move { control.scale_in(&[WorkerId(0)], &[]).await }
+    });
+    let (_, _, reply) = next_rebalance(&mut from_master).await;
+    // The job ends: its control loop stops...
+    serving.abort();
+    let waiting = tokio::spawn(told.wait());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the end did not wait for the command"
+    );
+    // ...and so does the master, dropping what it was answering.
+    drop(reply);
+    waiting.await.unwrap();
+    let JobEvent::Scale(event) = events.try_recv().expect("told before the wait ended") else {
+        panic!("not a scale event")
+    };
+    assert_eq!((event.cause, event.ok), ("scale-in", false));
+    assert!(scale_in.await.unwrap().is_err());
+}
+
 #[tokio::test]
 async fn a_server_crashed_while_a_scale_event_runs_is_not_named_live_when_it_ends() {
     let (control, mut from_master) = serve_in_one_process().await;
@@ -240,7 +362,13 @@ async fn a_node_forgotten_while_a_scale_event_runs_is_not_named_live_when_it_end
     let (master, mut from_master) = scripted_master().await;
     let (control, inbox) = job_control();
     let (workers, servers) = ids(3);
-    tokio::spawn(serve_across(inbox, master, workers, servers));
+    tokio::spawn(serve_across(
+        inbox,
+        master,
+        workers,
+        servers,
+        std::time::Instant::now(),
+    ));
     // Node 0 leaves: a scale event moves its worker's and server's load away...
     let leave = tokio::spawn({
         let control = control.clone();

@@ -117,10 +117,13 @@ fn transport(lease_timeout_ms: u64) -> TransportConfig {
 pub enum NodeFailure {
     /// An outside membership service (e.g. etcd) saw node `node` die: what it saw.
     Seen { node: u32, seen: String },
-    /// The process its launcher named `launch_id` ([`NODE_LAUNCH_ID_VAR`]) exited while
-    /// the job ran (`how`: its exit status, e.g. `signal: 9 (SIGKILL)`). Report only
-    /// exits that are not a clean end: a node that left the job, or one never named, is
-    /// not the job's any more and the report is ignored.
+    /// The process its launcher named `launch_id` ([`NODE_LAUNCH_ID_VAR`]) exited (`how`:
+    /// its exit status, e.g. `signal: 9 (SIGKILL)`). Report only exits that are not a
+    /// clean end. While the job runs, the node it ran dies at once; a node that left the
+    /// job, or a process that never got ready, is not the job's any more and the report is
+    /// ignored. Before the job started (the master still waits for its nodes to join or
+    /// get ready), the job cannot have all its nodes: the start ends with
+    /// [`HarpError::NodeExitedBeforeStart`].
     ///
     /// [`NODE_LAUNCH_ID_VAR`]: crate::NODE_LAUNCH_ID_VAR
     Exited { launch_id: u64, how: String },
@@ -196,6 +199,21 @@ async fn run_across<A: App>(
     creds: &JobCredentials,
     options: &ClusterOptions,
     listening: impl FnOnce(SocketAddr),
+    failures: mpsc::UnboundedReceiver<NodeFailure>,
+    mut control: crate::control::ControlInbox,
+) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
+    // The event of every scale command answered by the end is told before this returns.
+    let told = control.commands_told();
+    let result = run_across_body(app, creds, options, listening, failures, control).await;
+    told.wait().await;
+    result
+}
+
+async fn run_across_body<A: App>(
+    app: Arc<A>,
+    creds: &JobCredentials,
+    options: &ClusterOptions,
+    listening: impl FnOnce(SocketAddr),
     mut failures: mpsc::UnboundedReceiver<NodeFailure>,
     control: crate::control::ControlInbox,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
@@ -218,23 +236,19 @@ async fn run_across<A: App>(
     let counters = Arc::new(WireCounters::new());
     let courier = master_courier(&endpoint, job, &counters)?;
     let identity = AppIdentity::of(&*app);
-    let stopped_while_starting = |reason| HarpError::Stopped {
-        reason,
-        started: false,
-        tasks_completed: 0,
-        checkpoints: None,
-    };
-    // A stop while the nodes join: the ones that joined hear of it, and exit 0.
+    // Until the job starts, a stop or an exited node process ends the start; the nodes that
+    // joined hear why (after a stop they exit 0). Other deaths reported meanwhile are
+    // handled once the job runs.
+    let stop_requested = control.stop_requested();
+    tokio::pin!(stop_requested);
+    let mut early_failures = Vec::new();
     let mut nodes = Vec::new();
-    let stopped = tokio::select! {
-        joined = accept_nodes(&endpoint, &identity, job, options, &counters, &mut nodes) => {
-            joined?;
-            None
-        }
-        reason = control.stop_requested() => Some(reason),
+    let joined = tokio::select! {
+        joined = accept_nodes(&endpoint, &identity, job, options, &counters, &mut nodes) => joined,
+        why = start_interrupted(&mut stop_requested, &mut failures, &mut early_failures) => Err(why),
     };
-    if let Some(reason) = stopped {
-        return Err(stop_before_start(&nodes, stopped_while_starting(reason)).await);
+    if let Err(e) = joined {
+        return Err(not_started(&nodes, e).await);
     }
     // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
     let accepting =
@@ -258,8 +272,7 @@ async fn run_across<A: App>(
             worker_ids.len(),
             server_ids.len()
         );
-        shut_down_nodes(&nodes, &message);
-        return Err(HarpError::InvalidConfig(message));
+        return Err(not_started(&nodes, HarpError::InvalidConfig(message)).await);
     }
     let (num_workers, num_servers) = (worker_ids.len() as u32, server_ids.len() as u32);
     let layout = CheckpointLayout {
@@ -277,10 +290,7 @@ async fn run_across<A: App>(
         report,
     } = match consistent_start(&*app, &options.consistent, layout) {
         Ok(start) => start,
-        Err(e) => {
-            shut_down_nodes(&nodes, &e.to_string());
-            return Err(e);
-        }
+        Err(e) => return Err(not_started(&nodes, e).await),
     };
     // A resumed job has the checkpoint's executors and shards, over the nodes it has now.
     let info = JobInfo {
@@ -343,15 +353,12 @@ async fn run_across<A: App>(
         node.link.send(&Message::Assign(assignment))?;
         node.link.send(&Message::Placement(placement.clone()))?;
     }
-    let stopped = tokio::select! {
-        ready = wait_ready(&mut nodes, options.join_timeout_ms) => {
-            ready?;
-            None
-        }
-        reason = control.stop_requested() => Some(reason),
+    let ready = tokio::select! {
+        ready = wait_ready(&mut nodes, options.join_timeout_ms) => ready,
+        why = start_interrupted(&mut stop_requested, &mut failures, &mut early_failures) => Err(why),
     };
-    if let Some(reason) = stopped {
-        return Err(stop_before_start(&nodes, stopped_while_starting(reason)).await);
+    if let Err(e) = ready {
+        return Err(not_started(&nodes, e).await);
     }
 
     let driver = app
@@ -365,10 +372,7 @@ async fn run_across<A: App>(
         .map_err(HarpError::DriverFailed);
     let driver = match driver {
         Ok(driver) => driver,
-        Err(e) => {
-            shut_down_nodes(&nodes, &e.to_string());
-            return Err(e);
-        }
+        Err(e) => return Err(not_started(&nodes, e).await),
     };
     let (done_tx, done_rx) = oneshot::channel();
     let master = spawn(
@@ -467,23 +471,11 @@ async fn run_across<A: App>(
     let outside_failures = {
         let ctx = ctx.clone();
         crate::spawn::spawn(async move {
+            for failure in early_failures {
+                outside_failure(&ctx, failure);
+            }
             while let Some(failure) = failures.recv().await {
-                match failure {
-                    NodeFailure::Seen { node, seen } => node_died(&ctx, node, &seen),
-                    NodeFailure::Exited { launch_id, how } => {
-                        let node = roster::lock(&ctx.roster).launched_as(launch_id);
-                        match node {
-                            Some(node) => {
-                                node_died(&ctx, node, &format!("its process exited ({how})"))
-                            }
-                            None => tracing::debug!(
-                                launch_id,
-                                %how,
-                                "a launched process exited that runs no node of the job (any more)"
-                            ),
-                        }
-                    }
-                }
+                outside_failure(&ctx, failure);
             }
         })
     };
@@ -497,6 +489,7 @@ async fn run_across<A: App>(
         master.clone(),
         workers.keys().copied().collect(),
         server_ids.clone(),
+        started,
     ));
     accepting.run(ctx.clone());
     let leaves = crate::spawn::spawn(roster::serve_leaves(ctx.clone(), leaving_rx));
@@ -640,15 +633,6 @@ async fn tell_job_ended<'a>(links: impl Iterator<Item = &'a Link> + Clone, ended
     }
 }
 
-/// Tells every node that joined that the job will not run, and why.
-fn shut_down_nodes(nodes: &[JoinedNode], reason: &str) {
-    for node in nodes {
-        let _ = node.link.send(&Message::Shutdown {
-            reason: reason.to_string(),
-        });
-    }
-}
-
 /// The master's end of parked executor states: it dials the nodes from its own endpoint
 /// with a hello of the master's.
 fn master_courier(
@@ -781,12 +765,67 @@ async fn wait_ready(nodes: &mut [JoinedNode], timeout_ms: u64) -> Result<(), Har
     Ok(())
 }
 
-/// A job stopped before it started: tells the nodes that joined (each ends as after a
-/// stop, exit 0) and gives them a moment to read it before the endpoint closes; returns
-/// `stopped`.
-async fn stop_before_start(nodes: &[JoinedNode], stopped: HarpError) -> HarpError {
-    tell_job_ended(nodes.iter().map(|node| &node.link), &ended_by(&stopped)).await;
-    stopped
+/// Handles a death reported from outside the job's links while the job runs.
+fn outside_failure<A: App>(ctx: &RosterContext<A>, failure: NodeFailure) {
+    match failure {
+        NodeFailure::Seen { node, seen } => node_died(ctx, node, &seen),
+        NodeFailure::Exited { launch_id, how } => {
+            let node = roster::lock(&ctx.roster).launched_as(launch_id);
+            match node {
+                Some(node) => node_died(ctx, node, &format!("its process exited ({how})")),
+                None => tracing::debug!(
+                    launch_id,
+                    %how,
+                    "a launched process exited that runs no node of the job (any more)"
+                ),
+            }
+        }
+    }
+}
+
+/// Completes with why a job that still starts must not: it was stopped
+/// ([`HarpError::Stopped`]), or a node process its launcher started exited
+/// ([`HarpError::NodeExitedBeforeStart`]). Any other failure reported meanwhile goes to
+/// `early`, for the job to handle once it runs.
+async fn start_interrupted(
+    stop_requested: &mut (impl std::future::Future<Output = String> + Unpin),
+    failures: &mut mpsc::UnboundedReceiver<NodeFailure>,
+    early: &mut Vec<NodeFailure>,
+) -> HarpError {
+    let mut reported = true;
+    loop {
+        tokio::select! {
+            reason = &mut *stop_requested => {
+                return HarpError::Stopped {
+                    reason,
+                    started: false,
+                    tasks_completed: 0,
+                    checkpoints: None,
+                }
+            }
+            failure = failures.recv(), if reported => match failure {
+                Some(NodeFailure::Exited { launch_id, how }) => {
+                    return HarpError::NodeExitedBeforeStart { launch_id, how }
+                }
+                Some(other) => early.push(other),
+                None => reported = false,
+            },
+        }
+    }
+}
+
+/// A job that will not start (`why`): tells the nodes that joined (after a stop each ends
+/// as after a stop, exit 0; otherwise it hears the reason) and gives them a moment to read
+/// it before the endpoint closes; returns `why`.
+async fn not_started(nodes: &[JoinedNode], why: HarpError) -> HarpError {
+    let told = match &why {
+        HarpError::Stopped { .. } => ended_by(&why),
+        other => Message::Shutdown {
+            reason: other.to_string(),
+        },
+    };
+    tell_job_ended(nodes.iter().map(|node| &node.link), &told).await;
+    why
 }
 
 /// Reads one node's link for the master: completions, failures, heartbeats, replies, a

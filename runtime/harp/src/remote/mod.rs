@@ -10,7 +10,8 @@
 //! joined sends each one its `Assign`ment (worker, executors, server, shards) and the
 //! `Placement` (which server holds which shard, and where it listens). Nodes dial the nodes
 //! whose servers they need, create their executors, and report `Ready`; then the driver
-//! starts. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
+//! starts. Until then a stop, or a node process that its launcher reports exited
+//! (`NodeFailure::Exited`), ends the start at once and the nodes that joined hear why. A node's lease is renewed by heartbeats; a node that stops renewing, or whose
 //! connection breaks, is dead (`failures`): a server-only node of a job with SCAR's
 //! running checkpoint is recovered from it (its shards re-created on the live servers); a
 //! worker node of a job that recovers workers is recovered too (its executors created again
@@ -43,6 +44,7 @@
 
 pub(crate) mod codec;
 mod failures;
+mod fault_delays;
 mod identity;
 mod listen_addr;
 mod master_side;
@@ -54,14 +56,12 @@ mod row_parts;
 mod scale_client;
 mod state_transfer;
 
+pub use fault_delays::{HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
 pub use master_side::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,
     ClusterOptions, NodeFailure,
 };
-pub use node_side::{
-    run_node, run_node_leaving, run_node_with, HAND_OFF_ANSWER_DELAY_VAR, NODE_LAUNCH_ID_VAR,
-    STAGED_REPORT_DELAY_VAR,
-};
+pub use node_side::{run_node, run_node_leaving, run_node_with, NODE_LAUNCH_ID_VAR};
 pub use roster::{NodeLauncher, NODES_STARTED_MAX};
 pub use scale_client::{send_scale_command, ScaleError};
 

@@ -3,6 +3,9 @@
 //! also serves the executor states it parked for a move to the nodes that fetch them
 //! ([`super::state_transfer`]).
 
+use super::fault_delays::{
+    fault_delay, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+};
 use super::identity::AppIdentity;
 use super::job_id;
 use super::proxies::{
@@ -159,6 +162,13 @@ pub async fn run_node_leaving<A: App>(
         master: false,
     };
     let hello = |node_id| harp_wire::hello(job, node_id, role, listen_addr.to_string());
+    if let Some(delay) = fault_delay(JOIN_DELAY_VAR) {
+        tracing::warn!(
+            delay_ms = delay.as_millis() as u64,
+            "fault injection: joining the job late"
+        );
+        tokio::time::sleep(delay).await;
+    }
     let conn = endpoint.connect(join).await?;
     let (master_link, mut from_master) =
         Link::open(conn, &hello(NODE_ID_UNASSIGNED), limits, counters.clone()).await?;
@@ -396,25 +406,15 @@ async fn start_node<A: App>(
     Ok((worker, servers, store))
 }
 
-/// Fault injection for tests of worker recovery: `HARP_FAULT_STAGED_REPORT_DELAY_MS` holds
-/// each staged flush of this node that long before reporting it to the master, so a node
-/// killed meanwhile dies with staged parts the master never commits (which must then be
-/// dropped and their tasks run again). Unset, empty or not a number: no delay.
+/// [`STAGED_REPORT_DELAY_VAR`]'s delay, said once when there is one.
 fn staged_report_delay() -> Option<Duration> {
-    let ms: u64 = std::env::var(STAGED_REPORT_DELAY_VAR)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let delay = fault_delay(STAGED_REPORT_DELAY_VAR)?;
     tracing::warn!(
-        node_delay_ms = ms,
+        node_delay_ms = delay.as_millis() as u64,
         "fault injection: staged flushes are reported late"
     );
-    Some(Duration::from_millis(ms))
+    Some(delay)
 }
-
-/// See `staged_report_delay`.
-pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 
 /// What the launcher of this node's process named it ([`NODE_LAUNCH_ID_VAR`]), told to the
 /// master with `Ready`: 0 (none) when unset; a value that is not a number greater than 0 is
@@ -442,24 +442,6 @@ fn launch_id() -> u64 {
 /// ([`NodeFailure::Exited`](crate::NodeFailure::Exited)) then names that node, whose death
 /// the master handles at once instead of after its lease timeout.
 pub const NODE_LAUNCH_ID_VAR: &str = "HARP_NODE_LAUNCH_ID";
-
-/// Fault injection for tests (`HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS`): a node with a server
-/// answers the master's hand-off of a shard that long after the new owner confirmed it holds
-/// the rows, so a node killed meanwhile dies with the move unconfirmed while its new owner
-/// holds the rows already (the master must re-create the shard there). Unset, empty or not a
-/// number: no delay.
-fn hand_off_answer_delay() -> Option<Duration> {
-    let ms: u64 = std::env::var(HAND_OFF_ANSWER_DELAY_VAR)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms))
-}
-
-/// Fault injection for tests: a node with a server answers a shard's hand-off this many
-/// milliseconds after the new owner confirmed it holds the rows.
-pub const HAND_OFF_ANSWER_DELAY_VAR: &str = "HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS";
 
 /// Opens links to other nodes (their servers, or the executor states they parked).
 #[derive(Clone)]
@@ -854,7 +836,7 @@ fn hand_off_shard(
             Ok(Err(e)) => HandOffResult::Refused(e.to_string()),
             Err(_) => HandOffResult::Refused("the local server stopped".into()),
         };
-        if let Some(delay) = hand_off_answer_delay() {
+        if let Some(delay) = fault_delay(HAND_OFF_ANSWER_DELAY_VAR) {
             tracing::warn!(%shard, to = %to_id, delay_ms = delay.as_millis() as u64, "fault injection: the new owner holds the shard; answering the hand-off late");
             tokio::time::sleep(delay).await;
         }

@@ -1,0 +1,185 @@
+//! A job across processes that cannot start: a node process its launcher started exits
+//! before the job starts (a crash while it loads its data, the OOM killer, a SIGKILL). The
+//! master ends the start at once, saying which process exited and how, and the nodes that
+//! joined hear why; before, it waited out its join timeout (30 s by default) and then said
+//! only that too few nodes had joined. Other deaths reported before the start are not
+//! lost: the job handles them once it runs.
+
+use harp::{
+    job_control, ClusterOptions, HarpError, JobCredentials, JobOutcome, NodeFailure, NodeRoles,
+};
+use harp_apps::counter::CounterApp;
+use harp_tests::{endless_counter, resolve_binary, runtime, sigkill, wait_for_children, Threads};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a test waits for a job to end before it fails (a guard against a hang, not a
+/// measurement).
+const GUARD: Duration = Duration::from_secs(60);
+
+type MasterEnd = Result<JobOutcome<CounterApp>, HarpError>;
+
+/// The endless counter's master, waiting (for ten minutes) for `nodes` nodes and hearing of
+/// deaths on `failures`: its task and where it listens.
+async fn master_of_endless_counter(
+    app: &Arc<CounterApp>,
+    creds: &Arc<JobCredentials>,
+    nodes: u32,
+    failures: mpsc::UnboundedReceiver<NodeFailure>,
+) -> (tokio::task::JoinHandle<MasterEnd>, SocketAddr) {
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let master = {
+        let (app, creds) = (app.clone(), creds.clone());
+        tokio::spawn(async move {
+            let options = ClusterOptions {
+                nodes,
+                join_timeout_ms: 600_000,
+                ..ClusterOptions::default()
+            };
+            let (_control, inbox) = job_control();
+            let listening = |addr| {
+                let _ = addr_tx.send(addr);
+            };
+            harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
+                .await
+                .map(|(outcome, _)| outcome)
+        })
+    };
+    (master, addr_rx.await.unwrap())
+}
+
+/// A node (in this process) joining the job at `master`: its task, and a receiver that
+/// completes once the master welcomed it.
+fn join(
+    app: &Arc<CounterApp>,
+    creds: &Arc<JobCredentials>,
+    master: SocketAddr,
+) -> (
+    tokio::task::JoinHandle<Result<(), HarpError>>,
+    oneshot::Receiver<u32>,
+) {
+    let (joined_tx, joined) = oneshot::channel();
+    let (app, creds) = (app.clone(), creds.clone());
+    let node = tokio::spawn(async move {
+        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        harp::run_node_with(app, &creds, master, localhost, NodeRoles::BOTH, |id| {
+            let _ = joined_tx.send(id);
+        })
+        .await
+    });
+    (node, joined)
+}
+
+async fn guarded<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(GUARD, task)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not end within {GUARD:?}"))
+        .unwrap_or_else(|e| panic!("{what}'s task failed: {e}"))
+}
+
+/// The master waits for 3 nodes; one joined, and the launcher reports that another node
+/// process exited: the start ends with that exit, and the node that joined hears why.
+#[test]
+fn a_node_process_that_exits_before_the_start_ends_it_and_the_joined_nodes_hear_why() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
+        let app = endless_counter();
+        let (outside, failures) = mpsc::unbounded_channel();
+        let (master, addr) = master_of_endless_counter(&app, &creds, 3, failures).await;
+        let (node, joined) = join(&app, &creds, addr);
+        tokio::time::timeout(GUARD, joined)
+            .await
+            .expect("the node joins")
+            .expect("the node is welcomed");
+        outside
+            .send(NodeFailure::Exited {
+                launch_id: 2,
+                how: "exit status: 3".into(),
+            })
+            .unwrap();
+        match guarded("the master", master).await {
+            Err(e @ HarpError::NodeExitedBeforeStart { .. }) => assert_eq!(
+                e.to_string(),
+                "node process 2 exited before the job started (exit status: 3); the job cannot start without it"
+            ),
+            Err(e) => panic!("the start ended otherwise: {e}"),
+            Ok(_) => panic!("the job ran without its nodes"),
+        }
+        match guarded("the node", node).await {
+            Err(e) => {
+                let why = e.to_string();
+                assert!(
+                    why.contains("shut down by the master before the job started")
+                        && why.contains("node process 2 exited before the job started"),
+                    "the node did not hear why: {why}"
+                );
+            }
+            Ok(()) => panic!("the node reports a job that ended well"),
+        }
+    });
+}
+
+/// A death an outside membership service reports before the job starts does not end the
+/// start (only a launched process's exit does) and is not lost: the job handles it once it
+/// runs, here as the death of its only node.
+#[test]
+fn a_death_seen_before_the_start_is_handled_once_the_job_runs() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
+        let app = endless_counter();
+        let (outside, failures) = mpsc::unbounded_channel();
+        let (master, addr) = master_of_endless_counter(&app, &creds, 1, failures).await;
+        outside
+            .send(NodeFailure::Seen {
+                node: 0,
+                seen: "the test says its lease expired".into(),
+            })
+            .unwrap();
+        let (node, _joined) = join(&app, &creds, addr);
+        match guarded("the master", master).await {
+            Err(HarpError::NodeDied { node: 0, detail }) => assert!(
+                detail.contains("the test says its lease expired"),
+                "{detail}"
+            ),
+            Err(e) => panic!("not the reported death: {e}"),
+            Ok(_) => panic!("the job ended well after its only node died"),
+        }
+        let _ = guarded("the node", node).await;
+    });
+}
+
+/// `harp run --processes 3` whose nodes start slowly (`HARP_FAULT_JOIN_DELAY_MS`): one is
+/// killed with SIGKILL before it joined. The master fails at once naming the process and
+/// its signal, not after its 30 s join timeout with "only 0 of 2 nodes joined".
+#[test]
+fn harp_run_fails_at_once_when_a_node_process_dies_before_the_job_starts() {
+    let harp = resolve_binary(env!("CARGO_BIN_EXE_harp-cli"));
+    let master = Command::new(harp)
+        .args(["run", "counter", "--processes", "3", "--tasks", "1000"])
+        .env(harp::remote::JOIN_DELAY_VAR, "600000")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let nodes = wait_for_children(master.id(), 2);
+    let killed_at = Instant::now();
+    sigkill(nodes[0]);
+    let output = master.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!(
+        "the master exited {:.2} s after the kill: {stderr}",
+        killed_at.elapsed().as_secs_f64()
+    );
+    assert!(!output.status.success(), "the master must fail: {stderr}");
+    assert!(
+        stderr.contains("exited before the job started (signal: 9 (SIGKILL))"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("nodes joined within"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

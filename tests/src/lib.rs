@@ -301,6 +301,30 @@ pub fn spawn_nodes<A: harp::App>(
         .collect()
 }
 
+/// Starts one node with `role` (in this process, joining over QUIC on loopback) for the
+/// job whose master listens at `master`: its task, and a receiver that gets the node's id
+/// once the master welcomed it (a test's sync point for "the node joined").
+pub fn spawn_node_joined<A: harp::App>(
+    app: &Arc<A>,
+    creds: &Arc<harp::JobCredentials>,
+    master: std::net::SocketAddr,
+    role: harp::NodeRoles,
+) -> (
+    tokio::task::JoinHandle<Result<(), harp::HarpError>>,
+    tokio::sync::oneshot::Receiver<u32>,
+) {
+    let (joined_tx, joined) = tokio::sync::oneshot::channel();
+    let (app, creds) = (app.clone(), creds.clone());
+    let node = tokio::spawn(async move {
+        let localhost = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        harp::run_node_with(app, &creds, master, localhost, role, |id| {
+            let _ = joined_tx.send(id);
+        })
+        .await
+    });
+    (node, joined)
+}
+
 /// Runs `app` across nodes in this process: the master with `options` and one node per
 /// entry of `roles`, joining over QUIC on loopback (a runtime of 2 threads), and returns the
 /// job's outcome once every node ended.

@@ -7,12 +7,12 @@
 
 use harp::{job_control, ClusterOptions, HarpError, JobConfig, JobCredentials, NodeRoles};
 use harp_apps::counter::CounterApp;
-use harp_tests::{endless_counter, runtime, spawn_nodes, Threads};
+use harp_tests::{endless_counter, runtime, spawn_node_joined, Threads};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The endless counter across processes, waiting for `nodes` nodes (for ten minutes), with
-/// one node that joins it: the job's control, its master and that node.
+/// one node that joins it: the job's control, its master and that node, once it joined.
 async fn job_of_endless_counter(
     nodes: u32,
 ) -> (
@@ -42,7 +42,11 @@ async fn job_of_endless_counter(
         })
     };
     let addr = addr_rx.await.unwrap();
-    let node = spawn_nodes(&app, &creds, addr, &[NodeRoles::BOTH]).remove(0);
+    let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
+    tokio::time::timeout(GUARD, joined)
+        .await
+        .expect("the node joins within the guard")
+        .expect("the node is welcomed");
     (control, master, node)
 }
 
@@ -90,7 +94,11 @@ fn a_running_job_in_one_process_stops_with_the_first_reason_given() {
 fn a_job_across_processes_tells_its_node_it_was_stopped() {
     runtime(Threads::Multi(2)).block_on(async {
         let (control, master, node) = job_of_endless_counter(1).await;
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // The control answers once the job runs (it waits in its inbox until then).
+        tokio::time::timeout(GUARD, control.members())
+            .await
+            .expect("the job starts within the guard")
+            .expect("the job's members");
         control.stop("the test is over");
         let ended = tokio::time::timeout(GUARD, master)
             .await
@@ -173,9 +181,8 @@ fn a_job_across_processes_that_waits_for_its_nodes_stops_waiting() {
 #[test]
 fn a_node_of_a_job_stopped_before_it_started_hears_of_the_stop() {
     runtime(Threads::Multi(2)).block_on(async {
+        // One of the three nodes the job waits for has joined.
         let (control, master, node) = job_of_endless_counter(3).await;
-        // Time for it to join (one of the three the job waits for).
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
         control.stop("the operator asked");
         let ended = tokio::time::timeout(GUARD, master)
             .await

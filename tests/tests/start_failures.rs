@@ -9,8 +9,11 @@ use harp::{
     job_control, ClusterOptions, HarpError, JobCredentials, JobOutcome, NodeFailure, NodeRoles,
 };
 use harp_apps::counter::CounterApp;
-use harp_tests::{endless_counter, resolve_binary, runtime, sigkill, wait_for_children, Threads};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use harp_tests::{
+    endless_counter, resolve_binary, runtime, sigkill, spawn_node_joined, wait_for_children,
+    Threads,
+};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,28 +54,6 @@ async fn master_of_endless_counter(
     (master, addr_rx.await.unwrap())
 }
 
-/// A node (in this process) joining the job at `master`: its task, and a receiver that
-/// completes once the master welcomed it.
-fn join(
-    app: &Arc<CounterApp>,
-    creds: &Arc<JobCredentials>,
-    master: SocketAddr,
-) -> (
-    tokio::task::JoinHandle<Result<(), HarpError>>,
-    oneshot::Receiver<u32>,
-) {
-    let (joined_tx, joined) = oneshot::channel();
-    let (app, creds) = (app.clone(), creds.clone());
-    let node = tokio::spawn(async move {
-        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        harp::run_node_with(app, &creds, master, localhost, NodeRoles::BOTH, |id| {
-            let _ = joined_tx.send(id);
-        })
-        .await
-    });
-    (node, joined)
-}
-
 async fn guarded<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
     tokio::time::timeout(GUARD, task)
         .await
@@ -89,7 +70,7 @@ fn a_node_process_that_exits_before_the_start_ends_it_and_the_joined_nodes_hear_
         let app = endless_counter();
         let (outside, failures) = mpsc::unbounded_channel();
         let (master, addr) = master_of_endless_counter(&app, &creds, 3, failures).await;
-        let (node, joined) = join(&app, &creds, addr);
+        let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
         tokio::time::timeout(GUARD, joined)
             .await
             .expect("the node joins")
@@ -138,7 +119,7 @@ fn a_death_seen_before_the_start_is_handled_once_the_job_runs() {
                 seen: "the test says its lease expired".into(),
             })
             .unwrap();
-        let (node, _joined) = join(&app, &creds, addr);
+        let (node, _joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
         match guarded("the master", master).await {
             Err(HarpError::NodeDied { node: 0, detail }) => assert!(
                 detail.contains("the test says its lease expired"),

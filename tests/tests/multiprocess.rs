@@ -3,7 +3,9 @@
 //! accuracy of the in-process run, a node killed with SIGKILL is reported (which node,
 //! what it held) and the master exits non-zero instead of hanging — or, with
 //! `--recover-workers`, recovers from it when it sees its child exit, without waiting for
-//! the lease — and SIGTERM on the master stops the job and its nodes cleanly.
+//! the lease — and SIGTERM on the master stops the job and its nodes cleanly. With etcd, a
+//! run started again with the same credentials is not disturbed by what the earlier run's
+//! dead nodes left there.
 
 use harp_tests::{
     children_of, read_json_lines, resolve_binary, run_process, sigkill, wait_for_children,
@@ -311,5 +313,76 @@ fn a_master_makes_its_credentials_where_there_are_none() {
         std::fs::read(creds.join("ca.pem")).unwrap(),
         ca,
         "the same authority"
+    );
+}
+
+/// A job started again with the same credentials (a restart, a `--resume` after its master
+/// died) finds the etcd keys of the first run's nodes that died without leaving: their
+/// leases expire only after their TTL. Those deaths are not the new run's: it ends exact,
+/// and its nodes, which take the same ids, hold leases of their own.
+#[test]
+fn a_job_restarted_with_the_same_credentials_ignores_the_first_runs_stale_members() {
+    let Some((rt, etcd)) = etcd() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let creds_dir = dir.path().join("job-ca");
+    std::fs::create_dir_all(&creds_dir).unwrap();
+    let (creds, _) = harp::JobCredentials::load_or_generate(&creds_dir, "counter").unwrap();
+    let job: String = harp::remote::job_id(&creds)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // The first run's nodes 0 and 1, killed: nothing renews their leases any more.
+    rt.block_on(async {
+        use harp_membership::{
+            EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
+            NodeRoles,
+        };
+        let config = MembershipConfig::with_lease_timeout_ms(2000);
+        let first_run =
+            EtcdMembership::connect(&etcd.endpoint, &job, config, EtcdOptions::default())
+                .await
+                .unwrap();
+        for node in [0, 1] {
+            let info = MemberInfo::new(format!("node-{node}"), NodeRoles::BOTH);
+            first_run
+                .register(NodeId(node), info)
+                .await
+                .unwrap()
+                .abandon();
+        }
+    });
+    let (_metrics_dir, metrics) = temp_file("counter.jsonl");
+    // Long enough to outlast the stale leases (2 s).
+    let out = run_process(
+        &harp(),
+        [
+            "run",
+            "counter",
+            "--processes",
+            "3",
+            "--tasks",
+            "6000",
+            "--task-sleep-us",
+            "500",
+            "--etcd",
+            &etcd.endpoint,
+            "--credentials",
+            creds_dir.to_str().unwrap(),
+            "--metrics-out",
+            metrics.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("etcd: removed 2 member records an earlier run of this job left"),
+        "{}",
+        out.describe()
+    );
+    let summary = &read_json_lines(&metrics)[0];
+    assert_eq!(summary["exact"], true, "{}", out.describe());
+    assert!(
+        summary["elapsed_s"].as_f64().unwrap_or(0.0) > 3.0,
+        "the job ended before the stale leases expired: {summary}"
     );
 }

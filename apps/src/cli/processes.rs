@@ -416,6 +416,16 @@ fn watch_etcd(
             EtcdOptions::default(),
         ))
         .map_err(|e| anyhow!("{e}"))?;
+    // This run's nodes take ids an earlier run's may still hold in etcd.
+    let stale = runtime
+        .block_on(backend.clear_members())
+        .map_err(|e| anyhow!("{e}"))?;
+    if stale > 0 {
+        eprintln!(
+            "etcd: removed {stale} member records an earlier run of this job left under {}",
+            backend.members_prefix()
+        );
+    }
     let mut watch = runtime
         .block_on(backend.watch())
         .map_err(|e| anyhow!("{e}"))?;
@@ -542,10 +552,10 @@ async fn node_with_membership<A: App>(
     let registration = tokio::spawn(async move {
         let id = id_rx.await.map_err(|_| anyhow!("node: never joined"))?;
         let info = MemberInfo::new(format!("node-{id}"), roles);
-        let lease = backend
-            .register(NodeId(id), info)
-            .await
-            .map_err(|e| anyhow!("node: {e}"))?;
+        let lease = backend.register(NodeId(id), info).await.map_err(|e| {
+            tracing::warn!(node = id, error = %e, "node: no lease in etcd; the master tells this node's death by its link only");
+            anyhow!("node: {e}")
+        })?;
         Ok::<_, anyhow::Error>((backend, lease))
     });
     let joined = move |id| {

@@ -11,6 +11,9 @@
 //! - **graceful leave** (and the master's revoke): rewrite the value with `leaving: true`
 //!   (same lease), then revoke the lease, which deletes the key.
 //! - **crash**: nothing renews the lease; etcd deletes the key when it expires.
+//! - **clear** (a master starting a run): delete every record under the prefix, so an
+//!   earlier run's dead nodes, whose keys outlive them by a TTL, are not taken for this
+//!   run's nodes of the same ids.
 //! - **watch**: read the prefix at revision R, report its members as `Joined`, then watch
 //!   the prefix from R+1 with previous values. A deletion whose previous value says
 //!   `leaving` is a `Left`; any other deletion is a lease expiry, a `Died`.
@@ -30,8 +33,8 @@ use crate::lease::{LeaseHandle, LostSender};
 use crate::watch::{MembershipWatch, WatchItem};
 use crate::{BoxFuture, MembershipBackend};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
-    TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue,
+    PutOptions, Txn, TxnOp, WatchOptions,
 };
 use harp_core::{MemberInfo, MembershipConfig, MembershipEvent, NodeId};
 use serde::{Deserialize, Serialize};
@@ -199,6 +202,23 @@ impl EtcdMembership {
     /// A handle on the etcd client, for the job's other keys (e.g. `desired_nodes`).
     pub(crate) fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Removes every member record under the job's prefix and returns how many there were.
+    /// A master starting a run of the job calls it before its [`watch`](MembershipBackend::watch):
+    /// the records of an earlier run's nodes that died without leaving stay until their
+    /// leases expire, a TTL later, and would otherwise be reported as this run's nodes, whose
+    /// ids they share, dying (and block those ids' registration meanwhile).
+    pub async fn clear_members(&self) -> Result<u64, MembershipBackendError> {
+        let mut client = self.client.clone();
+        let options = DeleteOptions::new().with_prefix();
+        let deleted = self
+            .call(
+                "clear members",
+                client.delete(self.members_prefix(), Some(options)),
+            )
+            .await?;
+        Ok(u64::try_from(deleted.deleted()).unwrap_or(0))
     }
 
     /// Runs one etcd call under the request deadline, mapping its errors.

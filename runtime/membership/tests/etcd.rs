@@ -296,3 +296,46 @@ async fn etcd_going_away_ends_watch_and_lease_with_errors() {
         "{err:?}"
     );
 }
+
+/// A master starting a run clears what an earlier run's dead nodes left: their records would
+/// be reported dying once their leases expire (and hold their ids meanwhile). After
+/// `clear_members`, a watch reports nothing of them and the ids register again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_members_removes_an_earlier_runs_records() {
+    let Some(server) = EtcdServer::start().await else {
+        return;
+    };
+    let earlier = connect(&server, "job-again").await;
+    for n in [0, 1] {
+        earlier
+            .register(NodeId(n), info(n))
+            .await
+            .unwrap()
+            .abandon();
+    }
+    let master = connect(&server, "job-again").await;
+    // Another job's member is not this job's to clear.
+    let other = connect(&server, "job-other").await;
+    let _other_member = other.register(NodeId(0), info(0)).await.unwrap();
+    assert_eq!(master.clear_members().await.unwrap(), 2);
+    assert_eq!(master.members().await.unwrap(), vec![]);
+    let mut watch = master.watch().await.unwrap();
+    let node = connect(&server, "job-again").await;
+    let _again = node.register(NodeId(1), info(1)).await.unwrap();
+    let ev = next_within(&mut watch, Duration::from_secs(5)).await;
+    assert_eq!(
+        ev,
+        Some(MembershipEvent::Joined {
+            node: NodeId(1),
+            info: info(1)
+        })
+    );
+    // The earlier run's leases expire meanwhile: nothing is reported of them.
+    let ttl_s = master.lease_ttl_s() as u64;
+    assert_eq!(
+        next_within(&mut watch, Duration::from_secs(ttl_s + 2)).await,
+        None
+    );
+    assert_eq!(other.members().await.unwrap(), vec![(NodeId(0), info(0))]);
+    assert_eq!(master.clear_members().await.unwrap(), 1, "this run's node");
+}

@@ -1,10 +1,11 @@
-//! The master process of a job across processes: waits for its nodes, assigns them work,
-//! runs the driver, watches the nodes' leases, and collects the parameters at the end.
+//! The master process of a job across processes: waits for its nodes (`master_start.rs`),
+//! assigns them work, runs the driver, watches the nodes' leases, and collects the
+//! parameters at the end.
 
 use super::failures::{node_died, report_after_verdict};
 use super::identity::AppIdentity;
 use super::job_id;
-use super::listen_addr::reachable_listen_addr;
+use super::master_start::{accept_nodes, not_started, start_interrupted, wait_ready, JoinedNode};
 use super::pending::{Pending, PendingReplies};
 use super::proxies::{completions_from_wire, ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
@@ -26,8 +27,8 @@ use harp_core::{
 };
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_hello, refusal, Assignment, FrameLimits, JobInfoWire, Message, NodeRole, Placement,
-    ServerPlace, ShardPlace, WireCounters, NODE_ID_UNASSIGNED,
+    Assignment, JobInfoWire, Message, NodeRole, Placement, ServerPlace, ShardPlace, WireCounters,
+    NODE_ID_UNASSIGNED,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
@@ -91,16 +92,6 @@ impl Default for ClusterOptions {
             consistent: crate::consistent::ConsistentOptions::default(),
         }
     }
-}
-
-struct JoinedNode {
-    id: u32,
-    link: Link,
-    incoming: mpsc::UnboundedReceiver<Incoming>,
-    listen_addr: String,
-    roles: NodeRoles,
-    /// What the launcher of its process named it (known once it is ready; 0: nothing).
-    launch_id: u64,
 }
 
 fn transport(lease_timeout_ms: u64) -> TransportConfig {
@@ -593,7 +584,7 @@ async fn run_across_body<A: App>(
 }
 
 /// `JobEnded` for a job that ended with `error` (a stop is told as one).
-fn ended_by(error: &HarpError) -> Message {
+pub(super) fn ended_by(error: &HarpError) -> Message {
     match error {
         HarpError::Stopped {
             reason,
@@ -622,7 +613,10 @@ fn job_ended(ok: bool, message: String, stopped: Option<harp_wire::StoppedWire>)
 
 /// Sends `ended` on each of `links`, then gives the nodes a moment (at most 2 s in all) to
 /// read it and hang up before the endpoint closes.
-async fn tell_job_ended<'a>(links: impl Iterator<Item = &'a Link> + Clone, ended: &Message) {
+pub(super) async fn tell_job_ended<'a>(
+    links: impl Iterator<Item = &'a Link> + Clone,
+    ended: &Message,
+) {
     for link in links.clone() {
         let _ = link.send(ended);
     }
@@ -692,79 +686,6 @@ async fn adopt_saved_executors<A: App>(
     Ok(())
 }
 
-/// Accepts nodes into `nodes` until the job has all of them.
-async fn accept_nodes(
-    endpoint: &NetEndpoint,
-    identity: &AppIdentity,
-    job: harp_wire::JobId,
-    options: &ClusterOptions,
-    counters: &Arc<WireCounters>,
-    nodes: &mut Vec<JoinedNode>,
-) -> Result<(), HarpError> {
-    let deadline = Instant::now() + Duration::from_millis(options.join_timeout_ms);
-    while nodes.len() < options.nodes as usize {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let conn = match tokio::time::timeout(left, endpoint.accept()).await {
-            Ok(Some(Ok(conn))) => conn,
-            Ok(Some(Err(e))) => {
-                tracing::warn!(error = %e, "a node failed to connect");
-                continue;
-            }
-            Ok(None) => return Err(HarpError::Remote("the master's endpoint closed".into())),
-            Err(_) => {
-                return Err(HarpError::Remote(format!(
-                    "only {} of {} nodes joined within {} ms",
-                    nodes.len(),
-                    options.nodes,
-                    options.join_timeout_ms
-                )))
-            }
-        };
-        let limits = FrameLimits::default();
-        let (link, mut incoming) = Link::accept(conn, limits, counters.clone()).await?;
-        let hello = match tokio::time::timeout(left, incoming.recv()).await {
-            Ok(Some(Ok(Message::Hello(hello)))) => hello,
-            _ => {
-                link.close("expected hello");
-                continue;
-            }
-        };
-        if let Err(e) = check_hello(&hello, job) {
-            tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a node");
-            let _ = link.send(&refusal(&e));
-            continue;
-        }
-        if !hello.role.worker && !hello.role.server {
-            // A `harp scale` client before the job started.
-            let _ = link.send(&super::scale_client::job_starting_answer());
-            continue;
-        }
-        let id = nodes.len() as u32;
-        link.send(&identity.welcome(job, id, options.lease_timeout_ms))?;
-        tracing::info!(node = id, addr = %link.remote_addr(), "node joined");
-        let listen_addr = reachable_listen_addr(&hello.listen_addr, link.remote_addr());
-        nodes.push(JoinedNode {
-            id,
-            link,
-            incoming,
-            listen_addr,
-            launch_id: 0,
-            roles: NodeRoles {
-                worker: hello.role.worker,
-                server: hello.role.server,
-            },
-        });
-    }
-    Ok(())
-}
-
-async fn wait_ready(nodes: &mut [JoinedNode], timeout_ms: u64) -> Result<(), HarpError> {
-    for node in nodes.iter_mut() {
-        node.launch_id = roster::wait_ready(node.id, &mut node.incoming, timeout_ms).await?;
-    }
-    Ok(())
-}
-
 /// Handles a death reported from outside the job's links while the job runs.
 fn outside_failure<A: App>(ctx: &RosterContext<A>, failure: NodeFailure) {
     match failure {
@@ -781,51 +702,6 @@ fn outside_failure<A: App>(ctx: &RosterContext<A>, failure: NodeFailure) {
             }
         }
     }
-}
-
-/// Completes with why a job that still starts must not: it was stopped
-/// ([`HarpError::Stopped`]), or a node process its launcher started exited
-/// ([`HarpError::NodeExitedBeforeStart`]). Any other failure reported meanwhile goes to
-/// `early`, for the job to handle once it runs.
-async fn start_interrupted(
-    stop_requested: &mut (impl std::future::Future<Output = String> + Unpin),
-    failures: &mut mpsc::UnboundedReceiver<NodeFailure>,
-    early: &mut Vec<NodeFailure>,
-) -> HarpError {
-    let mut reported = true;
-    loop {
-        tokio::select! {
-            reason = &mut *stop_requested => {
-                return HarpError::Stopped {
-                    reason,
-                    started: false,
-                    tasks_completed: 0,
-                    checkpoints: None,
-                }
-            }
-            failure = failures.recv(), if reported => match failure {
-                Some(NodeFailure::Exited { launch_id, how }) => {
-                    return HarpError::NodeExitedBeforeStart { launch_id, how }
-                }
-                Some(other) => early.push(other),
-                None => reported = false,
-            },
-        }
-    }
-}
-
-/// A job that will not start (`why`): tells the nodes that joined (after a stop each ends
-/// as after a stop, exit 0; otherwise it hears the reason) and gives them a moment to read
-/// it before the endpoint closes; returns `why`.
-async fn not_started(nodes: &[JoinedNode], why: HarpError) -> HarpError {
-    let told = match &why {
-        HarpError::Stopped { .. } => ended_by(&why),
-        other => Message::Shutdown {
-            reason: other.to_string(),
-        },
-    };
-    tell_job_ended(nodes.iter().map(|node| &node.link), &told).await;
-    why
 }
 
 /// Reads one node's link for the master: completions, failures, heartbeats, replies, a

@@ -48,6 +48,7 @@ mod fault_delays;
 mod identity;
 mod listen_addr;
 mod master_side;
+mod master_start;
 mod node_side;
 mod pending;
 mod proxies;

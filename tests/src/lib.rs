@@ -15,7 +15,7 @@
 //! | `plot_cli.rs` | `harp plot` on what `harp run` wrote (panels, the fault's line, `--x time`, `--out`); bad metrics files refused with file and line |
 //! | `multiprocess.rs` | `harp run --processes`: the counter exact and MLR accurate across processes; a SIGKILLed node reported (the process's exit, which node, what it held) or, with `--recover-workers`, recovered from when its process exits; SIGTERM on the master ends its nodes cleanly; with etcd, a run started again with the same credentials ignores the earlier run's stale members |
 //! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`, and each consistent checkpoint and the resume equal to the `ConsistentReport`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
-//! | `start_failures.rs` | a job across processes whose node process exits before the start (`NodeFailure::Exited`, a SIGKILLed child of `harp run --processes` that joins late) ends the start at once naming the process, and the nodes that joined hear why; a death seen before the start is handled once the job runs |
+//! | `start_failures.rs` | a job across processes whose node process exits before the start (`NodeFailure::Exited`, a SIGKILLed child of `harp run --processes` that joins late) ends the start at once naming the process, and the nodes that joined hear why; a death seen before the start is handled once the job runs; a node given SIGTERM while it joins leaves once the job runs |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
@@ -410,11 +410,29 @@ pub fn wait_for_children(pid: u32, count: usize) -> Vec<u32> {
 
 /// Sends process `pid` SIGKILL.
 pub fn sigkill(pid: u32) {
+    send_signal(pid, "KILL");
+}
+
+/// Sends process `pid` the signal `name` (`TERM`, `KILL`, ...).
+pub fn send_signal(pid: u32, name: &str) {
     let status = Command::new("kill")
-        .args(["-9", &pid.to_string()])
+        .args([&format!("-{name}"), &pid.to_string()])
         .status()
         .unwrap();
-    assert!(status.success(), "kill -9 {pid} failed");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// Starts `command` with no stdin, its stdout and stderr piped (for `wait_with_output`),
+/// and no backtraces.
+#[allow(clippy::zombie_processes)] // the caller waits for it
+pub fn spawn_piped(command: &mut Command) -> std::process::Child {
+    command
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// Waits (at most 30 s) for `child` to exit; a process that does not fails the test

@@ -8,10 +8,11 @@
 //! dead nodes left there.
 
 use harp_tests::{
-    children_of, read_json_lines, resolve_binary, run_process, sigkill, wait_for_children,
+    children_of, read_json_lines, resolve_binary, run_process, sigkill, spawn_piped,
+    wait_for_children,
 };
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 fn harp() -> PathBuf {
@@ -209,16 +210,12 @@ fn a_killed_node_is_recovered_from_when_its_process_exits() {
 
 /// Kills one node of a job on three processes; the master's stderr.
 fn killed_node_is_reported(extra: &[&str]) -> String {
-    let master = Command::new(harp())
-        .args(ENDLESS_COUNTER_ON_THREE)
-        .args(["--lease-timeout-ms", "2000"])
-        .args(extra)
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let master = spawn_piped(
+        Command::new(harp())
+            .args(ENDLESS_COUNTER_ON_THREE)
+            .args(["--lease-timeout-ms", "2000"])
+            .args(extra),
+    );
     // Wait until both node processes run, then let the job make progress.
     let nodes = wait_for_children(master.id(), 2);
     std::thread::sleep(std::time::Duration::from_millis(1500));

@@ -3,18 +3,19 @@
 //! master ends the start at once, saying which process exited and how, and the nodes that
 //! joined hear why; before, it waited out its join timeout (30 s by default) and then said
 //! only that too few nodes had joined. Other deaths reported before the start are not
-//! lost: the job handles them once it runs.
+//! lost: the job handles them once it runs. A node asked to leave (SIGTERM) while it joins
+//! does not end the start: it leaves as soon as the job runs.
 
 use harp::{
     job_control, ClusterOptions, HarpError, JobCredentials, JobOutcome, NodeFailure, NodeRoles,
 };
 use harp_apps::counter::CounterApp;
 use harp_tests::{
-    endless_counter, resolve_binary, runtime, sigkill, spawn_node_joined, wait_for_children,
-    Threads,
+    endless_counter, resolve_binary, runtime, send_signal, sigkill, spawn_node_joined, spawn_piped,
+    wait_for_children, Threads,
 };
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -138,15 +139,11 @@ fn a_death_seen_before_the_start_is_handled_once_the_job_runs() {
 #[test]
 fn harp_run_fails_at_once_when_a_node_process_dies_before_the_job_starts() {
     let harp = resolve_binary(env!("CARGO_BIN_EXE_harp-cli"));
-    let master = Command::new(harp)
-        .args(["run", "counter", "--processes", "3", "--tasks", "1000"])
-        .env(harp::remote::JOIN_DELAY_VAR, "600000")
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let master = spawn_piped(
+        Command::new(harp)
+            .args(["run", "counter", "--processes", "3", "--tasks", "1000"])
+            .env(harp::remote::JOIN_DELAY_VAR, "600000"),
+    );
     let nodes = wait_for_children(master.id(), 2);
     let killed_at = Instant::now();
     sigkill(nodes[0]);
@@ -162,5 +159,45 @@ fn harp_run_fails_at_once_when_a_node_process_dies_before_the_job_starts() {
         "{stderr}"
     );
     assert!(!stderr.contains("nodes joined within"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A node process asked to leave (SIGTERM) while it still joins does not die by the
+/// signal's default action (exit 143, which would end the start): it joins, and leaves
+/// gracefully as soon as the job runs; the job ends exact on the other node.
+#[test]
+fn a_node_given_sigterm_while_it_joins_leaves_once_the_job_runs() {
+    let harp = resolve_binary(env!("CARGO_BIN_EXE_harp-cli"));
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("counter.jsonl");
+    let master = spawn_piped(
+        Command::new(harp)
+            .args(["run", "counter", "--processes", "3", "--tasks", "4000"])
+            .args(["--task-sleep-us", "500", "--metrics-out"])
+            .arg(&metrics)
+            .env(harp::remote::JOIN_DELAY_VAR, "1500"),
+    );
+    let nodes = wait_for_children(master.id(), 2);
+    send_signal(nodes[0], "TERM");
+    let output = master.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the job must end well: {stderr}");
+    assert!(
+        stderr.contains("harp node: got SIGTERM: leaving the job"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("node processes: 2 of 2 exited 0"),
+        "{stderr}"
+    );
+    let records = harp_tests::read_json_lines(&metrics);
+    let leaves: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "scale" && r["cause"] == "leave")
+        .collect();
+    assert_eq!(leaves.len(), 1, "{records:?}");
+    assert_eq!(leaves[0]["ok"], true, "{records:?}");
+    let summary = records.iter().find(|r| r.get("exact").is_some()).unwrap();
+    assert_eq!(summary["exact"], true, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

@@ -227,19 +227,19 @@ pub fn run(cli: Cli) -> Result<()> {
             match job.command {
                 Command::Run {
                     app: RunApp::Mlr(args),
-                } => node(&args.cluster).run(run_mlr::build_app(&args, true)?),
+                } => node(&args.cluster).run(|| run_mlr::build_app(&args, true)),
                 Command::Run {
                     app: RunApp::Counter(args),
-                } => node(&args.cluster).run(run_counter::build_app(&args)?),
+                } => node(&args.cluster).run(|| run_counter::build_app(&args)),
                 Command::Run {
                     app: RunApp::Mf(args),
-                } => node(&args.cluster).run(run_mf::build_app(&args)?),
+                } => node(&args.cluster).run(|| run_mf::build_app(&args)),
                 Command::Run {
                     app: RunApp::Lda(args),
-                } => node(&args.cluster).run(run_lda::build_app(&args)?),
+                } => node(&args.cluster).run(|| run_lda::build_app(&args)),
                 Command::Run {
                     app: RunApp::Cnn(args),
-                } => node(&args.cluster).run(run_cnn::build_app(&args)?),
+                } => node(&args.cluster).run(|| run_cnn::build_app(&args)),
                 Command::Node { .. } | Command::Scale { .. } | Command::Plot(_) => {
                     anyhow::bail!("a node's job must be a `run` command")
                 }

@@ -510,11 +510,32 @@ pub struct NodeTarget {
 }
 
 impl NodeTarget {
-    /// `harp node`: joins the master at `join` and runs `app` there until the job ends; with
-    /// `--etcd`, holds a lease in etcd while it runs.
-    pub fn run<A: App>(&self, app: Arc<A>) -> Result<()> {
-        let creds = JobCredentials::load(&self.credentials).map_err(|e| anyhow!("{e}"))?;
+    /// `harp node`: builds the app (`build`: its data loaded), joins the master at `join`
+    /// and runs the app there until the job ends; with `--etcd`, holds a lease in etcd while
+    /// it runs. SIGTERM or SIGINT makes it leave from the start: one while it loads its data
+    /// ends it without joining (an error: it never took part); one while it joins and gets
+    /// ready makes it leave as soon as the job runs.
+    pub fn run<A: App>(&self, build: impl FnOnce() -> Result<Arc<A>>) -> Result<()> {
         let runtime = self.cluster.runtime()?;
+        let asked = {
+            let _inside = runtime.enter();
+            asked_to_leave(super::signals::StopSignals::install())
+        };
+        self.run_asked(&runtime, build, asked)
+    }
+
+    /// [`Self::run`], asked to leave by `asked` (the first stop signal's name).
+    fn run_asked<A: App>(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        build: impl FnOnce() -> Result<Arc<A>>,
+        asked: tokio::sync::watch::Receiver<Option<&'static str>>,
+    ) -> Result<()> {
+        let creds = JobCredentials::load(&self.credentials).map_err(|e| anyhow!("{e}"))?;
+        let app = build()?;
+        if let Some(name) = *asked.borrow() {
+            bail!("node: got {name} while it loaded its data; it exits without joining the job");
+        }
         runtime.block_on(node_with_membership(
             app,
             &creds,
@@ -522,8 +543,26 @@ impl NodeTarget {
             self.bind,
             self.roles,
             &self.cluster,
+            leave_when_asked(asked),
         ))
     }
+}
+
+/// The name of the first stop signal, once one came (`None` before; never where signals
+/// are unavailable). Call inside a tokio runtime.
+fn asked_to_leave(
+    signals: Option<super::signals::StopSignals>,
+) -> tokio::sync::watch::Receiver<Option<&'static str>> {
+    let (tx, asked) = tokio::sync::watch::channel(None);
+    if let Some(signals) = signals {
+        tokio::spawn(async move {
+            let (_, name) = signals.first().await;
+            let _ = tx.send(Some(name));
+            // Kept open: a closed channel would read as a signal that never comes.
+            std::future::pending::<()>().await;
+        });
+    }
+    asked
 }
 
 #[cfg(feature = "etcd")]
@@ -534,13 +573,14 @@ async fn node_with_membership<A: App>(
     bind: IpAddr,
     roles: harp::NodeRoles,
     cluster: &ClusterArgs,
+    leave: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     use harp_membership::{
         EtcdMembership, EtcdOptions, MemberInfo, MembershipBackend, MembershipConfig, NodeId,
     };
     let Some(endpoint) = &cluster.etcd else {
         return node_ended(
-            harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal()).await,
+            harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave).await,
         );
     };
     let config = MembershipConfig::with_lease_timeout_ms(cluster.lease_timeout_ms);
@@ -561,9 +601,8 @@ async fn node_with_membership<A: App>(
     let joined = move |id| {
         let _ = id_tx.send(id);
     };
-    let result = node_ended(
-        harp::run_node_leaving(app, creds, join, bind, roles, joined, leave_on_signal()).await,
-    );
+    let result =
+        node_ended(harp::run_node_leaving(app, creds, join, bind, roles, joined, leave).await);
     if let Ok(Ok((_backend, lease))) = registration.await {
         if result.is_ok() {
             let _ = lease.leave().await;
@@ -580,13 +619,12 @@ async fn node_with_membership<A: App>(
     bind: IpAddr,
     roles: harp::NodeRoles,
     cluster: &ClusterArgs,
+    leave: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     if cluster.etcd.is_some() {
         bail!("this harp was built without etcd support: build it with `--features etcd`");
     }
-    node_ended(
-        harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave_on_signal()).await,
-    )
+    node_ended(harp::run_node_leaving(app, creds, join, bind, roles, |_| {}, leave).await)
 }
 
 /// How a `harp node` process ends: a job its master stopped (a scheduler's preemption,
@@ -603,11 +641,15 @@ fn node_ended(result: std::result::Result<(), harp::HarpError>) -> Result<()> {
     }
 }
 
-/// Completes when the process gets SIGTERM or SIGINT: the node then leaves the job
-/// gracefully (its load moves to the other nodes) and exits 0; the same signal again ends it
-/// at once. Never completes where signals are unavailable.
-async fn leave_on_signal() {
-    let (_, name) = super::signals::first_stop_signal().await;
+/// Completes once the process got SIGTERM or SIGINT (`asked`), also one that came before
+/// (while the node joined): the node then leaves the job gracefully (its load moves to the
+/// other nodes) and exits 0; the same signal again ends it at once. Never completes where
+/// signals are unavailable.
+async fn leave_when_asked(mut asked: tokio::sync::watch::Receiver<Option<&'static str>>) {
+    let name = match asked.wait_for(Option::is_some).await {
+        Ok(name) => (*name).unwrap_or("a stop signal"),
+        Err(_) => return std::future::pending().await,
+    };
     super::eprint_line(&format!(
         "harp node: got {name}: leaving the job (send it again to end at once)"
     ));
@@ -645,3 +687,6 @@ impl ClusterArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

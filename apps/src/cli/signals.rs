@@ -4,8 +4,10 @@
 //!   every node process is told the job ended and exits, a checkpoint being written is
 //!   finished, the master's temporary credentials are removed). The exit status of a stopped
 //!   run is 128 + the signal's number, as if the signal had ended it ([`stopped_by`]).
-//! - **A node** ([`first_stop_signal`] in `harp node`): it leaves the job gracefully (its
-//!   load moves to the other nodes) and exits 0.
+//! - **A node** ([`StopSignals`] in `harp node`, installed before it loads its data): it
+//!   leaves the job gracefully (its load moves to the other nodes) and exits 0; one asked
+//!   while it still starts leaves as soon as the job runs, and one asked before it has
+//!   loaded its data exits without joining.
 //!
 //! In both, the same signal again ends the process at once. Node processes the master
 //! starts run in a process group of their own, so that a Ctrl-C in the terminal reaches the
@@ -36,13 +38,45 @@ pub(crate) async fn stop_on_signals(control: harp::JobControl) {
 /// Completes at the first SIGTERM or SIGINT with its number and name; from then on, the
 /// next one ends the process at once. Never completes where signals are unavailable.
 pub(crate) async fn first_stop_signal() -> (i32, &'static str) {
+    match StopSignals::install() {
+        Some(signals) => signals.first().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM's and SIGINT's handlers, installed: from then on neither ends the process by its
+/// default action.
+pub(crate) struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut interrupt)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers now (inside a tokio runtime), or `None` where signals are
+    /// unavailable.
+    pub(crate) fn install() -> Option<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let term = signal(SignalKind::terminate()).ok()?;
+            let interrupt = signal(SignalKind::interrupt()).ok()?;
+            return Some(Self { term, interrupt });
+        }
+        #[allow(unreachable_code)]
+        None
+    }
+
+    /// Completes at the first SIGTERM or SIGINT since the handlers were installed, with its
+    /// number and name; from then on, the next one ends the process at once.
+    pub(crate) async fn first(self) -> (i32, &'static str) {
+        #[cfg(unix)]
+        {
+            let Self {
+                mut term,
+                mut interrupt,
+            } = self;
             let first = next_signal(&mut term, &mut interrupt).await;
             // Installing the handlers took the signals' default action away for good.
             tokio::spawn(async move {
@@ -52,8 +86,9 @@ pub(crate) async fn first_stop_signal() -> (i32, &'static str) {
             });
             return first;
         }
+        #[allow(unreachable_code)]
+        std::future::pending().await
     }
-    std::future::pending().await
 }
 
 /// The next SIGTERM or SIGINT: its number and name.

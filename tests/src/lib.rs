@@ -301,6 +301,35 @@ pub fn spawn_nodes<A: harp::App>(
         .collect()
 }
 
+/// What the master of a job across processes ends with (`run_job_across_consistent`).
+pub type MasterEnd<A> = Result<(harp::JobOutcome<A>, harp::ConsistentReport), harp::HarpError>;
+
+/// Starts the master of `app` across processes in this process: it waits (for ten
+/// minutes) for `nodes` nodes, hears of deaths on `failures` and takes commands from
+/// `inbox`. Its task, and where it listens.
+pub async fn spawn_master<A: harp::App>(
+    app: &Arc<A>,
+    creds: &Arc<harp::JobCredentials>,
+    nodes: u32,
+    failures: tokio::sync::mpsc::UnboundedReceiver<harp::NodeFailure>,
+    inbox: harp::ControlInbox,
+) -> (tokio::task::JoinHandle<MasterEnd<A>>, std::net::SocketAddr) {
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let (app, creds) = (app.clone(), creds.clone());
+    let master = tokio::spawn(async move {
+        let options = harp::ClusterOptions {
+            nodes,
+            join_timeout_ms: 600_000,
+            ..harp::ClusterOptions::default()
+        };
+        let listening = |addr| {
+            let _ = addr_tx.send(addr);
+        };
+        harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox).await
+    });
+    (master, addr_rx.await.expect("the master listens"))
+}
+
 /// Starts one node with `role` (in this process, joining over QUIC on loopback) for the
 /// job whose master listens at `master`: its task, and a receiver that gets the node's id
 /// once the master welcomed it (a test's sync point for "the node joined").

@@ -7,7 +7,7 @@
 
 use harp::{job_control, ClusterOptions, HarpError, JobConfig, JobCredentials, NodeRoles};
 use harp_apps::counter::CounterApp;
-use harp_tests::{endless_counter, runtime, spawn_node_joined, Threads};
+use harp_tests::{endless_counter, runtime, spawn_master, spawn_node_joined, MasterEnd, Threads};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,31 +17,14 @@ async fn job_of_endless_counter(
     nodes: u32,
 ) -> (
     harp::JobControl,
-    tokio::task::JoinHandle<
-        Result<(harp::JobOutcome<CounterApp>, harp::ConsistentReport), HarpError>,
-    >,
+    tokio::task::JoinHandle<MasterEnd<CounterApp>>,
     tokio::task::JoinHandle<Result<(), HarpError>>,
 ) {
     let creds = Arc::new(JobCredentials::generate("job-stop").unwrap());
     let (control, inbox) = job_control();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let app = endless_counter();
-    let master = {
-        let (app, creds) = (app.clone(), creds.clone());
-        tokio::spawn(async move {
-            let options = ClusterOptions {
-                nodes,
-                join_timeout_ms: 600_000,
-                ..ClusterOptions::default()
-            };
-            let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
-            let listening = |addr| {
-                let _ = addr_tx.send(addr);
-            };
-            harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox).await
-        })
-    };
-    let addr = addr_rx.await.unwrap();
+    let (_outside, failures) = tokio::sync::mpsc::unbounded_channel();
+    let (master, addr) = spawn_master(&app, &creds, nodes, failures, inbox).await;
     let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
     tokio::time::timeout(GUARD, joined)
         .await

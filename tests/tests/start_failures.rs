@@ -6,54 +6,19 @@
 //! lost: the job handles them once it runs. A node asked to leave (SIGTERM) while it joins
 //! does not end the start: it leaves as soon as the job runs.
 
-use harp::{
-    job_control, ClusterOptions, HarpError, JobCredentials, JobOutcome, NodeFailure, NodeRoles,
-};
-use harp_apps::counter::CounterApp;
+use harp::{job_control, HarpError, JobCredentials, NodeFailure, NodeRoles};
 use harp_tests::{
-    endless_counter, resolve_binary, runtime, send_signal, sigkill, spawn_node_joined, spawn_piped,
-    wait_for_children, Threads,
+    endless_counter, resolve_binary, runtime, send_signal, sigkill, spawn_master,
+    spawn_node_joined, spawn_piped, wait_for_children, Threads,
 };
-use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How long a test waits for a job to end before it fails (a guard against a hang, not a
 /// measurement).
 const GUARD: Duration = Duration::from_secs(60);
-
-type MasterEnd = Result<JobOutcome<CounterApp>, HarpError>;
-
-/// The endless counter's master, waiting (for ten minutes) for `nodes` nodes and hearing of
-/// deaths on `failures`: its task and where it listens.
-async fn master_of_endless_counter(
-    app: &Arc<CounterApp>,
-    creds: &Arc<JobCredentials>,
-    nodes: u32,
-    failures: mpsc::UnboundedReceiver<NodeFailure>,
-) -> (tokio::task::JoinHandle<MasterEnd>, SocketAddr) {
-    let (addr_tx, addr_rx) = oneshot::channel();
-    let master = {
-        let (app, creds) = (app.clone(), creds.clone());
-        tokio::spawn(async move {
-            let options = ClusterOptions {
-                nodes,
-                join_timeout_ms: 600_000,
-                ..ClusterOptions::default()
-            };
-            let (_control, inbox) = job_control();
-            let listening = |addr| {
-                let _ = addr_tx.send(addr);
-            };
-            harp::run_job_across_consistent(app, &creds, &options, listening, failures, inbox)
-                .await
-                .map(|(outcome, _)| outcome)
-        })
-    };
-    (master, addr_rx.await.unwrap())
-}
 
 async fn guarded<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
     tokio::time::timeout(GUARD, task)
@@ -70,7 +35,7 @@ fn a_node_process_that_exits_before_the_start_ends_it_and_the_joined_nodes_hear_
         let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
         let app = endless_counter();
         let (outside, failures) = mpsc::unbounded_channel();
-        let (master, addr) = master_of_endless_counter(&app, &creds, 3, failures).await;
+        let (master, addr) = spawn_master(&app, &creds, 3, failures, job_control().1).await;
         let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
         tokio::time::timeout(GUARD, joined)
             .await
@@ -113,7 +78,7 @@ fn a_death_seen_before_the_start_is_handled_once_the_job_runs() {
         let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
         let app = endless_counter();
         let (outside, failures) = mpsc::unbounded_channel();
-        let (master, addr) = master_of_endless_counter(&app, &creds, 1, failures).await;
+        let (master, addr) = spawn_master(&app, &creds, 1, failures, job_control().1).await;
         outside
             .send(NodeFailure::Seen {
                 node: 0,

@@ -316,7 +316,8 @@ fn a_master_makes_its_credentials_where_there_are_none() {
 /// A job started again with the same credentials (a restart, a `--resume` after its master
 /// died) finds the etcd keys of the first run's nodes that died without leaving: their
 /// leases expire only after their TTL. Those deaths are not the new run's: it ends exact,
-/// and its nodes, which take the same ids, hold leases of their own.
+/// and its nodes, which take the same ids, hold leases of their own. The desired size the
+/// first run was given still holds, and the master says so.
 #[test]
 fn a_job_restarted_with_the_same_credentials_ignores_the_first_runs_stale_members() {
     let Some((rt, etcd)) = etcd() else { return };
@@ -347,6 +348,8 @@ fn a_job_restarted_with_the_same_credentials_ignores_the_first_runs_stale_member
                 .unwrap()
                 .abandon();
         }
+        // And the size a scheduler wanted for it, which the new run follows (and says so).
+        first_run.set_desired_nodes(2).await.unwrap();
     });
     let (_metrics_dir, metrics) = temp_file("counter.jsonl");
     // Long enough to outlast the stale leases (2 s).
@@ -373,6 +376,11 @@ fn a_job_restarted_with_the_same_credentials_ignores_the_first_runs_stale_member
     assert!(
         out.stderr
             .contains("etcd: removed 2 member records an earlier run of this job left"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("; it holds 2 already"),
         "{}",
         out.describe()
     );

@@ -462,8 +462,14 @@ fn follow_desired_nodes(
     let mut watch = runtime
         .block_on(backend.watch_desired_nodes())
         .map_err(|e| anyhow!("{e}"))?;
+    let held = match watch.current() {
+        Some(count) => format!(
+            "; it holds {count} already (written before this run, e.g. for an earlier run of this job), which the job follows now"
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "desired size key: {} (put a node count there to grow or shrink the job)",
+        "desired size key: {} (put a node count there to grow or shrink the job{held})",
         watch.key()
     );
     let backend = backend.clone();

@@ -96,6 +96,8 @@ type DesiredItem = Result<u32, MembershipBackendError>;
 #[derive(Debug)]
 pub struct DesiredNodesWatch {
     key: String,
+    /// The valid count the key held when the watch began (also its first item).
+    current: Option<u32>,
     rx: mpsc::UnboundedReceiver<DesiredItem>,
     malformed: Arc<AtomicU64>,
     ended: Option<MembershipBackendError>,
@@ -105,6 +107,12 @@ impl DesiredNodesWatch {
     /// The key watched.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The valid count the key already held when the watch began (its first item), e.g.
+    /// one written for an earlier run of the job; `None` when it held none.
+    pub fn current(&self) -> Option<u32> {
+        self.current
     }
 
     /// The next valid count. An error means the watch has ended; every later call returns it
@@ -147,11 +155,13 @@ impl EtcdMembership {
         let revision = current.header().map(|h| h.revision()).unwrap_or(0);
         let (tx, rx) = mpsc::unbounded_channel();
         let malformed = Arc::new(AtomicU64::new(0));
-        if let Some(kv) = current.kvs().first() {
-            if let Some(count) = accept(&key, kv.value(), &malformed) {
-                // The receiver is still in hand, so this send cannot fail.
-                let _ = tx.send(Ok(count));
-            }
+        let held = current
+            .kvs()
+            .first()
+            .and_then(|kv| accept(&key, kv.value(), &malformed));
+        if let Some(count) = held {
+            // The receiver is still in hand, so this send cannot fail.
+            let _ = tx.send(Ok(count));
         }
         let options = WatchOptions::new().with_start_revision(revision + 1);
         let stream = self
@@ -164,6 +174,7 @@ impl EtcdMembership {
         tokio::spawn(follow(endpoint, key.clone(), stream, tx, malformed.clone()));
         Ok(DesiredNodesWatch {
             key,
+            current: held,
             rx,
             malformed,
             ended: None,
@@ -333,6 +344,7 @@ mod tests {
         scheduler.set_desired_nodes(4).await.unwrap();
         let mut watch = master.watch_desired_nodes().await.unwrap();
         assert_eq!(watch.key(), "/harp/jobs/job-d/desired_nodes");
+        assert_eq!(watch.current(), Some(4));
         assert_eq!(watch.next().await, Ok(4));
         for value in [&b"abc"[..], b"0", b"", b"99999"] {
             scheduler.put_desired_nodes_raw(value).await.unwrap();
@@ -360,6 +372,7 @@ mod tests {
         scheduler.put_desired_nodes_raw(b"many").await.unwrap();
         let mut watch = scheduler.watch_desired_nodes().await.unwrap();
         assert_eq!(watch.malformed_values(), 1);
+        assert_eq!(watch.current(), None, "a malformed value is no count");
         assert!(matches!(
             scheduler.set_desired_nodes(0).await,
             Err(MembershipBackendError::InvalidDesiredNodes { .. })
@@ -371,6 +384,7 @@ mod tests {
             .watch_desired_nodes()
             .await
             .unwrap();
+        assert_eq!(fresh.current(), None, "an absent key holds no count");
         connect(&server, "job-g")
             .await
             .set_desired_nodes(1)

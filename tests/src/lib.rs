@@ -437,6 +437,29 @@ pub fn wait_for_children(pid: u32, count: usize) -> Vec<u32> {
     }
 }
 
+/// Waits (at most 30 s) until process `pid` has a handler for signal number `signal`
+/// (Linux /proc: the `SigCgt` mask), e.g. a `harp node` that will take SIGTERM as a
+/// request to leave rather than die of it. A process that does not fails the test.
+pub fn wait_until_catching(pid: u32, signal: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (signal - 1)) != 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} does not catch signal {signal}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Sends process `pid` SIGKILL.
 pub fn sigkill(pid: u32) {
     send_signal(pid, "KILL");

@@ -7,9 +7,10 @@
 //! does not end the start: it leaves as soon as the job runs.
 
 use harp::{job_control, HarpError, JobCredentials, NodeFailure, NodeRoles};
+use harp_apps::counter::CounterApp;
 use harp_tests::{
     endless_counter, resolve_binary, runtime, send_signal, sigkill, spawn_master,
-    spawn_node_joined, spawn_piped, wait_for_children, Threads,
+    spawn_node_joined, spawn_piped, wait_for_children, wait_until_catching, MasterEnd, Threads,
 };
 use std::process::Command;
 use std::sync::Arc;
@@ -27,15 +28,30 @@ async fn guarded<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
         .unwrap_or_else(|e| panic!("{what}'s task failed: {e}"))
 }
 
+/// The endless counter's master in this process, waiting for `nodes` nodes: the app and
+/// credentials for its nodes, where the test reports deaths, the master and its address.
+async fn waiting_master(
+    nodes: u32,
+) -> (
+    Arc<CounterApp>,
+    Arc<JobCredentials>,
+    mpsc::UnboundedSender<NodeFailure>,
+    tokio::task::JoinHandle<MasterEnd<CounterApp>>,
+    std::net::SocketAddr,
+) {
+    let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
+    let app = endless_counter();
+    let (outside, failures) = mpsc::unbounded_channel();
+    let (master, addr) = spawn_master(&app, &creds, nodes, failures, job_control().1).await;
+    (app, creds, outside, master, addr)
+}
+
 /// The master waits for 3 nodes; one joined, and the launcher reports that another node
 /// process exited: the start ends with that exit, and the node that joined hears why.
 #[test]
 fn a_node_process_that_exits_before_the_start_ends_it_and_the_joined_nodes_hear_why() {
     runtime(Threads::Multi(2)).block_on(async {
-        let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
-        let app = endless_counter();
-        let (outside, failures) = mpsc::unbounded_channel();
-        let (master, addr) = spawn_master(&app, &creds, 3, failures, job_control().1).await;
+        let (app, creds, outside, master, addr) = waiting_master(3).await;
         let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
         tokio::time::timeout(GUARD, joined)
             .await
@@ -75,10 +91,7 @@ fn a_node_process_that_exits_before_the_start_ends_it_and_the_joined_nodes_hear_
 #[test]
 fn a_death_seen_before_the_start_is_handled_once_the_job_runs() {
     runtime(Threads::Multi(2)).block_on(async {
-        let creds = Arc::new(JobCredentials::generate("start-failures").unwrap());
-        let app = endless_counter();
-        let (outside, failures) = mpsc::unbounded_channel();
-        let (master, addr) = spawn_master(&app, &creds, 1, failures, job_control().1).await;
+        let (app, creds, outside, master, addr) = waiting_master(1).await;
         outside
             .send(NodeFailure::Seen {
                 node: 0,
@@ -143,6 +156,8 @@ fn a_node_given_sigterm_while_it_joins_leaves_once_the_job_runs() {
             .env(harp::remote::JOIN_DELAY_VAR, "1500"),
     );
     let nodes = wait_for_children(master.id(), 2);
+    // Once it handles SIGTERM (before that the signal's default action would kill it).
+    wait_until_catching(nodes[0], 15);
     send_signal(nodes[0], "TERM");
     let output = master.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -563,9 +563,8 @@ fn asked_to_leave(
     if let Some(signals) = signals {
         tokio::spawn(async move {
             let (_, name) = signals.first().await;
+            // The value stays readable after the sender is gone.
             let _ = tx.send(Some(name));
-            // Kept open: a closed channel would read as a signal that never comes.
-            std::future::pending::<()>().await;
         });
     }
     asked

@@ -138,7 +138,7 @@ pub struct ControlInbox {
     stop: Arc<watch::Sender<Option<String>>>,
     /// Where the job tells its events as they happen.
     events: EventSink,
-    /// Held by each scale command whose event is still to be told (`told_reply`).
+    /// Held by each scale command whose event is still to be told (`Teller::told`).
     untold: mpsc::Sender<()>,
     /// Completes once no one holds `untold` (taken by [`ControlInbox::commands_told`]).
     all_told: Option<mpsc::Receiver<()>>,
@@ -164,6 +164,15 @@ impl ControlInbox {
     /// command answered by then has been told (call before the inbox goes to `serve`).
     pub(crate) fn commands_told(&mut self) -> CommandsTold {
         CommandsTold(self.all_told.take())
+    }
+
+    /// Tells this inbox's scale commands as events (`job_started`: the origin of `at_s`).
+    fn teller(&self, job_started: std::time::Instant) -> Teller {
+        Teller {
+            events: self.events(),
+            untold: self.untold.clone(),
+            job_started,
+        }
     }
 
     /// A handle for the runtime's own commands to this inbox.
@@ -432,17 +441,7 @@ impl<A: App> Default for Started<A> {
 
 /// Serves commands until every [`JobControl`] is dropped or the job ends.
 pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A>) {
-    let events = inbox.events();
-    let untold = inbox.untold.clone();
-    let told = |cause: &'static str, reply: Reply<ScaleReport>| {
-        told_reply(
-            cause,
-            reply,
-            events.clone(),
-            untold.clone(),
-            ctx.job_started,
-        )
-    };
+    let teller = inbox.teller(ctx.job_started);
     let live: Live = Arc::new(Mutex::new(LiveSet::new(
         ctx.workers.clone(),
         ctx.servers.clone(),
@@ -469,7 +468,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
-                let reply = told("scale-out", reply);
+                let reply = teller.told("scale-out", reply);
                 // One the master would refuse starts nothing (only this loop starts scale
                 // events and fails servers, so the answer holds until its `Rebalance`).
                 if let Err(e) = can_scale(&ctx.master).await {
@@ -522,7 +521,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
-                let reply = told("scale-in", reply);
+                let reply = teller.told("scale-in", reply);
                 let known = (
                     |w: &WorkerId| w.0 < next_worker,
                     |s: &ServerId| s.0 < next_server,
@@ -535,7 +534,7 @@ pub(crate) async fn serve<A: App>(mut inbox: ControlInbox, ctx: ControlContext<A
                 servers,
                 reply,
             } => {
-                let reply = told("rebalance", reply);
+                let reply = teller.told("rebalance", reply);
                 let known = (
                     |w: &WorkerId| w.0 < next_worker,
                     |s: &ServerId| s.0 < next_server,
@@ -552,33 +551,40 @@ fn not_running() -> HarpError {
     HarpError::InvalidConfig("the job is not running".into())
 }
 
-/// A reply for a scale command of [`JobControl`] (`cause`: which command) that, once
-/// answered, tells the outcome as a [`JobEvent::Scale`] (a refused command too, with why)
-/// and passes it on to `reply`. The runtime's own scale events across processes (a node
-/// joining or leaving) are told by the roster instead, with the node.
-fn told_reply(
-    cause: &'static str,
-    reply: Reply<ScaleReport>,
+/// Tells the scale commands of [`JobControl`] as [`JobEvent::Scale`]s (`ControlInbox::teller`).
+/// The runtime's own scale events across processes (a node joining or leaving) are told by
+/// the roster instead, with the node.
+struct Teller {
     events: EventSink,
+    /// Held by each command until it is told (`CommandsTold`).
     untold: mpsc::Sender<()>,
+    /// The origin of the events' `at_s`.
     job_started: std::time::Instant,
-) -> Reply<ScaleReport> {
-    let began = std::time::Instant::now();
-    let (tx, answer) = oneshot::channel();
-    crate::spawn::spawn(async move {
-        // Until told: the run function waits for it (`CommandsTold`).
-        let _untold = untold;
-        let result = answer.await.unwrap_or_else(|_| Err(not_running()));
-        events.tell(JobEvent::Scale(ScaleEvent::new(
-            cause,
-            None,
-            began,
-            job_started,
-            &result,
-        )));
-        let _ = reply.send(result);
-    });
-    tx
+}
+
+impl Teller {
+    /// A reply for a command (`cause`: which) that, once answered, tells the outcome (a
+    /// refused command too, with why) and passes it on to `reply`.
+    fn told(&self, cause: &'static str, reply: Reply<ScaleReport>) -> Reply<ScaleReport> {
+        let began = std::time::Instant::now();
+        let (tx, answer) = oneshot::channel();
+        let (events, untold, job_started) =
+            (self.events.clone(), self.untold.clone(), self.job_started);
+        crate::spawn::spawn(async move {
+            // Until told: the run function waits for it.
+            let _untold = untold;
+            let result = answer.await.unwrap_or_else(|_| Err(not_running()));
+            events.tell(JobEvent::Scale(ScaleEvent::new(
+                cause,
+                None,
+                began,
+                job_started,
+                &result,
+            )));
+            let _ = reply.send(result);
+        });
+        tx
+    }
 }
 
 /// Serves commands to a job across processes: executors move between the worker nodes and
@@ -593,11 +599,7 @@ pub(crate) async fn serve_across<A: App>(
     servers: Vec<ServerId>,
     job_started: std::time::Instant,
 ) {
-    let events = inbox.events();
-    let untold = inbox.untold.clone();
-    let told = |cause: &'static str, reply: Reply<ScaleReport>| {
-        told_reply(cause, reply, events.clone(), untold.clone(), job_started)
-    };
+    let teller = inbox.teller(job_started);
     let live: Live = Arc::new(Mutex::new(LiveSet::new(workers.clone(), servers.clone())));
     // Every node that was ever the job's (one that went is also in the live set's gone).
     let mut known_workers: BTreeSet<WorkerId> = workers.into_iter().collect();
@@ -617,7 +619,7 @@ pub(crate) async fn serve_across<A: App>(
                 )));
             }
             ControlRequest::ScaleOut { reply, .. } => {
-                let reply = told("scale-out", reply);
+                let reply = teller.told("scale-out", reply);
                 let _ = reply.send(Err(HarpError::InvalidConfig(
                     "a job across processes grows when node processes join: start them with `harp node --join` or `harp scale --add`".into(),
                 )));
@@ -628,7 +630,13 @@ pub(crate) async fn serve_across<A: App>(
                 reply,
             } => {
                 let target = Target::Without(gone, gone_servers);
-                retarget(&master, &live, known, target, told("scale-in", reply));
+                retarget(
+                    &master,
+                    &live,
+                    known,
+                    target,
+                    teller.told("scale-in", reply),
+                );
             }
             ControlRequest::NodeLeaving {
                 worker,
@@ -645,7 +653,13 @@ pub(crate) async fn serve_across<A: App>(
                 reply,
             } => {
                 let target = Target::Onto(onto, onto_servers);
-                retarget(&master, &live, known, target, told("rebalance", reply));
+                retarget(
+                    &master,
+                    &live,
+                    known,
+                    target,
+                    teller.told("rebalance", reply),
+                );
             }
             ControlRequest::NodeJoined {
                 worker,

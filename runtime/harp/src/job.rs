@@ -400,15 +400,16 @@ async fn run_job_body<A: App>(
         }
     };
     finish_consistent_write(&mut end).await;
-    let params = match config.collect_params {
-        true => match dump_params(&store).await {
+    let params = if config.collect_params {
+        match dump_params(&store).await {
             Ok(params) => Some(params),
             Err(e) => {
                 shut_down(&master, workers.values(), &store);
                 return Err(e);
             }
-        },
-        false => None,
+        }
+    } else {
+        None
     };
     let stats = JobStats {
         tasks_completed: end.tasks_completed,

@@ -6,6 +6,8 @@
 #     or $PROTOC) and needs descriptor.proto and struct.proto on its include path;
 #   - etcd (Debian `etcd-server`, /usr/bin/etcd): the etcd membership tests start a real
 #     server on loopback.
+#   - ip (Debian `iproute2`): tests/tests/multi_host.rs puts node processes on hosts of their
+#     own (network namespaces; as root, else those tests skip).
 #   - NVRTC, CUDA's run-time compiler (PyPI wheel `nvidia-cuda-nvrtc`, a plain shared
 #     library, no GPU or CUDA toolkit needed): harp-kernels' test cuda_nvrtc_compile compiles
 #     every CUDA source with it. Unpacked with `pip install --target` into target/nvrtc
@@ -19,7 +21,7 @@ set -euo pipefail
 WELL_KNOWN_PROTO=/usr/include/google/protobuf/descriptor.proto
 
 have_tool() {
-    command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ]
+    command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]
 }
 
 # check NAME PACKAGE TEST...: records PACKAGE as missing unless TEST succeeds.
@@ -39,6 +41,7 @@ check_all() {
     check protoc protobuf-compiler have_tool protoc
     check "protobuf well-known types" libprotobuf-dev test -f "$WELL_KNOWN_PROTO"
     check etcd etcd-server have_tool etcd
+    check ip iproute2 have_tool ip
 }
 
 # NVRTC wheel for harp-kernels' CUDA compile test (see the header). Pinned to CUDA 13.0, the

@@ -16,6 +16,7 @@
 //! | `multiprocess.rs` | `harp run --processes`: the counter exact and MLR accurate across processes; a SIGKILLed node reported (the process's exit, which node, what it held) or, with `--recover-workers`, recovered from when its process exits; SIGTERM on the master ends its nodes cleanly; with etcd, a run started again with the same credentials ignores the earlier run's stale members |
 //! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`, and each consistent checkpoint and the resume equal to the `ConsistentReport`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
 //! | `start_failures.rs` | a job across processes whose node process exits before the start (`NodeFailure::Exited`, a SIGKILLed child of `harp run --processes` that joins late) ends the start at once naming the process, and the nodes that joined hear why; a death seen before the start is handled once the job runs; a node given SIGTERM while it joins leaves once the job runs |
+//! | `multi_host.rs` | a job spread over hosts of their own (network namespaces, [`NetHosts`]): nodes beside the master (joined over loopback) and on other hosts train one job, which grows and shrinks there, every counter exact; a node bound to loopback is named to the remote node that cannot reach it |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
@@ -57,7 +58,9 @@ use clap::Parser;
 use harp::JobConfig;
 use harp_apps::counter::{CounterApp, CounterConfig};
 
+mod hosts;
 mod master_process;
+pub use hosts::NetHosts;
 pub use master_process::{spawn_reading_stderr, MasterProcess, PATIENCE};
 
 /// The `harp` executable the process-level tests run: `$HARP_BIN` when set, else the

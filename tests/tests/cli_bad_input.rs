@@ -407,3 +407,39 @@ fn unknown_subcommands_and_options() {
     refused(["run", "mlr", "--no-such-option"], &["--no-such-option"]);
     refused(mlr_default(&["--workers", "two"]), &["two"]);
 }
+
+/// A node bound to loopback cannot join a master on another host (nor be reached by the
+/// job's other nodes): refused before it loads its data or dials, naming both addresses;
+/// an address of the other family is refused too.
+#[test]
+fn a_node_bind_that_cannot_reach_the_master_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = |join: &str, bind: &str| {
+        let creds = dir.path().to_str().unwrap().to_string();
+        [
+            "node",
+            "--join",
+            join,
+            "--bind",
+            bind,
+            "--credentials",
+            &creds,
+            "--",
+            "run",
+            "counter",
+        ]
+        .map(String::from)
+    };
+    refused(
+        node("10.0.0.1:7000", "127.0.0.1"),
+        &[
+            "bound to 127.0.0.1, a loopback address",
+            "the master at 10.0.0.1:7000 on another host cannot be reached",
+            "--bind 0.0.0.0",
+        ],
+    );
+    refused(
+        node("[fd00::1]:7000", "0.0.0.0"),
+        &["bound to 0.0.0.0", "family"],
+    );
+}

@@ -80,10 +80,12 @@ pub enum Command {
         /// The job's credentials directory (`ca.pem`, `ca.key`).
         #[arg(long)]
         credentials: std::path::PathBuf,
-        /// The address this node listens on for other nodes (`0.0.0.0`: every interface;
-        /// the others then reach it at the address it joined the master from).
-        #[arg(long, default_value = "127.0.0.1")]
-        bind: std::net::IpAddr,
+        /// The address this node listens on for the other nodes. Default: every interface
+        /// (`0.0.0.0`, or `::` for an IPv6 master); the others then reach it at the address
+        /// it joined the master from, or, for a node on the master's host that joined over
+        /// loopback, at the master's address. A loopback address keeps it to this host.
+        #[arg(long)]
+        bind: Option<std::net::IpAddr>,
         /// What this node offers: executors (`worker`), parameter shards (`server`) or both.
         #[arg(long, value_enum, default_value_t = NodeRole::Both)]
         role: NodeRole,
@@ -220,7 +222,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let node = |cluster: &ClusterArgs| processes::NodeTarget {
                 join,
                 credentials: credentials.clone(),
-                bind,
+                bind: bind.unwrap_or_else(|| harp::default_bind(join)),
                 roles: role.into(),
                 cluster: cluster.clone(),
             };

@@ -182,12 +182,14 @@ fn across<A: App>(
                 }
             }
             eprintln!(
-                "master listening on {addr}; grow or shrink the job with: harp scale --job {addr} --credentials {} --add N | --remove NODE",
+                "master listening on {addr}; grow or shrink the job with: harp scale --job {} --credentials {} --add N | --remove NODE",
+                join_hint(addr),
                 creds_dir.display()
             );
         } else {
             eprintln!(
-                "master listening on {addr}; start {nodes} nodes with: harp node --join {addr} --credentials {} -- <the same run arguments>",
+                "master listening on {addr}; start {nodes} nodes with: harp node --join {} --credentials {} -- <the same run arguments>",
+                join_hint(addr),
                 creds_dir.display()
             );
         }
@@ -210,6 +212,16 @@ fn across<A: App>(
     }
     let (outcome, report) = result.map_err(|e| with_resume_hint(e, consistent, &app_name))?;
     Ok((outcome, consistent.map(|_| report)))
+}
+
+/// What `harp node --join` takes for a master listening at `addr`: on every interface,
+/// any address of this host the nodes reach (on this host, loopback too).
+fn join_hint(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        format!("<an address of this host>:{}", addr.port())
+    } else {
+        addr.to_string()
+    }
 }
 
 /// The node processes the master started, and where they join.
@@ -316,7 +328,8 @@ fn spawn_node(addr: SocketAddr, creds_dir: &Path, launch_id: u64) -> Result<Chil
     command
         .arg("node")
         .arg("--join")
-        .arg(addr.to_string())
+        // On this host: a master listening on every interface is dialled on loopback.
+        .arg(harp::dialable(addr).to_string())
         .arg("--credentials")
         .arg(creds_dir)
         .arg("--")
@@ -537,6 +550,8 @@ impl NodeTarget {
         build: impl FnOnce() -> Result<Arc<A>>,
         asked: tokio::sync::watch::Receiver<Option<&'static str>>,
     ) -> Result<()> {
+        // Before the data loads: a bind that cannot reach the master is told at once.
+        harp::check_bind_reaches(self.bind, self.join).map_err(|e| anyhow!("node: {e}"))?;
         let creds = JobCredentials::load(&self.credentials).map_err(|e| anyhow!("{e}"))?;
         let app = build()?;
         if let Some(name) = *asked.borrow() {

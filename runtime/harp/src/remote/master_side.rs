@@ -645,6 +645,8 @@ fn master_courier(
             endpoint: endpoint.clone(),
             hello,
             counters: counters.clone(),
+            // The master's host is this one.
+            master_ip: std::net::Ipv4Addr::LOCALHOST.into(),
         },
         outbox: Arc::new(StateOutbox::default()),
     })

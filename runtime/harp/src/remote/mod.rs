@@ -58,6 +58,7 @@ mod scale_client;
 mod state_transfer;
 
 pub use fault_delays::{HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
+pub use listen_addr::{check_bind_reaches, default_bind, dialable};
 pub use master_side::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,
     ClusterOptions, NodeFailure,

@@ -8,6 +8,7 @@ use super::fault_delays::{
 };
 use super::identity::AppIdentity;
 use super::job_id;
+use super::listen_addr::{check_bind_reaches, dialable};
 use super::proxies::{
     answer_sized, send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy,
     ServerProxy,
@@ -95,6 +96,12 @@ async fn tell_master_failed(master_link: &Link, error: &HarpError) {
 /// Joins the job whose master listens at `join`, runs what the master assigns, and returns
 /// when the job ends: `Ok` if it ended well, [`HarpError::Stopped`] (the master's reason and
 /// count) if the master's job was stopped.
+///
+/// The node listens for the other nodes at `bind` ([`default_bind`](crate::default_bind)
+/// of `join`: every interface, so that nodes on other hosts reach it). A `bind` from which
+/// the master cannot be reached (a loopback address for a master on another host) is
+/// refused with [`HarpError::InvalidConfig`]; a `join` with a wildcard IP (`0.0.0.0:7000`)
+/// dials this host.
 pub async fn run_node<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
@@ -145,6 +152,8 @@ pub async fn run_node_leaving<A: App>(
             "a node must offer a worker, a server or both".into(),
         ));
     }
+    let join = dialable(join);
+    check_bind_reaches(bind, join)?;
     let job = job_id(creds);
     let identity = creds.issue_node()?;
     let endpoint = NetEndpoint::bind(
@@ -212,6 +221,7 @@ pub async fn run_node_leaving<A: App>(
             endpoint: endpoint.clone(),
             hello: hello(me),
             counters: counters.clone(),
+            master_ip: join.ip(),
         },
         me,
         master_addr: join,

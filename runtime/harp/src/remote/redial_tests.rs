@@ -41,6 +41,7 @@ async fn a_passed_over_server_is_dialled_again_when_a_shard_is_routed_to_it() {
                 String::new(),
             ),
             counters: Arc::new(WireCounters::new()),
+            master_ip: std::net::Ipv4Addr::LOCALHOST.into(),
         },
         master_addr: node.local_addr().unwrap(),
     };

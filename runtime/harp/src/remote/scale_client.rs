@@ -90,7 +90,9 @@ pub async fn send_scale_command(
     let endpoint = NetEndpoint::bind(bind, creds, &identity, TransportConfig::default())?;
     // Neither a worker nor a server: a control client.
     let hello = harp_wire::hello(job, NODE_ID_UNASSIGNED, NodeRole::default(), String::new());
-    let conn = endpoint.connect(master).await?;
+    let conn = endpoint
+        .connect(super::listen_addr::dialable(master))
+        .await?;
     let counters = Arc::new(WireCounters::new());
     let (link, mut incoming) = Link::open(conn, &hello, FrameLimits::default(), counters).await?;
     link.send(&Message::ScaleCommand { add, remove })?;

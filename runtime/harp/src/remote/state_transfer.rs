@@ -36,13 +36,14 @@
 //!
 //! [`STATE_FROM_MASTER`]: harp_wire::STATE_FROM_MASTER
 
+use super::listen_addr::{dial_addr, loopback_hint};
 use crate::error::HarpError;
 use bytes::Bytes;
 use dashmap::DashMap;
 use harp_net::{Incoming, IncomingChunk, Link, NetEndpoint, PeerConnection};
 use harp_wire::frame::state_chunk::{encode_state_chunk, ReceivedStateChunk};
 use harp_wire::{FrameLimits, Message, StateFetch, WireCounters};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -259,12 +260,16 @@ pub(crate) type FetchLink = (
 );
 
 /// What opens links to other processes of the job (a node's peers' servers, parked
-/// states): this process's endpoint, the hello it sends first and its wire counters.
+/// states): this process's endpoint, the hello it sends first, its wire counters and where
+/// it reaches the master's host.
 #[derive(Clone)]
 pub(crate) struct StateDialer {
     pub endpoint: NetEndpoint,
     pub hello: Message,
     pub counters: Arc<WireCounters>,
+    /// The master's IP as this process reaches it (a loopback address on the master's
+    /// host): where a listen address with a wildcard IP is dialled (`listen_addr`).
+    pub master_ip: IpAddr,
 }
 
 impl StateDialer {
@@ -273,7 +278,21 @@ impl StateDialer {
         let parsed: SocketAddr = addr
             .parse()
             .map_err(|_| HarpError::Remote(format!("bad address for {what}: {addr}")))?;
-        Ok(self.endpoint.connect(parsed).await?)
+        let target = dial_addr(parsed, self.master_ip);
+        match self.endpoint.connect(target).await {
+            Ok(conn) => Ok(conn),
+            Err(e) => Err(
+                match self
+                    .endpoint
+                    .local_addr()
+                    .ok()
+                    .and_then(|bound| loopback_hint(parsed, self.master_ip, bound.ip()))
+                {
+                    Some(hint) => HarpError::Remote(format!("{e} ({what}: {hint})")),
+                    None => e.into(),
+                },
+            ),
+        }
     }
 
     /// Fetches the state `fetch` names from the process listening at `addr` (`what` the

@@ -236,6 +236,7 @@ mod tests {
             ),
             endpoint: node,
             counters: Arc::default(),
+            master_ip: addr.ip(),
         };
         let fetch = StateFetch {
             from_addr: harp_wire::STATE_FROM_MASTER.into(),

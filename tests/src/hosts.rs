@@ -1,0 +1,124 @@
+//! Hosts of their own on this machine, for the tests that cross a network: Linux network
+//! namespaces (iproute2's `ip netns`), each joined by a veth pair to a bridge in the
+//! test's namespace, each with an address of its own in a /24 of `10.200.0.0/13` picked
+//! from the test's process id. A process started in one ([`NetHosts::command`]) reaches
+//! the others, and processes of the test's namespace at [`NetHosts::gateway`], only over
+//! that network, never over loopback: what a job spread over several machines sees.
+//!
+//! Creating them needs root (CAP_NET_ADMIN) and the `ip` command; where either is missing,
+//! [`NetHosts::create`] prints why (`skipping: ...`) and returns `None`. Dropping them
+//! removes the namespaces and the bridge (and with them the veth pairs).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Network namespaces bridged to the test's own: see the module doc.
+pub struct NetHosts {
+    bridge: String,
+    namespaces: Vec<String>,
+    /// The first three octets of the /24 (`a.b.c.0`).
+    subnet: [u8; 3],
+}
+
+/// Runs `ip ARGS`; its stderr on failure.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl NetHosts {
+    /// `count` hosts (at most 200), or `None` (with a `skipping:` line saying why) where
+    /// this process may not create network namespaces.
+    pub fn create(count: usize) -> Option<NetHosts> {
+        assert!(count <= 200, "at most 200 hosts");
+        // Unique among this process's sets (tests run on threads of one process) and,
+        // through the pid, among processes: names and subnet.
+        static CREATED: AtomicU32 = AtomicU32::new(0);
+        let nth = CREATED.fetch_add(1, Ordering::Relaxed) % 64;
+        let tag = std::process::id().wrapping_mul(64).wrapping_add(nth) & 0x0fff_ffff;
+        let subnet = [10, 200 + (tag >> 8) as u8 % 8, tag as u8];
+        let mut hosts = NetHosts {
+            bridge: format!("hb{tag:x}"),
+            namespaces: Vec::new(),
+            subnet,
+        };
+        match hosts.build(count, tag) {
+            Ok(()) => Some(hosts),
+            Err(why) => {
+                println!(
+                    "skipping: cannot create network namespaces for hosts of their own ({why})"
+                );
+                None
+            }
+        }
+    }
+
+    fn build(&mut self, count: usize, tag: u32) -> Result<(), String> {
+        let bridge = self.bridge.clone();
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        let gateway = format!("{}/24", self.gateway());
+        ip(&["addr", "add", &gateway, "dev", &bridge])?;
+        ip(&["link", "set", &bridge, "up"])?;
+        for host in 0..count {
+            let name = format!("harp-test-{tag:x}-{host}");
+            ip(&["netns", "add", &name])?;
+            self.namespaces.push(name.clone());
+            let veth = format!("hv{tag:x}{host:02x}");
+            ip(&[
+                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name,
+            ])?;
+            ip(&["link", "set", &veth, "master", &bridge, "up"])?;
+            let addr = format!("{}/24", self.addr(host));
+            ip(&["-n", &name, "addr", "add", &addr, "dev", "eth0"])?;
+            ip(&["-n", &name, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &name, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    /// The test's own namespace's address on the hosts' network: where they reach a
+    /// process of the test's namespace that listens on every interface.
+    pub fn gateway(&self) -> IpAddr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, 1).into()
+    }
+
+    /// Host `host`'s address.
+    pub fn addr(&self, host: usize) -> IpAddr {
+        let [a, b, c] = self.subnet;
+        Ipv4Addr::new(a, b, c, 2 + host as u8).into()
+    }
+
+    /// A command that runs `program` on host `host` (`ip netns exec`, which execs it: the
+    /// child's pid is the program's).
+    pub fn command(&self, host: usize, program: &Path) -> Command {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.namespaces[host]])
+            .arg(program);
+        command
+    }
+}
+
+impl Drop for NetHosts {
+    fn drop(&mut self) {
+        for name in &self.namespaces {
+            let _ = ip(&["netns", "del", name]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}

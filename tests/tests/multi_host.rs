@@ -1,0 +1,239 @@
+//! A job spread over several hosts: the master here, listening on every interface, node
+//! processes beside it that join over loopback, and node processes on hosts of their own
+//! (network namespaces, `harp_tests::NetHosts`) that reach the master and each other only
+//! over a network. Every other test runs its processes on loopback, where a node's
+//! address means the same to every process; here it does not.
+//!
+//! Needs root and iproute2 (the tests print `skipping: ...` and pass where namespaces
+//! cannot be created).
+
+use harp::JobCredentials;
+use harp_tests::{harp_binary, read_json_lines, spawn_piped, wait_exit, MasterProcess, NetHosts};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+fn credentials_dir(dir: &Path) -> PathBuf {
+    let path = dir.join("creds");
+    JobCredentials::generate("multi-host")
+        .unwrap()
+        .save(&path)
+        .unwrap();
+    path
+}
+
+/// The port of a master that listens at `addr` (`0.0.0.0:PORT`).
+fn port(master: &MasterProcess) -> &str {
+    master.addr.rsplit(':').next().unwrap()
+}
+
+/// `harp node` joining the master at `join`, started by `command` (here or on a host),
+/// with `extra` node options before the run arguments.
+fn node(
+    mut command: Command,
+    master: &MasterProcess,
+    join: &str,
+    extra: &[&str],
+    run_args: &[&str],
+) -> Child {
+    command
+        .args(["node", "--join", join, "--credentials"])
+        .arg(&master.credentials)
+        .args(extra)
+        .arg("--")
+        .args(run_args);
+    spawn_piped(&mut command)
+}
+
+fn stderr_of(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A node beside the master (joined over loopback, listening on every interface by
+/// default) and nodes on two other hosts train one job; a node on a third host joins
+/// while it runs, one on another host leaves by SIGTERM and the one beside the master by
+/// `harp scale --remove`, which the test sends to the master's wildcard address. Every
+/// counter ends exact and every node exits 0. Before, a node's default address was
+/// loopback (no node on another host could join), and a node beside the master was
+/// told to the others as `127.0.0.1:PORT`, which they could not reach: the job's start
+/// failed with a handshake timeout.
+#[test]
+fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
+    let Some(hosts) = NetHosts::create(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let credentials = credentials_dir(dir.path());
+    // 4 executors, 2 tasks in flight each, 5 ms per task: at most 1,600 tasks/s on any
+    // machine (over 6 s), so the job outlasts its scale events (about 2 s here).
+    let run_args = [
+        "run",
+        "counter",
+        "--tasks",
+        "10000",
+        "--executors-per-worker",
+        "4",
+        "--task-sleep-us",
+        "5000",
+        "--window",
+        "2",
+        "--threads",
+        "2",
+    ];
+    let mut master_args = run_args.to_vec();
+    master_args.extend([
+        "--nodes",
+        "1",
+        "--listen",
+        "0.0.0.0:0",
+        "--credentials",
+        credentials.to_str().unwrap(),
+        "--metrics-out",
+        metrics.to_str().unwrap(),
+    ]);
+    let harp = harp_binary!();
+    let master = MasterProcess::start(harp.clone(), &master_args);
+    let local_join = format!("127.0.0.1:{}", port(&master));
+    let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
+    let beside = node(Command::new(&harp), &master, &local_join, &[], &run_args);
+    let mut expected = BTreeSet::from([0]);
+    master.wait_for_nodes(&expected);
+    // Nodes 1, 2 and 3 on hosts 0, 1 and 2, one at a time (the ids follow the joins).
+    let mut remote = Vec::new();
+    for host in 0..2 {
+        remote.push(node(
+            hosts.command(host, &harp),
+            &master,
+            &remote_join,
+            &[],
+            &run_args,
+        ));
+        expected.insert(host as u32 + 1);
+        master.wait_for_nodes(&expected);
+    }
+    let leaving = remote.remove(0);
+    harp_tests::send_signal(leaving.id(), "TERM");
+    expected.remove(&1);
+    master.wait_for_nodes(&expected);
+    let out = master.scale(&["--remove", "0"]);
+    assert!(out.status.success(), "{}", out.describe());
+    assert!(out.stdout.contains("node 0 left"), "{}", out.describe());
+    expected.remove(&0);
+    master.wait_for_nodes(&expected);
+    remote.push(node(
+        hosts.command(2, &harp),
+        &master,
+        &remote_join,
+        &[],
+        &run_args,
+    ));
+    expected.insert(3);
+    master.wait_for_nodes(&expected);
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    for (what, child) in [("the node beside the master", beside), ("node 1", leaving)]
+        .into_iter()
+        .chain(remote.into_iter().map(|c| ("a node on another host", c)))
+    {
+        let mut child = child;
+        let status = wait_exit(&mut child, what);
+        assert!(
+            status.success(),
+            "{what} ended with {status:?}: {}",
+            stderr_of(child)
+        );
+    }
+    let records = read_json_lines(&metrics);
+    let report = records.last().unwrap();
+    assert_eq!(report["exact"], true, "{report}");
+    assert_eq!(report["tasks"], 10000);
+    let events: Vec<_> = records.iter().filter(|r| r["event"] == "scale").collect();
+    let causes: Vec<_> = events
+        .iter()
+        .map(|e| (e["cause"].clone(), e["node"].clone()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            ("join", 1),
+            ("join", 2),
+            ("leave", 1),
+            ("leave", 0),
+            ("join", 3)
+        ]
+        .map(|(c, n)| (serde_json::json!(c), serde_json::json!(n))),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|e| e["ok"] == true), "{events:?}");
+}
+
+/// A node beside the master bound to loopback (`--bind 127.0.0.1`) cannot be reached
+/// from another host: the node there that must reach its server says so, naming the
+/// address and the way out, and the job does not start (before: "handshake ... refused:
+/// timed out", and nothing more).
+#[test]
+fn a_node_bound_to_loopback_is_named_to_the_node_on_another_host_that_cannot_reach_it() {
+    let Some(hosts) = NetHosts::create(1) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = credentials_dir(dir.path());
+    let run_args = ["run", "counter", "--tasks", "1000"];
+    let mut master_args = run_args.to_vec();
+    master_args.extend([
+        "--nodes",
+        "2",
+        "--listen",
+        "0.0.0.0:0",
+        "--credentials",
+        credentials.to_str().unwrap(),
+    ]);
+    let harp = harp_binary!();
+    let master = MasterProcess::start(harp.clone(), &master_args);
+    let local_join = format!("127.0.0.1:{}", port(&master));
+    let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
+    let beside = node(
+        Command::new(&harp),
+        &master,
+        &local_join,
+        &["--bind", "127.0.0.1"],
+        &run_args,
+    );
+    let elsewhere = node(
+        hosts.command(0, &harp),
+        &master,
+        &remote_join,
+        &[],
+        &run_args,
+    );
+    let began = std::time::Instant::now();
+    let (status, stderr) = master.finish();
+    println!(
+        "the master exited {:.1} s after both nodes started",
+        began.elapsed().as_secs_f64()
+    );
+    assert!(!status.success(), "the job started: {stderr}");
+    let (remote_err, beside_err) = (stderr_of(elsewhere), stderr_of(beside));
+    let all = format!("master:\n{stderr}\nnode on another host:\n{remote_err}\nnode beside the master:\n{beside_err}");
+    // Each node fails to reach the other's server and says why; the master names the
+    // first failure it read.
+    assert!(
+        remote_err.contains("it listens on 127.0.0.1:")
+            && remote_err
+                .contains("a loopback address, which no process on another host can reach"),
+        "{all}"
+    );
+    assert!(
+        beside_err.contains("this node is bound to 127.0.0.1, a loopback address, from which")
+            || beside_err.contains("shut down by the master"),
+        "{all}"
+    );
+    assert!(
+        stderr.contains("failed to start")
+            && stderr.contains("a loopback address")
+            && stderr.contains("--bind 0.0.0.0"),
+        "{all}"
+    );
+}

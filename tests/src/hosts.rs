@@ -5,6 +5,9 @@
 //! the others, and processes of the test's namespace at [`NetHosts::gateway`], only over
 //! that network, never over loopback: what a job spread over several machines sees.
 //!
+//! [`NetHosts::partition`] cuts a host off (its processes live on, unreachable) and
+//! [`NetHosts::heal`] puts it back.
+//!
 //! Creating them needs root (CAP_NET_ADMIN) and the `ip` command; where either is missing,
 //! [`NetHosts::create`] prints why (`skipping: ...`) and returns `None`. Dropping them
 //! removes the namespaces and the bridge (and with them the veth pairs).
@@ -18,6 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct NetHosts {
     bridge: String,
     namespaces: Vec<String>,
+    /// The bridge's end of each host's veth pair.
+    links: Vec<String>,
     /// The first three octets of the /24 (`a.b.c.0`).
     subnet: [u8; 3],
 }
@@ -54,6 +59,7 @@ impl NetHosts {
         let mut hosts = NetHosts {
             bridge: format!("hb{tag:x}"),
             namespaces: Vec::new(),
+            links: Vec::new(),
             subnet,
         };
         match hosts.build(count, tag) {
@@ -81,6 +87,7 @@ impl NetHosts {
             ip(&[
                 "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name,
             ])?;
+            self.links.push(veth.clone());
             ip(&["link", "set", &veth, "master", &bridge, "up"])?;
             let addr = format!("{}/24", self.addr(host));
             ip(&["-n", &name, "addr", "add", &addr, "dev", "eth0"])?;
@@ -101,6 +108,17 @@ impl NetHosts {
     pub fn addr(&self, host: usize) -> IpAddr {
         let [a, b, c] = self.subnet;
         Ipv4Addr::new(a, b, c, 2 + host as u8).into()
+    }
+
+    /// Cuts host `host` off the network (its link to the bridge goes down: what it sends
+    /// and what is sent to it is lost, its processes go on) until [`Self::heal`].
+    pub fn partition(&self, host: usize) {
+        ip(&["link", "set", &self.links[host], "down"]).unwrap();
+    }
+
+    /// Puts host `host` back on the network.
+    pub fn heal(&self, host: usize) {
+        ip(&["link", "set", &self.links[host], "up"]).unwrap();
     }
 
     /// A command that runs `program` on host `host` (`ip netns exec`, which execs it: the

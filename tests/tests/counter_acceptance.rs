@@ -3,7 +3,9 @@
 
 use harp::JobConfig;
 use harp_apps::counter::CounterConfig;
-use harp_tests::{harp_binary, read_json_lines, run_counter_job, run_process, Threads};
+use harp_tests::{
+    harp_binary, read_json_lines, run_counter_job, run_process, run_with_metrics, Threads,
+};
 
 #[test]
 fn hundred_thousand_tasks_on_four_workers_four_servers_sixteen_executors_are_exact() {
@@ -170,4 +172,38 @@ fn zero_tasks_is_an_empty_exact_job() {
     let summary = run_counter_job(&config, &job, Threads::Multi(2)).unwrap();
     assert_eq!((summary.completed, summary.rows_checked), (0, 0));
     assert_eq!(summary.stats.tasks_completed, 0);
+}
+
+/// `harp run counter` after an injected loss: the rows the fault rolled back are below their
+/// sums, none above, and the run says so and succeeds (before, any loss SCAR allows failed
+/// the run with "parameters differ from the expected sums"); a real server's recovery:
+/// `tests/tests/multi_host.rs`.
+#[test]
+fn an_injected_loss_is_reported_as_the_loss_scar_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let args = [
+        "run",
+        "counter",
+        "--tasks",
+        "5000",
+        "--scar-fraction",
+        "0.25",
+        "--inject",
+        "lose:0.5@3",
+    ];
+    let (out, reports) = run_with_metrics(&harp_binary!(), &args, &metrics, "rows_checked");
+    let report = &reports[0];
+    assert_eq!(report["exact"], false, "{report}");
+    let verdict = &report["verdict"];
+    let below = verdict["below"].as_u64().unwrap();
+    assert!(below > 0, "the fault lost nothing: {report}");
+    assert_eq!(verdict["exact"].as_u64().unwrap() + below, 1000, "{report}");
+    assert!(verdict["missing"].as_i64().unwrap() > 0, "{report}");
+    let line = format!(
+        "below their sums where a loss is allowed, missing {}",
+        verdict["missing"]
+    );
+    assert!(out.stderr.contains(&line), "{}", out.describe());
+    assert!(out.stderr.contains("; none above"), "{}", out.describe());
 }

@@ -12,6 +12,7 @@ use harp_tests::{harp_binary, read_json_lines, spawn_piped, wait_exit, MasterPro
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::time::Duration;
 
 fn credentials_dir(dir: &Path) -> PathBuf {
     let path = dir.join("creds");
@@ -25,6 +26,18 @@ fn credentials_dir(dir: &Path) -> PathBuf {
 /// The port of a master that listens at `addr` (`0.0.0.0:PORT`).
 fn port(master: &MasterProcess) -> &str {
     master.addr.rsplit(':').next().unwrap()
+}
+
+/// A master here for `nodes` nodes with `run_args`, listening on every interface, its
+/// credentials and metrics file (`metrics.jsonl`) in `dir`.
+fn master_on_every_interface(run_args: &[&str], nodes: &str, dir: &Path) -> MasterProcess {
+    let credentials = credentials_dir(dir);
+    let metrics = dir.join("metrics.jsonl");
+    let mut master_args = run_args.to_vec();
+    master_args.extend(["--nodes", nodes, "--listen", "0.0.0.0:0", "--credentials"]);
+    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
+    master_args.push(metrics.to_str().unwrap());
+    MasterProcess::start(harp_binary!(), &master_args)
 }
 
 /// `harp node` joining the master at `join`, started by `command` (here or on a host),
@@ -64,8 +77,6 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let credentials = credentials_dir(dir.path());
     // 4 executors, 2 tasks in flight each, 5 ms per task: at most 1,600 tasks/s on any
     // machine (over 6 s), so the job outlasts its scale events (about 2 s here).
     let run_args = [
@@ -82,19 +93,8 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
         "--threads",
         "2",
     ];
-    let mut master_args = run_args.to_vec();
-    master_args.extend([
-        "--nodes",
-        "1",
-        "--listen",
-        "0.0.0.0:0",
-        "--credentials",
-        credentials.to_str().unwrap(),
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
+    let master = master_on_every_interface(&run_args, "1", dir.path());
     let harp = harp_binary!();
-    let master = MasterProcess::start(harp.clone(), &master_args);
     let local_join = format!("127.0.0.1:{}", port(&master));
     let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
     let beside = node(Command::new(&harp), &master, &local_join, &[], &run_args);
@@ -145,7 +145,7 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
             stderr_of(child)
         );
     }
-    let records = read_json_lines(&metrics);
+    let records = read_json_lines(&dir.path().join("metrics.jsonl"));
     let report = records.last().unwrap();
     assert_eq!(report["exact"], true, "{report}");
     assert_eq!(report["tasks"], 10000);
@@ -179,19 +179,9 @@ fn a_node_bound_to_loopback_is_named_to_the_node_on_another_host_that_cannot_rea
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let credentials = credentials_dir(dir.path());
     let run_args = ["run", "counter", "--tasks", "1000"];
-    let mut master_args = run_args.to_vec();
-    master_args.extend([
-        "--nodes",
-        "2",
-        "--listen",
-        "0.0.0.0:0",
-        "--credentials",
-        credentials.to_str().unwrap(),
-    ]);
+    let master = master_on_every_interface(&run_args, "2", dir.path());
     let harp = harp_binary!();
-    let master = MasterProcess::start(harp.clone(), &master_args);
     let local_join = format!("127.0.0.1:{}", port(&master));
     let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
     let beside = node(
@@ -236,4 +226,84 @@ fn a_node_bound_to_loopback_is_named_to_the_node_on_another_host_that_cannot_rea
             && stderr.contains("--bind 0.0.0.0"),
         "{all}"
     );
+}
+
+/// A network partition: a node on another host (a worker and a server) is cut off while
+/// the job trains, with `--recover-workers --scar-fraction`. Its lease runs out, the master
+/// recovers its executors and shards on the nodes it still reaches, and the job ends with
+/// every counter as the loss allows (the counter's verdict: rows of the lost shards at
+/// most their sums, every other row exact). The cut-off node, alive all along, loses its
+/// master and exits with an error; healed after that, it does not come back (no writes
+/// from a node the job declared dead).
+#[test]
+fn a_node_cut_off_by_a_partition_is_recovered_from_and_stays_out() {
+    let Some(hosts) = NetHosts::create(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 6 executors, 2 tasks in flight each, 5 ms per task: at most 2,400 tasks/s, over 5 s.
+    let run_args = [
+        "run",
+        "counter",
+        "--tasks",
+        "12000",
+        "--executors-per-worker",
+        "2",
+        "--task-sleep-us",
+        "5000",
+        "--window",
+        "2",
+        "--threads",
+        "2",
+        "--scar-fraction",
+        "0.25",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let harp = harp_binary!();
+    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let mut nodes: Vec<Child> = (0..3)
+        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .collect();
+    master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
+    std::thread::sleep(Duration::from_millis(500));
+    hosts.partition(2);
+    let declared = master.wait_for_line(&["worker recovery: node"]);
+    // Heal once the cut-off node's own links have run out of time too.
+    std::thread::sleep(Duration::from_millis(3000));
+    hosts.heal(2);
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    assert!(declared.contains("its lease expired"), "{declared}");
+    assert!(stderr.contains("recovery: server"), "{stderr}");
+    let cut_off = nodes.remove(2);
+    let cut_off_err = stderr_of(cut_off);
+    assert!(
+        cut_off_err.contains("lost the master"),
+        "the cut-off node: {cut_off_err}"
+    );
+    for (i, mut child) in nodes.into_iter().enumerate() {
+        let status = wait_exit(&mut child, "a node");
+        assert!(
+            status.success(),
+            "node on host {i} ended with {status:?}: {}",
+            stderr_of(child)
+        );
+    }
+    let records = read_json_lines(&dir.path().join("metrics.jsonl"));
+    let report = records.last().unwrap();
+    assert_eq!(report["tasks"], 12000, "{report}");
+    let verdict = &report["verdict"];
+    assert_eq!(
+        verdict["exact"].as_u64().unwrap() + verdict["below"].as_u64().unwrap(),
+        verdict["rows"].as_u64().unwrap(),
+        "{report}"
+    );
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("counter: 12000 tasks, "))
+        .unwrap();
+    println!("{declared}\n{line}");
 }

@@ -1,9 +1,10 @@
 //! `harp run counter`: runs the exact-accounting app and fails unless every parameter equals
-//! its expected sum.
+//! its expected sum, or, after a loss SCAR allows (a server recovered from the running
+//! checkpoint, an injected fault), is what that loss allows (`counter::verdict`).
 
 use super::output::RunOutput;
 use super::ClusterArgs;
-use crate::counter::{CounterApp, CounterConfig};
+use crate::counter::{CounterApp, CounterConfig, Verdict};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use std::sync::Arc;
@@ -43,7 +44,11 @@ pub struct CounterCliArgs {
 struct CounterReport {
     tasks: u64,
     rows_checked: usize,
+    /// Every row at its expected sum.
     exact: bool,
+    /// Where a loss was allowed (a server's recovery, an injected fault): how the rows
+    /// came out (`None` where they differ from what the losses allow).
+    verdict: Option<Verdict>,
     elapsed_s: f64,
     tasks_per_s: f64,
     stats: harp::JobStats,
@@ -77,11 +82,14 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
     let params = outcome
         .params
         .ok_or_else(|| anyhow!("the job returned no parameters to check"))?;
-    let checked = app.verify(&outcome.driver, &params);
+    let checked = app.verdict(&outcome.driver, &params, &outcome.stats);
     let report = CounterReport {
         tasks: outcome.driver.completed(),
-        rows_checked: *checked.as_ref().unwrap_or(&0),
-        exact: checked.is_ok(),
+        rows_checked: checked.as_ref().map_or(0, |v| v.rows),
+        exact: checked
+            .as_ref()
+            .is_ok_and(|v| v.exact == v.rows && v.unchecked.is_none()),
+        verdict: checked.as_ref().ok().cloned(),
         elapsed_s: outcome.stats.elapsed_s,
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
@@ -91,10 +99,12 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         writer.write(&report)?;
     }
     match checked {
-        Ok(rows) => {
+        Ok(verdict) => {
             eprintln!(
-                "counter: {} tasks, {rows} rows exact ({:.0} tasks/s)",
-                report.tasks, report.tasks_per_s
+                "counter: {} tasks, {} ({:.0} tasks/s)",
+                report.tasks,
+                verdict.describe(),
+                report.tasks_per_s
             );
             Ok(())
         }

@@ -6,18 +6,21 @@
 //! checks it against the sum the driver had seen completed when it dispatched the task: a
 //! smaller value means the task missed an update it was guaranteed to observe (the Litz
 //! consistency rule), and the task fails loudly. At the end every row is compared with its
-//! expected sum; any difference fails the job.
+//! expected sum; any difference fails the job, but for the losses SCAR allows after a
+//! server's recovery or an injected fault ([`verdict`]).
 
 mod ballast;
 mod driver;
 mod executor;
 mod plan;
+pub mod verdict;
 
 pub use driver::CounterDriver;
 pub use executor::CounterExecutor;
 pub use plan::{task_updates, CounterConfig};
+pub use verdict::Verdict;
 
-use harp::{App, AppError, ExecutorId, JobInfo, ParamDump, Table, TableSet};
+use harp::{App, AppError, ExecutorId, JobInfo, JobStats, ParamDump, Table, TableSet};
 use serde::{Deserialize, Serialize};
 
 /// Arguments of one counter task.
@@ -69,28 +72,18 @@ impl CounterApp {
     /// rows checked, or a description of the first differences.
     pub fn verify(&self, driver: &CounterDriver, params: &ParamDump) -> Result<usize, String> {
         let expected = driver.expected();
-        let mut errors = Vec::new();
-        for (row, want) in expected {
-            let got = params.row(&self.counters, *row);
-            if got != Some(want.as_slice()) {
-                errors.push(format!("row {row}: expected {want:?}, found {got:?}"));
-            }
-        }
-        for (row, got) in params.table(&self.counters) {
-            if !expected.contains_key(&row) && got.iter().any(|v| *v != 0) {
-                errors.push(format!("row {row}: expected no updates, found {got:?}"));
-            }
-        }
-        if errors.is_empty() {
-            Ok(expected.len())
-        } else {
-            let total = errors.len();
-            errors.truncate(10);
-            Err(format!(
-                "{total} counter rows differ from their expected sums:\n  {}",
-                errors.join("\n  ")
-            ))
-        }
+        verdict::check(self, expected, params, &verdict::Allowed::Nowhere, None).map(|v| v.rows)
+    }
+
+    /// [`Self::verify`] after the losses the job reported (`stats`: servers recovered from
+    /// SCAR's running checkpoint, injected faults): see [`verdict`].
+    pub fn verdict(
+        &self,
+        driver: &CounterDriver,
+        params: &ParamDump,
+        stats: &JobStats,
+    ) -> Result<Verdict, String> {
+        verdict::verdict(self, driver.expected(), params, stats)
     }
 }
 

@@ -102,6 +102,10 @@ pub struct JobStats {
     pub worker_recoveries: Vec<crate::scar::WorkerRecovery>,
     /// Every fault injected (`ScarOptions::inject`), in order.
     pub injections: Vec<crate::scar::InjectionReport>,
+    /// The job's parameter shards (fixed for its run): a row's shard is
+    /// [`shard_of`](crate::shard_of)`(key, shards)`, which is how the shards a recovery
+    /// names map to rows.
+    pub shards: u32,
 }
 
 /// Every parameter row at the end of a job.
@@ -421,6 +425,7 @@ async fn run_job_body<A: App>(
         recoveries: end.recoveries,
         worker_recoveries: end.worker_recoveries,
         injections: end.injections,
+        shards: end.shards,
     };
     shut_down(&master, workers.values(), &store);
     let report = report.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -292,6 +292,8 @@ pub(crate) struct MasterEnd<A: App> {
     /// Every dead worker node recovered from (worker recovery).
     pub worker_recoveries: Vec<crate::scar::WorkerRecovery>,
     pub injections: Vec<crate::scar::InjectionReport>,
+    /// The job's parameter shards.
+    pub shards: u32,
     /// The consistent checkpoint still being written, if any.
     pub consistent: Option<ConsistentEnd>,
 }
@@ -683,6 +685,7 @@ impl<A: App> MasterState<A> {
                     .map(|r| r.take_reports())
                     .unwrap_or_default(),
                 injections: std::mem::take(&mut self.injections),
+                shards: self.shards.num_shards(),
                 consistent: self.consistent.as_mut().map(|c| c.end()),
             }),
             (Err(e), _) => Err(e),

@@ -564,6 +564,7 @@ async fn run_across_body<A: App>(
                     recoveries: end.recoveries,
                     worker_recoveries: end.worker_recoveries,
                     injections: end.injections,
+                    shards: end.shards,
                 },
                 driver: end.driver,
                 params,

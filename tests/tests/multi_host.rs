@@ -66,7 +66,9 @@ fn stderr_of(child: Child) -> String {
 /// A node beside the master (joined over loopback, listening on every interface by
 /// default) and nodes on two other hosts train one job; a node on a third host joins
 /// while it runs, one on another host leaves by SIGTERM and the one beside the master by
-/// `harp scale --remove`, which the test sends to the master's wildcard address. Every
+/// `harp scale --remove`, which the test sends to the master's wildcard address. Each
+/// executor carries 2 MB of state, which a move parks on the releasing node and the
+/// adopting node fetches from it, across hosts. Every
 /// counter ends exact and every node exits 0. Before, a node's default address was
 /// loopback (no node on another host could join), and a node beside the master was
 /// told to the others as `127.0.0.1:PORT`, which they could not reach: the job's start
@@ -92,6 +94,9 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
         "2",
         "--threads",
         "2",
+        // Large enough to be parked and fetched node to node when an executor moves.
+        "--state-bytes",
+        "2000000",
     ];
     let master = master_on_every_interface(&run_args, "1", dir.path());
     let harp = harp_binary!();
@@ -167,6 +172,10 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
         "{events:?}"
     );
     assert!(events.iter().all(|e| e["ok"] == true), "{events:?}");
+    // Node 0's executors left it for the other hosts, their states fetched from it there.
+    let leave_0 = &events[3]["report"];
+    let moved = leave_0["executor_bytes_moved"].as_u64().unwrap();
+    assert!(moved >= 2_000_000, "{leave_0}");
 }
 
 /// A node beside the master bound to loopback (`--bind 127.0.0.1`) cannot be reached
@@ -228,8 +237,8 @@ fn a_node_bound_to_loopback_is_named_to_the_node_on_another_host_that_cannot_rea
     );
 }
 
-/// A network partition: a node on another host (a worker and a server) is cut off while
-/// the job trains, with `--recover-workers --scar-fraction`. Its lease runs out, the master
+/// A network partition: a blip shorter than the lease costs nothing, then a node on
+/// another host (a worker and a server) is cut off while the job trains, with `--recover-workers --scar-fraction`. Its lease runs out, the master
 /// recovers its executors and shards on the nodes it still reaches, and the job ends with
 /// every counter as the loss allows (the counter's verdict: rows of the lost shards at
 /// most their sums, every other row exact). The cut-off node, alive all along, loses its
@@ -268,6 +277,11 @@ fn a_node_cut_off_by_a_partition_is_recovered_from_and_stays_out() {
         .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
+    // First a blip shorter than the lease on host 0: lost packets are sent again, and
+    // nobody is declared dead.
+    hosts.partition(0);
+    std::thread::sleep(Duration::from_millis(700));
+    hosts.heal(0);
     std::thread::sleep(Duration::from_millis(500));
     hosts.partition(2);
     let declared = master.wait_for_line(&["worker recovery: node"]);
@@ -277,7 +291,22 @@ fn a_node_cut_off_by_a_partition_is_recovered_from_and_stays_out() {
     let (status, stderr) = master.finish();
     assert!(status.success(), "the master failed: {stderr}");
     assert!(declared.contains("its lease expired"), "{declared}");
-    assert!(stderr.contains("recovery: server"), "{stderr}");
+    let deaths = stderr
+        .lines()
+        .filter(|l| l.starts_with("worker recovery: node"));
+    assert_eq!(
+        deaths.count(),
+        0,
+        "more deaths than the cut-off node's: {stderr}"
+    );
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("recovery: server"))
+            .count(),
+        1,
+        "{stderr}"
+    );
     let cut_off = nodes.remove(2);
     let cut_off_err = stderr_of(cut_off);
     assert!(

@@ -6,7 +6,8 @@
 //! that network, never over loopback: what a job spread over several machines sees.
 //!
 //! [`NetHosts::partition`] cuts a host off (its processes live on, unreachable) and
-//! [`NetHosts::heal`] puts it back.
+//! [`NetHosts::heal`] puts it back; [`NetHosts::isolate`] cuts hosts off from each other
+//! only (each still reaches the test's namespace).
 //!
 //! Creating them needs root (CAP_NET_ADMIN) and the `ip` command; where either is missing,
 //! [`NetHosts::create`] prints why (`skipping: ...`) and returns `None`. Dropping them
@@ -119,6 +120,27 @@ impl NetHosts {
     /// Puts host `host` back on the network.
     pub fn heal(&self, host: usize) {
         ip(&["link", "set", &self.links[host], "up"]).unwrap();
+    }
+
+    /// Cuts hosts `hosts` off from each other, each still reaching the test's namespace
+    /// (the master's): their bridge ports are isolated, so the bridge forwards nothing
+    /// between them. `false` puts it back.
+    pub fn isolate(&self, hosts: &[usize], isolated: bool) {
+        let on = if isolated { "on" } else { "off" };
+        for &host in hosts {
+            let link = &self.links[host];
+            ip(&[
+                "link",
+                "set",
+                "dev",
+                link,
+                "type",
+                "bridge_slave",
+                "isolated",
+                on,
+            ])
+            .unwrap();
+        }
     }
 
     /// A command that runs `program` on host `host` (`ip netns exec`, which execs it: the

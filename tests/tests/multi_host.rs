@@ -336,3 +336,44 @@ fn a_node_cut_off_by_a_partition_is_recovered_from_and_stays_out() {
         .unwrap();
     println!("{declared}\n{line}");
 }
+
+/// Two nodes on other hosts that lose each other while both still reach the master (a
+/// partition between nodes): neither is dead to the master, whose recovery has nothing to
+/// recover, so the job fails, and says what happened (before: the symptom only, "task-N
+/// on executor-M failed: server-1 is unreachable").
+#[test]
+fn nodes_that_lose_each_other_but_not_the_master_end_the_job_saying_so() {
+    let Some(hosts) = NetHosts::create(2) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = [
+        "run",
+        "counter",
+        "--tasks",
+        "100000000",
+        "--task-sleep-us",
+        "2000",
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    let master = master_on_every_interface(&run_args, "2", dir.path());
+    let harp = harp_binary!();
+    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let nodes: Vec<Child> = (0..2)
+        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .collect();
+    master.wait_for_nodes(&BTreeSet::from([0, 1]));
+    hosts.isolate(&[0, 1], true);
+    let (status, stderr) = master.finish();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("still renews its lease with the master")
+            && stderr.contains("a network partition between them"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("died"), "nobody died: {stderr}");
+    for child in nodes {
+        let _ = stderr_of(child);
+    }
+}

@@ -101,6 +101,20 @@ pub enum HarpError {
     Unrecoverable { server: ServerId, reason: String },
     #[error("node {node} died ({detail})")]
     NodeDied { node: u32, detail: String },
+    /// Node `node` lost its link to node `peer`'s server while `peer` still renewed its
+    /// lease with the master: the network between the two is cut (a partition between
+    /// nodes that both reach the master) or the peer is stuck. Nothing the master can
+    /// recover from: the server lives and owns its shards.
+    #[error(
+        "node {node} lost node {peer}'s server ({detail}), but node {peer} still renews its \
+         lease with the master: the link between the two nodes broke (a network partition \
+         between them, or a stuck node) and the job cannot go on without it"
+    )]
+    PeerLost {
+        node: u32,
+        peer: u32,
+        detail: String,
+    },
     /// A node process its launcher started for the job exited, not cleanly, before the job
     /// started ([`NodeFailure::Exited`](crate::NodeFailure::Exited) while the master still
     /// waited for its nodes): the job cannot have all its nodes, so it does not start.

@@ -34,7 +34,7 @@ use dashmap::DashMap;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Version};
 use lost_ledger::LostLedger;
 use stats::NodeCounters;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -88,6 +88,8 @@ pub(crate) struct ParamStore {
     recover_servers: bool,
     /// Notified whenever the routing changes.
     rerouted: tokio::sync::Notify,
+    /// Servers whose traffic waited for a reroute (each said once in the log).
+    servers_awaited: Mutex<BTreeSet<ServerId>>,
     /// What each server acknowledged since each row's last save (node processes of a job
     /// with server recovery).
     lost_ledger: Option<Mutex<LostLedger>>,
@@ -106,6 +108,7 @@ impl ParamStore {
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             recover_servers: false,
             rerouted: tokio::sync::Notify::new(),
+            servers_awaited: Mutex::default(),
             lost_ledger: None,
             counters: NodeCounters::default(),
         }
@@ -231,6 +234,12 @@ impl ParamStore {
         keys: &[ParamKey],
         deadline: tokio::time::Instant,
     ) -> bool {
+        let first = (self.servers_awaited.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(server);
+        if first {
+            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master to re-create its shards elsewhere (if its node stays in the job, the job fails once the wait is over)");
+        }
         loop {
             let notified = self.rerouted.notified();
             tokio::pin!(notified);

@@ -29,7 +29,9 @@
 //! A killed node's peers often notice before the master: a node that fails because it lost
 //! a server says which (`Message::Failed { unreachable_server }`), and the master holds that
 //! failure until it has a verdict on the server's node ([`report_after_verdict`]), so the
-//! death, not its symptom elsewhere, is what the job reports or recovers from.
+//! death, not its symptom elsewhere, is what the job reports or recovers from. A server's
+//! node that outlives the wait is alive to the master: the two nodes lost each other (a
+//! partition between them), which ends the job as `HarpError::PeerLost`.
 //!
 //! **A worker node's death, exactly once (DESIGN §4, G2).** Re-running the micro-tasks a
 //! dead worker had in flight is easy; applying each update exactly once is not. A flush is
@@ -162,22 +164,31 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     let _ = ctx.master.send_message(MasterMsg::Failed(error));
 }
 
-/// Ends the job with `failure`, which a node raised because it lost `server` (a server's
-/// id is its node's), once the master has a verdict on that node. A killed node's peers
-/// often notice before the master does; without the wait their "server unreachable" could
-/// end the job first and hide the cause. So: if the node is declared dead (or leaves)
-/// within its lease timeout and a second, the failure goes [`AFTER_VERDICT`] later, after
-/// the death's own report (`NodeDied`, which ends a job that cannot recover) or the start
-/// of its recovery; if it stays alive, the failure goes then, as it was.
+/// Ends the job with `failure`, which node `node` raised (`message`) because it lost
+/// `server` (a server's id is its node's), once the master has a verdict on that node. A
+/// killed node's peers often notice before the master does; without the wait their
+/// "server unreachable" could end the job first and hide the cause. So: if the node is
+/// declared dead (or leaves) within its lease timeout and a second, the failure goes
+/// [`AFTER_VERDICT`] later, after the death's own report (`NodeDied`, which ends a job
+/// that cannot recover) or the start of its recovery; if it stays alive, the failure goes
+/// then as [`HarpError::PeerLost`]: the two nodes lost each other, not the master.
 pub(crate) async fn report_after_verdict<A: App>(
     ctx: std::sync::Arc<RosterContext<A>>,
-    server: u32,
-    failure: HarpError,
+    (node, server): (u32, u32),
+    message: String,
 ) {
     let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
-    if hold_for_verdict(&ctx.roster, server, verdict_limit).await == Verdict::NoVerdict {
-        tracing::debug!(server, %failure, "the lost server's node is still in the job: reporting the failure it caused");
-    }
+    let failure = match hold_for_verdict(&ctx.roster, server, verdict_limit).await {
+        Verdict::NodeGone => HarpError::Remote(format!("node {node}: {message}")),
+        Verdict::NoVerdict => {
+            tracing::warn!(node, peer = server, %message, "a node lost a server whose node is still in the job");
+            HarpError::PeerLost {
+                node,
+                peer: server,
+                detail: message,
+            }
+        }
+    };
     let _ = ctx.master.send_message(MasterMsg::Failed(failure));
 }
 

@@ -764,13 +764,14 @@ pub(crate) async fn read_node<A: App>(
                 message,
                 unreachable_server,
             } => {
-                let failure = HarpError::Remote(format!("node {node}: {message}"));
                 match unreachable_server {
                     // The lost server's node most likely died: its death is the cause.
                     Some(server) => {
-                        crate::spawn::spawn(report_after_verdict(ctx.clone(), server, failure));
+                        let lost = (node, server);
+                        crate::spawn::spawn(report_after_verdict(ctx.clone(), lost, message));
                     }
                     None => {
+                        let failure = HarpError::Remote(format!("node {node}: {message}"));
                         let _ = master.send_message(MasterMsg::Failed(failure));
                     }
                 }

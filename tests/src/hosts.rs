@@ -9,14 +9,17 @@
 //! [`NetHosts::heal`] puts it back; [`NetHosts::isolate`] cuts hosts off from each other
 //! only (each still reaches the test's namespace).
 //!
-//! Creating them needs root (CAP_NET_ADMIN) and the `ip` command; where either is missing,
-//! [`NetHosts::create`] prints why (`skipping: ...`) and returns `None`. Dropping them
+//! Creating them needs root (CAP_NET_ADMIN) and the `ip` command, and the machine must let
+//! UDP through between them (checked: every host to the gateway, host 0 to host 1); where
+//! anything of that is missing, [`NetHosts::create`] prints why (`skipping: ...`) and
+//! returns `None`. Dropping them
 //! removes the namespaces and the bridge (and with them the veth pairs).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// Network namespaces bridged to the test's own: see the module doc.
 pub struct NetHosts {
@@ -63,7 +66,7 @@ impl NetHosts {
             links: Vec::new(),
             subnet,
         };
-        match hosts.build(count, tag) {
+        match hosts.build(count, tag).and_then(|()| hosts.probe()) {
             Ok(()) => Some(hosts),
             Err(why) => {
                 println!(
@@ -71,6 +74,86 @@ impl NetHosts {
                 );
                 None
             }
+        }
+    }
+
+    /// Checks that UDP gets through where the tests need it (a firewall of the machine's,
+    /// e.g. one that filters bridged traffic, would make them fail for reasons of its own):
+    /// from every host to the gateway, and from host 0 to host 1.
+    fn probe(&self) -> Result<(), String> {
+        let socket = UdpSocket::bind((self.gateway(), 0)).map_err(|e| e.to_string())?;
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        let to = socket.local_addr().map_err(|e| e.to_string())?;
+        for host in 0..self.namespaces.len() {
+            self.send_udp(host, to, &format!("host {host}"))?;
+            let mut buf = [0u8; 64];
+            let got = socket.recv(&mut buf).map_err(|e| {
+                format!(
+                    "host {host} cannot reach the gateway {} ({e})",
+                    self.gateway()
+                )
+            })?;
+            if buf[..got] != *format!("host {host}\n").as_bytes() {
+                return Err(format!("the gateway got something else from host {host}"));
+            }
+        }
+        if self.namespaces.len() >= 2 {
+            self.probe_between(0, 1)?;
+        }
+        Ok(())
+    }
+
+    /// Host `from` reaches host `to` (a listener there: python3, absent which this is not
+    /// checked).
+    fn probe_between(&self, from: usize, to: usize) -> Result<(), String> {
+        let python = Command::new("python3").arg("--version").output();
+        if !python.is_ok_and(|out| out.status.success()) {
+            return Ok(());
+        }
+        let port = 47_000 + (std::process::id() % 1000) as u16;
+        let listen = format!(
+            "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+             s.bind(('0.0.0.0', {port})); s.settimeout(3); print(s.recv(64).decode().strip())"
+        );
+        let listener = self
+            .command(to, Path::new("python3"))
+            .args(["-c", &listen])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run python3 on host {to}: {e}"))?;
+        let target = std::net::SocketAddr::new(self.addr(to), port);
+        // A few sends: the listener may not be bound yet.
+        for _ in 0..10 {
+            self.send_udp(from, target, "across")?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = listener.wait_with_output().map_err(|e| e.to_string())?;
+        if String::from_utf8_lossy(&out.stdout).trim() == "across" {
+            Ok(())
+        } else {
+            Err(format!(
+                "host {from} cannot reach host {to} over the bridge"
+            ))
+        }
+    }
+
+    /// Sends `text` from host `host` to `to` over UDP (bash's `/dev/udp`).
+    fn send_udp(&self, host: usize, to: std::net::SocketAddr, text: &str) -> Result<(), String> {
+        let script = format!("echo '{text}' > /dev/udp/{}/{}", to.ip(), to.port());
+        let status = self
+            .command(host, Path::new("bash"))
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run bash on host {host}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("host {host} could not send to {to}"))
         }
     }
 

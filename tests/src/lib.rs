@@ -463,6 +463,15 @@ pub fn wait_until_catching(pid: u32, signal: u32) {
     }
 }
 
+/// A job's credentials (`harp::JobCredentials::generate(name)`) saved in `dir/creds`, for
+/// `--credentials`; the directory's path.
+pub fn credentials_in(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join("creds");
+    let creds = harp::JobCredentials::generate(name).unwrap();
+    creds.save(&path).unwrap();
+    path
+}
+
 /// Sends process `pid` SIGKILL.
 pub fn sigkill(pid: u32) {
     send_signal(pid, "KILL");

@@ -6,10 +6,9 @@
 //! stay, and a node that dies later is recovered onto them. (A node killed in the middle of
 //! a move: `elastic_mid_move.rs`.)
 
-use harp::JobCredentials;
 use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, SplitMix};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,15 +34,6 @@ fn sigterm(child: &Child) {
     assert!(status.success());
 }
 
-fn credentials_dir(dir: &Path) -> PathBuf {
-    let path = dir.join("creds");
-    JobCredentials::generate("elastic-processes")
-        .unwrap()
-        .save(&path)
-        .unwrap();
-    path
-}
-
 /// The acceptance run: 50 random scale events (node processes joining, leaving on `harp
 /// scale --remove`, leaving on SIGTERM) while the counter app runs; every counter exact,
 /// every leaving process exits 0, every event in the metrics file.
@@ -52,7 +42,7 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
     const EVENTS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
-    let credentials = credentials_dir(dir.path());
+    let credentials = harp_tests::credentials_in(dir.path(), "elastic-processes");
     // 8 executors, each with at most 4 tasks in flight that wait 2 ms: the job lasts at
     // least 4 s (about 30 s here, where the 50 events take about 3 s).
     let run_args = [

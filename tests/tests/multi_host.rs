@@ -7,21 +7,11 @@
 //! Needs root and iproute2 (the tests print `skipping: ...` and pass where namespaces
 //! cannot be created).
 
-use harp::JobCredentials;
 use harp_tests::{harp_binary, read_json_lines, spawn_piped, wait_exit, MasterProcess, NetHosts};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
-
-fn credentials_dir(dir: &Path) -> PathBuf {
-    let path = dir.join("creds");
-    JobCredentials::generate("multi-host")
-        .unwrap()
-        .save(&path)
-        .unwrap();
-    path
-}
 
 /// The port of a master that listens at `addr` (`0.0.0.0:PORT`).
 fn port(master: &MasterProcess) -> &str {
@@ -31,7 +21,7 @@ fn port(master: &MasterProcess) -> &str {
 /// A master here for `nodes` nodes with `run_args`, listening on every interface, its
 /// credentials and metrics file (`metrics.jsonl`) in `dir`.
 fn master_on_every_interface(run_args: &[&str], nodes: &str, dir: &Path) -> MasterProcess {
-    let credentials = credentials_dir(dir);
+    let credentials = harp_tests::credentials_in(dir, "multi-host");
     let metrics = dir.join("metrics.jsonl");
     let mut master_args = run_args.to_vec();
     master_args.extend(["--nodes", nodes, "--listen", "0.0.0.0:0", "--credentials"]);

@@ -11,7 +11,7 @@ use harp_tests::{harp_binary, read_json_lines, spawn_piped, wait_exit, MasterPro
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The port of a master that listens at `addr` (`0.0.0.0:PORT`).
 fn port(master: &MasterProcess) -> &str {
@@ -355,8 +355,35 @@ fn nodes_that_lose_each_other_but_not_the_master_end_the_job_saying_so() {
     let Some(hosts) = NetHosts::create(2) else {
         return;
     };
+    let stderr = partition_between_nodes(&hosts, &[]);
+    assert!(
+        stderr.contains("server-") && stderr.contains("is unreachable)"),
+        "{stderr}"
+    );
+}
+
+/// The same partition in a job with SCAR's running checkpoint, where a node does not fail
+/// on a lost server but waits for its recovery: the node tells the master, whose verdict on
+/// the server's node (alive) ends the job. Before, it ended only once the node's wait for a
+/// recovery (`SERVER_RECOVERY_WAIT`, 60 s) was over, the job stuck meanwhile.
+#[test]
+fn with_scar_a_partition_between_nodes_ends_the_job_without_waiting_for_a_recovery() {
+    let Some(hosts) = NetHosts::create(2) else {
+        return;
+    };
+    let stderr = partition_between_nodes(&hosts, &["--scar-fraction", "0.25"]);
+    assert!(
+        stderr.contains("its traffic waited for a recovery, which comes only for a dead node"),
+        "the master's verdict ended the job, not the node's own wait: {stderr}"
+    );
+}
+
+/// Runs the counter on two nodes on `hosts` (with `extra` run options), cuts them off from
+/// each other once both are in, and returns the master's stderr after checking that the
+/// job failed as a partition between nodes and nobody died.
+fn partition_between_nodes(hosts: &NetHosts, extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let run_args = [
+    let mut run_args = vec![
         "run",
         "counter",
         "--tasks",
@@ -366,6 +393,7 @@ fn nodes_that_lose_each_other_but_not_the_master_end_the_job_saying_so() {
         "--lease-timeout-ms",
         "2000",
     ];
+    run_args.extend(extra);
     let master = master_on_every_interface(&run_args, "2", dir.path());
     let harp = harp_binary!();
     let join = format!("{}:{}", hosts.gateway(), port(&master));
@@ -373,8 +401,13 @@ fn nodes_that_lose_each_other_but_not_the_master_end_the_job_saying_so() {
         .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1]));
+    let cut = Instant::now();
     hosts.isolate(&[0, 1], true);
     let (status, stderr) = master.finish();
+    println!(
+        "the job ended {:.1} s after the partition",
+        cut.elapsed().as_secs_f64()
+    );
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("still renews its lease with the master")
@@ -385,4 +418,5 @@ fn nodes_that_lose_each_other_but_not_the_master_end_the_job_saying_so() {
     for child in nodes {
         let _ = stderr_of(child);
     }
+    stderr
 }

@@ -701,6 +701,13 @@ pub enum Message {
         shard: u32,
         to_server: u32,
     },
+    /// node → master (a job with server recovery): this node's link to `server`'s node
+    /// broke, and its traffic for that server now waits for the master to re-create the
+    /// server's shards elsewhere (sent once per server). The master gives the server's node
+    /// its lease to be declared dead; a node still in the job after it was cut off from this
+    /// one only (a partition between them), which ends the job at once instead of after the
+    /// node's whole wait.
+    ServerAwaited { server: u32 },
 
     // ---- worker recovery: staged flushes committed by the master ----
     /// worker node → master: every part of flush `flush_id` is staged (on `servers`); the
@@ -890,6 +897,7 @@ impl Message {
             Message::ServerLost { .. } => MessageKind::ServerLost,
             Message::ServerLeft { .. } => MessageKind::ServerLeft,
             Message::ShardRelocated { .. } => MessageKind::ShardRelocated,
+            Message::ServerAwaited { .. } => MessageKind::ServerAwaited,
             Message::FlushStaged { .. } => MessageKind::FlushStaged,
             Message::CommitFlush { .. } => MessageKind::CommitFlush,
             Message::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -968,6 +976,7 @@ impl ArchivedMessage {
             ArchivedMessage::ServerLost { .. } => MessageKind::ServerLost,
             ArchivedMessage::ServerLeft { .. } => MessageKind::ServerLeft,
             ArchivedMessage::ShardRelocated { .. } => MessageKind::ShardRelocated,
+            ArchivedMessage::ServerAwaited { .. } => MessageKind::ServerAwaited,
             ArchivedMessage::FlushStaged { .. } => MessageKind::FlushStaged,
             ArchivedMessage::CommitFlush { .. } => MessageKind::CommitFlush,
             ArchivedMessage::FlushCommitted { .. } => MessageKind::FlushCommitted,
@@ -1052,11 +1061,12 @@ pub enum MessageKind {
     ExecutorSaved = 52,
     ServerLeft = 53,
     ShardRelocated = 54,
+    ServerAwaited = 55,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 54;
+    pub const COUNT: usize = 55;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -1114,6 +1124,7 @@ impl MessageKind {
         MessageKind::ExecutorSaved,
         MessageKind::ServerLeft,
         MessageKind::ShardRelocated,
+        MessageKind::ServerAwaited,
     ];
 
     /// The kind a header byte names, if any.
@@ -1188,6 +1199,7 @@ impl MessageKind {
             MessageKind::ExecutorSaved => "executor_saved",
             MessageKind::ServerLeft => "server_left",
             MessageKind::ShardRelocated => "shard_relocated",
+            MessageKind::ServerAwaited => "server_awaited",
         }
     }
 }

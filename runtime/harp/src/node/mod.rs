@@ -76,6 +76,9 @@ impl FlushMode {
     }
 }
 
+/// What [`ParamStore::on_server_awaited`] calls.
+pub(crate) type ServerAwaitedHook = Box<dyn Fn(ServerId) + Send + Sync>;
+
 /// Everything a micro-task on this node touches when it reads or updates parameters.
 pub(crate) struct ParamStore {
     pub(crate) tables: Arc<TableSet>,
@@ -90,6 +93,10 @@ pub(crate) struct ParamStore {
     rerouted: tokio::sync::Notify,
     /// Servers whose traffic waited for a reroute (each said once in the log).
     servers_awaited: Mutex<BTreeSet<ServerId>>,
+    /// Told each server of `servers_awaited` once, when its traffic first waits (a node
+    /// process tells its master, which has a verdict on the server's node sooner than the
+    /// wait's end: [`Self::on_server_awaited`]).
+    server_awaited_hook: Option<ServerAwaitedHook>,
     /// What each server acknowledged since each row's last save (node processes of a job
     /// with server recovery).
     lost_ledger: Option<Mutex<LostLedger>>,
@@ -109,6 +116,7 @@ impl ParamStore {
             recover_servers: false,
             rerouted: tokio::sync::Notify::new(),
             servers_awaited: Mutex::default(),
+            server_awaited_hook: None,
             lost_ledger: None,
             counters: NodeCounters::default(),
         }
@@ -168,6 +176,13 @@ impl ParamStore {
     /// doc): for jobs whose master recovers failed servers.
     pub(crate) fn with_server_recovery(mut self) -> Self {
         self.recover_servers = true;
+        self
+    }
+
+    /// The same store, calling `hook` with each server whose traffic starts waiting for a
+    /// reroute (once per server), before the wait.
+    pub(crate) fn on_server_awaited(mut self, hook: ServerAwaitedHook) -> Self {
+        self.server_awaited_hook = Some(hook);
         self
     }
 
@@ -238,7 +253,10 @@ impl ParamStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(server);
         if first {
-            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master to re-create its shards elsewhere (if its node stays in the job, the job fails once the wait is over)");
+            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master to re-create its shards elsewhere (if its node stays in the job, the job fails)");
+            if let Some(hook) = &self.server_awaited_hook {
+                hook(server);
+            }
         }
         loop {
             let notified = self.rerouted.notified();

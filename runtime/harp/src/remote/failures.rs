@@ -31,7 +31,11 @@
 //! failure until it has a verdict on the server's node ([`report_after_verdict`]), so the
 //! death, not its symptom elsewhere, is what the job reports or recovers from. A server's
 //! node that outlives the wait is alive to the master: the two nodes lost each other (a
-//! partition between them), which ends the job as `HarpError::PeerLost`.
+//! partition between them), which ends the job as `HarpError::PeerLost`. In a job with
+//! server recovery a node does not fail on a lost server: its traffic waits for the
+//! server's shards to be re-created, and it tells the master so (`Message::ServerAwaited`),
+//! which gives the server's node the same wait ([`peer_lost_unless_gone`]): a recovery
+//! that will never come, because the node is alive, ends the job then.
 //!
 //! **A worker node's death, exactly once (DESIGN §4, G2).** Re-running the micro-tasks a
 //! dead worker had in flight is easy; applying each update exactly once is not. A flush is
@@ -190,6 +194,43 @@ pub(crate) async fn report_after_verdict<A: App>(
         }
     };
     let _ = ctx.master.send_message(MasterMsg::Failed(failure));
+}
+
+/// Node `node`'s traffic for `server` waits for a recovery (`Message::ServerAwaited`: its
+/// link to the server's node broke, in a job with server recovery). If the server's node is
+/// declared dead or leaves within its lease timeout and a second, its recovery or its leave
+/// reroutes that traffic and nothing is reported here; if it stays in the job, no recovery
+/// will come and the job ends as [`HarpError::PeerLost`] now rather than once the node's
+/// own wait (`node::SERVER_RECOVERY_WAIT`) is over.
+pub(crate) async fn peer_lost_unless_gone<A: App>(
+    ctx: std::sync::Arc<RosterContext<A>>,
+    (node, server): (u32, u32),
+) {
+    if roster::lock(&ctx.roster).is_gone(node) {
+        return; // what a node declared dead still says does not end the job
+    }
+    let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
+    if hold_for_verdict(&ctx.roster, server, verdict_limit).await == Verdict::NodeGone {
+        return;
+    }
+    {
+        let roster = roster::lock(&ctx.roster);
+        if roster.is_gone(node) || roster.job_ended() {
+            return; // nodes close their links when the job ends
+        }
+    }
+    let detail = format!(
+        "{}; its traffic waited for a recovery, which comes only for a dead node",
+        HarpError::ServerUnreachable(ServerId(server))
+    );
+    tracing::warn!(node, peer = server, %detail, "a node lost a server whose node is still in the job");
+    let _ = ctx
+        .master
+        .send_message(MasterMsg::Failed(HarpError::PeerLost {
+            node,
+            peer: server,
+            detail,
+        }));
 }
 
 /// What [`hold_for_verdict`] waited for.

@@ -2,7 +2,7 @@
 //! assigns them work, runs the driver, watches the nodes' leases, and collects the
 //! parameters at the end.
 
-use super::failures::{node_died, report_after_verdict};
+use super::failures::{node_died, peer_lost_unless_gone, report_after_verdict};
 use super::identity::AppIdentity;
 use super::job_id;
 use super::master_start::{accept_nodes, not_started, start_interrupted, wait_ready, JoinedNode};
@@ -775,6 +775,9 @@ pub(crate) async fn read_node<A: App>(
                         let _ = master.send_message(MasterMsg::Failed(failure));
                     }
                 }
+            }
+            Message::ServerAwaited { server } => {
+                crate::spawn::spawn(peer_lost_unless_gone(ctx.clone(), (node, server)));
             }
             Message::Leaving { .. } => {
                 let _ = ctx.leaving.send(node);

@@ -381,6 +381,12 @@ async fn start_node<A: App>(
         (true, true) => store.with_server_recovery(),
         (false, _) => store,
     };
+    // A server whose traffic waits for a recovery: the master has the verdict on its node
+    // (dead, and recovered; or alive, cut off from this node only, which ends the job).
+    let awaited_link = master_link.clone();
+    let store = store.on_server_awaited(Box::new(move |server: ServerId| {
+        let _ = awaited_link.send(&Message::ServerAwaited { server: server.0 });
+    }));
     let store = Arc::new(store);
     let master = spawn(MasterProxy::<A>::new(), master_link).await?;
     let info = JobInfo {

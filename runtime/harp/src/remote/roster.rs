@@ -106,6 +106,11 @@ impl Roster {
         self.departed.contains(&node) || self.dead.contains(&node)
     }
 
+    /// Whether the job ended (see [`Self::end_job`]).
+    pub(crate) fn job_ended(&self) -> bool {
+        self.ended
+    }
+
     /// The job ended: from now on a node that goes away is not a death.
     pub(crate) fn end_job(&mut self) {
         self.ended = true;

@@ -518,6 +518,9 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 to_server,
             })
             .boxed(),
+        any::<u32>()
+            .prop_map(|server| Message::ServerAwaited { server })
+            .boxed(),
         (
             any::<u64>(),
             vec(any::<u32>(), 0..4),

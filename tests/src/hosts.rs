@@ -7,7 +7,8 @@
 //!
 //! [`NetHosts::partition`] cuts a host off (its processes live on, unreachable) and
 //! [`NetHosts::heal`] puts it back; [`NetHosts::isolate`] cuts hosts off from each other
-//! only (each still reaches the test's namespace).
+//! only (each still reaches the test's namespace), [`NetHosts::cut_from_gateway`] a host
+//! off from the test's namespace only (it still reaches the other hosts).
 //!
 //! Creating them needs root (CAP_NET_ADMIN) and the `ip` command, and the machine must let
 //! UDP through between them (checked: every host to the gateway, host 0 to host 1); where
@@ -224,6 +225,24 @@ impl NetHosts {
             ])
             .unwrap();
         }
+    }
+
+    /// Cuts host `host` off from the test's namespace only (a blackhole route to the
+    /// gateway in the host's namespace: what it sends there is dropped, so no exchange with
+    /// a process of the test's namespace completes), while it still reaches the other
+    /// hosts; `cut == false` puts it back.
+    pub fn cut_from_gateway(&self, host: usize, cut: bool) {
+        let gateway = format!("{}/32", self.gateway());
+        let verb = if cut { "add" } else { "del" };
+        ip(&[
+            "-n",
+            &self.namespaces[host],
+            "route",
+            verb,
+            "blackhole",
+            &gateway,
+        ])
+        .unwrap();
     }
 
     /// A command that runs `program` on host `host` (`ip netns exec`, which execs it: the

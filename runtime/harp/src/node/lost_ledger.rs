@@ -24,9 +24,15 @@
 //! for a worker-recovery job, or partly forwarded to a shard's new owner by a move) makes
 //! the server's record inexact, and the node says so instead of answering a wrong sum.
 //! Unacknowledged parts are not kept: the node sends them again to the shards' new owners.
+//!
+//! **Fenced at the report.** A server the master declared dead may still answer (cut off
+//! from the master only): once the node reported its record for the recovery
+//! ([`LostLedger::report_and_fence`]) it takes no more acknowledgements from it, and sends
+//! such parts again to the new owners, so every update is either in the report or applied
+//! by a live server.
 
 use harp_core::{ParamKey, RowData, ServerId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// One server's record: per row, the acknowledged deltas summed by save epoch.
 #[derive(Debug, Default)]
@@ -40,6 +46,9 @@ struct ServerRecord {
 #[derive(Debug, Default)]
 pub(crate) struct LostLedger {
     servers: HashMap<ServerId, ServerRecord>,
+    /// Servers whose record was reported for their recovery ([`Self::report_and_fence`]):
+    /// their acknowledgements are refused from then on (kept after [`Self::forget`]).
+    fenced: HashSet<ServerId>,
 }
 
 /// A row's deltas by save epoch, ascending: what a node reports of a dead server.
@@ -48,22 +57,28 @@ pub(crate) type RowsByEpoch = Vec<(ParamKey, Vec<(u64, RowData)>)>;
 impl LostLedger {
     /// `server` acknowledged `updates` (all of them, of `Add` tables only) as applied at save
     /// epoch `epoch` (`None`: not all by itself, so the record is inexact from now on).
+    /// `false` when the acknowledgement is refused: the server was fenced by
+    /// [`Self::report_and_fence`], and the part must go again to its shards' new owners.
+    #[must_use]
     pub(crate) fn record(
         &mut self,
         server: ServerId,
         epoch: Option<u64>,
         updates: Vec<(ParamKey, RowData)>,
-    ) {
+    ) -> bool {
+        if self.fenced.contains(&server) {
+            return false;
+        }
         let record = self.servers.entry(server).or_default();
         if record.inexact.is_some() {
-            return;
+            return true;
         }
         let Some(epoch) = epoch else {
             record.inexact = Some(format!(
                 "{server} acknowledged a flush part it did not apply all by itself (a shard moved)"
             ));
             record.rows.clear();
-            return;
+            return true;
         };
         for (key, delta) in updates {
             let sums = record.rows.entry(key).or_default();
@@ -78,9 +93,10 @@ impl LostLedger {
                 // The server checked the delta against the row; this cannot happen.
                 record.inexact = Some(format!("{key}: a delta of another kind or width"));
                 record.rows.clear();
-                return;
+                return true;
             }
         }
+        true
     }
 
     /// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: forget what
@@ -134,6 +150,21 @@ impl LostLedger {
             .collect();
         rows.sort_unstable_by_key(|(key, _)| *key);
         Ok(rows)
+    }
+
+    /// [`Self::report`] for the recovery of `server`, which the job declared dead, and
+    /// from now on refuse its acknowledgements ([`Self::record`]). A server cut off from
+    /// the master only still answers this node until the reroutes arrive; what it
+    /// acknowledges after the report is in no report and, applied only there, dies with
+    /// it: this node sends it again to the shards' new owners instead.
+    pub(crate) fn report_and_fence(&mut self, server: ServerId) -> Result<RowsByEpoch, String> {
+        self.fenced.insert(server);
+        self.report(server)
+    }
+
+    /// Whether `server`'s acknowledgements are refused ([`Self::report_and_fence`]).
+    pub(crate) fn is_fenced(&self, server: ServerId) -> bool {
+        self.fenced.contains(&server)
     }
 
     /// `server` is gone and its loss reported: forget its record.
@@ -221,7 +252,7 @@ mod tests {
                         let r = rng.next_u64() % rows;
                         let d = (rng.next_u64() % 7) as i64 - 3;
                         value[r as usize] += d;
-                        ledger.record(s, Some(epoch), one(r, d));
+                        assert!(ledger.record(s, Some(epoch), one(r, d)));
                     }
                 }
                 for r in 0..rows {
@@ -240,8 +271,8 @@ mod tests {
         let s = ServerId(0);
         let mut ledger = LostLedger::default();
         for epoch in 0..50u64 {
-            ledger.record(s, Some(epoch), one(1, 1));
-            ledger.record(s, Some(epoch), one(2, 1));
+            assert!(ledger.record(s, Some(epoch), one(1, 1)));
+            assert!(ledger.record(s, Some(epoch), one(2, 1)));
             ledger.rows_saved(s, epoch + 1, &[key(2)]);
         }
         let report = ledger.report(s).unwrap();
@@ -255,16 +286,37 @@ mod tests {
     fn a_part_without_an_epoch_makes_the_record_inexact() {
         let s = ServerId(3);
         let mut ledger = LostLedger::default();
-        ledger.record(s, Some(0), one(1, 4));
-        ledger.record(s, None, one(1, 1));
-        ledger.record(s, Some(0), one(1, 4));
+        assert!(ledger.record(s, Some(0), one(1, 4)));
+        assert!(ledger.record(s, None, one(1, 1)));
+        assert!(ledger.record(s, Some(0), one(1, 4)));
         let why = ledger.report(s).unwrap_err();
         assert!(why.contains(&ServerId(3).to_string()), "{why}");
         // Other servers are not affected; a forgotten one reports nothing.
-        ledger.record(ServerId(4), Some(2), one(1, 4));
+        assert!(ledger.record(ServerId(4), Some(2), one(1, 4)));
         assert_eq!(lost(&ledger, ServerId(4), 1, 2), 4);
         assert_eq!(lost(&ledger, ServerId(4), 1, 3), 0);
         ledger.forget(ServerId(4));
         assert!(ledger.report(ServerId(4)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_reported_server_is_fenced_and_its_later_acknowledgements_refused() {
+        let s = ServerId(2);
+        let mut ledger = LostLedger::default();
+        assert!(ledger.record(s, Some(1), one(1, 5)));
+        assert!(!ledger.is_fenced(s));
+        let report = ledger.report_and_fence(s).unwrap();
+        assert_eq!(report.len(), 1);
+        assert!(ledger.is_fenced(s));
+        // Acknowledged after the report: refused, and in no later report either.
+        assert!(!ledger.record(s, Some(1), one(1, 7)));
+        assert!(!ledger.record(s, Some(2), one(3, 1)));
+        assert_eq!(lost(&ledger, s, 1, 0), 5);
+        assert_eq!(lost(&ledger, s, 3, 0), 0);
+        // Forgetting the record keeps the fence; other servers are not fenced.
+        ledger.forget(s);
+        assert!(!ledger.record(s, Some(3), one(1, 1)));
+        assert!(ledger.record(ServerId(0), Some(3), one(1, 1)));
+        assert_eq!(lost(&ledger, ServerId(0), 1, 0), 1);
     }
 }

@@ -138,8 +138,11 @@ impl ParamStore {
         }
     }
 
-    /// What `server` acknowledged of this node's updates since each row's last save, by
-    /// save epoch; an error when this node cannot say exactly (or keeps no record).
+    /// What `server`, which the job declared dead, acknowledged of this node's updates
+    /// since each row's last save, by save epoch; an error when this node cannot say exactly
+    /// (or keeps no record). From now on this node takes no acknowledgement from `server`:
+    /// a part it acknowledges later goes again to its shards' new owners
+    /// ([`LostLedger::report_and_fence`]).
     pub(crate) fn lost_updates(
         &self,
         server: ServerId,
@@ -148,28 +151,37 @@ impl ParamStore {
             Some(ledger) => ledger
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .report(server),
+                .report_and_fence(server),
             None => Err("this node keeps no record of acknowledged updates".into()),
         }
     }
 
-    /// Keeps `server`'s acknowledgement at `epoch` of `part` (its rows of `Add` tables).
+    /// Keeps `server`'s acknowledgement at `epoch` of `part` (its rows of `Add` tables), or
+    /// hands `part` back when the acknowledgement is refused: `server` was declared dead
+    /// and its record reported ([`Self::lost_updates`]), so the part must go again to the
+    /// shards' new owners.
     fn ledger_acknowledged(
         &self,
         server: ServerId,
         epoch: AppliedAt,
         mut part: Vec<(ParamKey, RowData)>,
-    ) {
+    ) -> Result<(), Vec<(ParamKey, RowData)>> {
         let Some(ledger) = &self.lost_ledger else {
-            return;
+            return Ok(());
         };
+        // Under the lock: a report between the check and the record would miss the part.
+        let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+        if ledger.is_fenced(server) {
+            return Err(part);
+        }
         part.retain(|(key, _)| {
             self.tables
                 .get(key.table)
                 .is_ok_and(|spec| spec.rule == UpdateRule::Add)
         });
-        let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-        ledger.record(server, epoch, part);
+        let recorded = ledger.record(server, epoch, part);
+        debug_assert!(recorded, "checked under the same lock");
+        Ok(())
     }
 
     /// The same store, with reads and flushes that outlive a failed server (see the module
@@ -439,9 +451,13 @@ impl ParamStore {
         for (server, rx, kept) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(Ok(epoch))) => {
-                    // The copy kept for a resend is not needed any more: the ledger takes it.
+                    // The copy kept for a resend is not needed any more: the ledger takes it
+                    // (unless the server was declared dead meanwhile: then it goes again).
                     if let (FlushMode::Apply, Some(part)) = (mode, kept) {
-                        self.ledger_acknowledged(server, epoch, part);
+                        if let Err(part) = self.ledger_acknowledged(server, epoch, part) {
+                            unanswered.entry(server).or_default().extend(part);
+                            continue;
+                        }
                     }
                     acked.push(server)
                 }
@@ -704,6 +720,38 @@ mod tests {
         let stats = store.stats();
         assert_eq!(stats.requests_resent, 2, "{stats:?}");
         assert_eq!(stats.flushes, 2);
+    }
+
+    /// A server the job declared dead but that still answers (cut off from the master
+    /// only): once this node reported what it acknowledged, a part it acknowledges is
+    /// refused and goes to the shard's new owner once rerouted, so each update is either in
+    /// the report or applied by a live server.
+    #[tokio::test]
+    async fn after_its_loss_was_reported_a_servers_acknowledgement_is_refused_and_the_part_resent()
+    {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        let store = Arc::new(Arc::into_inner(store).unwrap().with_lost_ledger());
+        store.record(key, RowData::F32(vec![1.0, 2.0])).unwrap();
+        store.apply(store.drain_log()).await.unwrap();
+        // The master asks: the report holds the first flush, and fences server 0.
+        let report = store.lost_updates(ServerId(0)).unwrap();
+        assert_eq!(report.len(), 1, "{report:?}");
+        store.record(key, RowData::F32(vec![10.0, 20.0])).unwrap();
+        let flushing = crate::spawn::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        // Server 0 applies and acknowledges it (it is alive), but the part is refused.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!flushing.is_finished(), "waits for the reroute");
+        assert_eq!(dump(&s0).await, vec![(key, RowData::F32(vec![11.0, 22.0]))]);
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        flushing.await.unwrap().unwrap();
+        assert_eq!(dump(&s1).await, vec![(key, RowData::F32(vec![10.0, 20.0]))]);
+        // The later report has nothing of the refused part.
+        let again = store.lost_updates(ServerId(0)).unwrap();
+        assert_eq!(again, report);
+        assert_eq!(store.stats().requests_resent, 1);
     }
 
     #[tokio::test]

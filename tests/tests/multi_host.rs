@@ -428,6 +428,65 @@ fn a_server_node_cut_off_from_the_master_only_loses_exactly_what_its_recovery_re
     println!("{declared}\n{line}");
 }
 
+/// A worker node cut off from the master only, while it still reaches the servers
+/// (`--recover-workers`): the master declares it dead, has the servers drop what it staged
+/// and refuse what it stages later, and runs its uncommitted tasks again elsewhere. The
+/// cut-off worker goes on running tasks and staging their updates until it notices it lost
+/// the master, but nothing of that is committed: every counter ends exact.
+#[test]
+fn a_worker_node_cut_off_from_the_master_only_changes_nothing_after_its_death() {
+    let Some(hosts) = NetHosts::create(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = [
+        "run",
+        "counter",
+        "--tasks",
+        "16000",
+        "--executors-per-worker",
+        "4",
+        "--task-sleep-us",
+        "2000",
+        "--window",
+        "4",
+        "--threads",
+        "2",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let harp = harp_binary!();
+    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let roles = [&[][..], &[][..], &["--role", "worker"][..]];
+    let mut nodes: Vec<Child> = (0..3)
+        .map(|host| {
+            node(
+                hosts.command(host, &harp),
+                &master,
+                &join,
+                roles[host],
+                &run_args,
+            )
+        })
+        .collect();
+    master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
+    std::thread::sleep(Duration::from_millis(1000));
+    hosts.cut_from_gateway(2, true);
+    let declared = master.wait_for_line(&["worker recovery: node"]);
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let cut_off_err = stderr_of(nodes.remove(2));
+    assert!(
+        cut_off_err.contains("lost the master"),
+        "the cut-off node: {cut_off_err}"
+    );
+    let report = others_exit_0_and_the_report(nodes, dir.path(), 16000);
+    assert_eq!(report["exact"], true, "{report}");
+    println!("{declared}");
+}
+
 /// Two nodes on other hosts that lose each other while both still reach the master (a
 /// partition between nodes): neither is dead to the master, whose recovery has nothing to
 /// recover, so the job fails, and says what happened (before: the symptom only, "task-N

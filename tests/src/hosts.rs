@@ -8,7 +8,8 @@
 //! [`NetHosts::partition`] cuts a host off (its processes live on, unreachable) and
 //! [`NetHosts::heal`] puts it back; [`NetHosts::isolate`] cuts hosts off from each other
 //! only (each still reaches the test's namespace), [`NetHosts::cut_from_gateway`] a host
-//! off from the test's namespace only (it still reaches the other hosts).
+//! off from the test's namespace only (it still reaches the other hosts) and
+//! [`NetHosts::cut_between`] two hosts off from each other only.
 //!
 //! Creating them needs root (CAP_NET_ADMIN) and the `ip` command, and the machine must let
 //! UDP through between them (checked: every host to the gateway, host 0 to host 1); where
@@ -227,12 +228,24 @@ impl NetHosts {
         }
     }
 
-    /// Cuts host `host` off from the test's namespace only (a blackhole route to the
-    /// gateway in the host's namespace: what it sends there is dropped, so no exchange with
-    /// a process of the test's namespace completes), while it still reaches the other
-    /// hosts; `cut == false` puts it back.
+    /// Cuts host `host` off from the test's namespace only (what it sends there is
+    /// dropped, so no exchange with a process of the test's namespace completes), while it
+    /// still reaches the other hosts; `cut == false` puts it back.
     pub fn cut_from_gateway(&self, host: usize, cut: bool) {
-        let gateway = format!("{}/32", self.gateway());
+        self.cut_route(host, self.gateway(), cut);
+    }
+
+    /// Cuts hosts `a` and `b` off from each other only (each still reaches the test's
+    /// namespace and the other hosts); `cut == false` puts them back.
+    pub fn cut_between(&self, a: usize, b: usize, cut: bool) {
+        self.cut_route(a, self.addr(b), cut);
+        self.cut_route(b, self.addr(a), cut);
+    }
+
+    /// A blackhole route to `to` in host `host`'s namespace (added, or with `cut ==
+    /// false` removed): what it sends there is dropped.
+    fn cut_route(&self, host: usize, to: IpAddr, cut: bool) {
+        let to = format!("{to}/32");
         let verb = if cut { "add" } else { "del" };
         ip(&[
             "-n",
@@ -240,7 +253,7 @@ impl NetHosts {
             "route",
             verb,
             "blackhole",
-            &gateway,
+            &to,
         ])
         .unwrap();
     }

@@ -53,6 +53,30 @@ fn stderr_of(child: Child) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The counter's run arguments for `tasks` tasks on 4 executors per worker, 4 tasks in
+/// flight each, 2 ms per task (about 2,000 tasks/s on three nodes here), 2 threads, a 2 s
+/// lease, and `extra`.
+fn busy_counter(tasks: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "run",
+        "counter",
+        "--tasks",
+        tasks,
+        "--executors-per-worker",
+        "4",
+        "--task-sleep-us",
+        "2000",
+        "--window",
+        "4",
+        "--threads",
+        "2",
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    args.extend(extra);
+    args
+}
+
 /// Waits for `nodes` (the ones still in the job, on hosts 0, 1, ...), each of which must
 /// exit 0, and returns the master's last metrics record in `dir`, a job of `tasks` tasks.
 fn others_exit_0_and_the_report(nodes: Vec<Child>, dir: &Path, tasks: u64) -> serde_json::Value {
@@ -369,25 +393,8 @@ fn a_server_node_cut_off_from_the_master_only_loses_exactly_what_its_recovery_re
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    // 8 executors, 4 tasks in flight each, 2 ms per task: about 2,000 tasks/s here, for 12 s.
-    let run_args = [
-        "run",
-        "counter",
-        "--tasks",
-        "24000",
-        "--executors-per-worker",
-        "4",
-        "--task-sleep-us",
-        "2000",
-        "--window",
-        "4",
-        "--threads",
-        "2",
-        "--scar-fraction",
-        "0.25",
-        "--lease-timeout-ms",
-        "2000",
-    ];
+    // About 12 s.
+    let run_args = busy_counter("24000", &["--scar-fraction", "0.25"]);
     let master = master_on_every_interface(&run_args, "3", dir.path());
     let harp = harp_binary!();
     let join = format!("{}:{}", hosts.gateway(), port(&master));
@@ -473,23 +480,7 @@ fn cut_off_from_the_master(
     extra: &[&str],
 ) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
-    let mut run_args = vec![
-        "run",
-        "counter",
-        "--tasks",
-        "16000",
-        "--executors-per-worker",
-        "4",
-        "--task-sleep-us",
-        "2000",
-        "--window",
-        "4",
-        "--threads",
-        "2",
-        "--recover-workers",
-        "--lease-timeout-ms",
-        "2000",
-    ];
+    let mut run_args = busy_counter("16000", &["--recover-workers"]);
     run_args.extend(extra);
     let master = master_on_every_interface(&run_args, "3", dir.path());
     let harp = harp_binary!();
@@ -521,6 +512,67 @@ fn cut_off_from_the_master(
     let line = stderr.lines().find(|l| l.starts_with("counter: ")).unwrap();
     println!("{declared}\n{line}");
     (stderr, report)
+}
+
+/// A node cut off from every other node while all of them still reach the master, in a
+/// job that recovers any node (`--recover-workers --scar-fraction`): the master evicts it
+/// (the common end of every broken link; declared dead, its executors and shards recovered
+/// on the others) and the job goes on and ends with every counter as the loss allows.
+/// Before, the job ended with `HarpError::PeerLost`.
+#[test]
+fn a_node_cut_off_from_the_other_nodes_only_is_evicted_and_the_job_goes_on() {
+    let Some(hosts) = NetHosts::create(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recover_any = [
+        "--recover-workers",
+        "--scar-fraction",
+        "0.25",
+        "--servers",
+        "3",
+    ];
+    let run_args = busy_counter("24000", &recover_any);
+    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let harp = harp_binary!();
+    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let mut nodes: Vec<Child> = (0..3)
+        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .collect();
+    master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
+    std::thread::sleep(Duration::from_millis(1000));
+    let cut = Instant::now();
+    hosts.cut_between(2, 0, true);
+    hosts.cut_between(2, 1, true);
+    let evicted = master.wait_for_line(&["worker recovery: node", "evicted"]);
+    println!(
+        "{:.1} s after the cut: {evicted}",
+        cut.elapsed().as_secs_f64()
+    );
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    assert_eq!(
+        stderr.matches("evicted").count(),
+        2,
+        "one eviction, told as a worker and a server recovery: {stderr}"
+    );
+    let evicted_err = stderr_of(nodes.remove(2));
+    assert!(
+        evicted_err.contains("the master declared this node dead: evicted: its link to node"),
+        "the evicted node says why it is out: {evicted_err}"
+    );
+    let report = others_exit_0_and_the_report(nodes, dir.path(), 24000);
+    let verdict = &report["verdict"];
+    assert_eq!(
+        verdict["exact"].as_u64().unwrap() + verdict["below"].as_u64().unwrap(),
+        verdict["rows"].as_u64().unwrap(),
+        "{report}"
+    );
+    let line = stderr.lines().find(|l| l.starts_with("counter: ")).unwrap();
+    println!(
+        "{line}\nthe evicted node: {}",
+        evicted_err.lines().last().unwrap_or("")
+    );
 }
 
 /// Two nodes on other hosts that lose each other while both still reach the master (a

@@ -237,6 +237,16 @@ pub(crate) fn lost(addr: SocketAddr, e: impl std::fmt::Display) -> NetError {
     }
 }
 
+/// A read that failed: with why the connection ended where it did (quinn's read error
+/// says only "connection lost"; its connection error says how, e.g. the reason the peer
+/// closed it with).
+fn lost_reading(conn: &PeerConnection, e: quinn::ReadError) -> NetError {
+    match e {
+        quinn::ReadError::ConnectionLost(why) => lost(conn.remote_addr(), why),
+        other => lost(conn.remote_addr(), other),
+    }
+}
+
 async fn write_control(
     mut send: quinn::SendStream,
     mut frames: mpsc::UnboundedReceiver<bytes::Bytes>,
@@ -285,7 +295,7 @@ async fn read_control(
                 return;
             }
             Err(e) => {
-                let _ = out.send(Err(lost(conn.remote_addr(), e)));
+                let _ = out.send(Err(lost_reading(&conn, e)));
                 return;
             }
         }

@@ -34,8 +34,10 @@
 //! partition between them), which ends the job as `HarpError::PeerLost`. In a job with
 //! server recovery a node does not fail on a lost server: its traffic waits for the
 //! server's shards to be re-created, and it tells the master so (`Message::ServerAwaited`),
-//! which gives the server's node the same wait ([`peer_lost_unless_gone`]): a recovery
-//! that will never come, because the node is alive, ends the job then.
+//! which gives the server's node the same wait ([`peer_lost_unless_gone`]). If the
+//! server's node is still alive then, the link between the two broke: the master evicts
+//! one of the two (declares it dead and recovers it, `eviction.rs` says which) where the
+//! job can recover it, and otherwise ends the job.
 //!
 //! **A worker node's death, exactly once (DESIGN §4, G2).** Re-running the micro-tasks a
 //! dead worker had in flight is easy; applying each update exactly once is not. A flush is
@@ -76,6 +78,7 @@
 //! values (G3). The `WorkerRecovery` report (`JobStats::worker_recoveries`) names the node,
 //! the executors and where they went, the tasks run again and when.
 
+use super::eviction::{self, Recovers};
 use super::pending::Pending;
 use super::roster::{self, RosterContext, SharedRoster};
 use super::row_parts::InParts;
@@ -116,7 +119,10 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         });
     }
     entry.pending.fail_all();
-    entry.link.close("declared dead");
+    // The node may be alive (cut off from the master, or evicted): it reads why it is out.
+    entry
+        .link
+        .close(&format!("the master declared this node dead: {cause}"));
     if worker_lost && !entry.roles.server {
         // After `WorkerLost`: its executors have new workers by then.
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
@@ -199,30 +205,57 @@ pub(crate) async fn report_after_verdict<A: App>(
 /// Node `node`'s traffic for `server` waits for a recovery (`Message::ServerAwaited`: its
 /// link to the server's node broke, in a job with server recovery). If the server's node is
 /// declared dead or leaves within its lease timeout and a second, its recovery or its leave
-/// reroutes that traffic and nothing is reported here; if it stays in the job, no recovery
-/// will come and the job ends as [`HarpError::PeerLost`] now rather than once the node's
-/// own wait (`node::SERVER_RECOVERY_WAIT`) is over.
+/// reroutes that traffic and nothing more happens here. If it stays in the job, the link
+/// between the two live nodes broke (a partition between them) and no recovery would come:
+/// the master evicts one of them where the job can recover it (declared dead, as if it
+/// had died: [`super::eviction`]), and otherwise ends the job as [`HarpError::PeerLost`],
+/// both now rather than once the node's own wait (`node::SERVER_RECOVERY_WAIT`) is over.
 pub(crate) async fn peer_lost_unless_gone<A: App>(
     ctx: std::sync::Arc<RosterContext<A>>,
     (node, server): (u32, u32),
 ) {
-    if roster::lock(&ctx.roster).is_gone(node) {
-        return; // what a node declared dead still says does not end the job
+    {
+        let mut roster = roster::lock(&ctx.roster);
+        if roster.is_gone(node) {
+            return; // what a node declared dead still says does not end the job
+        }
+        roster.broken_links.report(node, server);
     }
     let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
     if hold_for_verdict(&ctx.roster, server, verdict_limit).await == Verdict::NodeGone {
         return;
     }
-    {
+    let victim = {
         let roster = roster::lock(&ctx.roster);
-        if roster.is_gone(node) || roster.job_ended() {
-            return; // nodes close their links when the job ends
+        // Gone since the wait ended (evicted for another broken link, say): its recovery or
+        // its leave reroutes the traffic. And nodes close their links when the job ends.
+        if roster.is_gone(node) || roster.is_gone(server) || roster.job_ended() {
+            return;
         }
+        let recovers = Recovers {
+            workers: ctx.worker_recovery,
+            servers: ctx.server_recovery,
+        };
+        eviction::choose(
+            (node, server),
+            &roster.broken_links,
+            &roster.live_roles(),
+            recovers,
+        )
+    };
+    let detail = HarpError::ServerUnreachable(ServerId(server)).to_string();
+    if let Some(victim) = victim {
+        let other = if victim == node { server } else { node };
+        tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
+        let cause = format!(
+            "evicted: its link to node {other} broke while both still reached the master (a \
+             network partition between them, {detail})"
+        );
+        node_died(&ctx, victim, &cause);
+        return;
     }
-    let detail = format!(
-        "{}; its traffic waited for a recovery, which comes only for a dead node",
-        HarpError::ServerUnreachable(ServerId(server))
-    );
+    let detail =
+        format!("{detail}; its traffic waited for a recovery, which comes only for a dead node");
     tracing::warn!(node, peer = server, %detail, "a node lost a server whose node is still in the job");
     let _ = ctx
         .master

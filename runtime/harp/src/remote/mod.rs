@@ -43,6 +43,7 @@
 //! `ScaleCommand`.
 
 pub(crate) mod codec;
+mod eviction;
 mod failures;
 mod fault_delays;
 mod identity;

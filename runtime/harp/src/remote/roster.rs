@@ -62,6 +62,8 @@ pub(crate) struct Roster {
     ended: bool,
     /// Nodes asked to leave whose leave is not finished.
     leaving: BTreeSet<u32>,
+    /// Links between nodes that a node reported broken (`Message::ServerAwaited`).
+    pub(crate) broken_links: super::eviction::BrokenLinks,
     next_id: u32,
 }
 
@@ -104,6 +106,11 @@ impl Roster {
     /// Whether `node` left the job or was already declared dead.
     pub(crate) fn is_gone(&self, node: u32) -> bool {
         self.departed.contains(&node) || self.dead.contains(&node)
+    }
+
+    /// The live nodes and their roles.
+    pub(crate) fn live_roles(&self) -> BTreeMap<u32, NodeRoles> {
+        self.nodes.iter().map(|(id, e)| (*id, e.roles)).collect()
     }
 
     /// Whether the job ended (see [`Self::end_job`]).

@@ -1,0 +1,101 @@
+//! Which node the master evicts when two live nodes lost the link between them (a network
+//! partition between nodes that both still reach the master), in a job that can recover
+//! the evicted node: the job then goes on without it, as after a death, instead of ending
+//! with `HarpError::PeerLost`.
+//!
+//! Nodes report each link they lost (`Message::ServerAwaited`: a node's traffic for a
+//! server waits for a recovery), and the master keeps every broken link between live
+//! nodes ([`BrokenLinks`]). Once a link stays broken past the lease and a second
+//! (`failures.rs::peer_lost_unless_gone`), [`choose`] picks one of its two ends:
+//!
+//! - only a node the job recovers ([`Recovers`]): a worker with `--recover-workers` (and,
+//!   holding a server too, `--scar-fraction`), a server-only node with `--scar-fraction`;
+//!   and never the last node with a worker, or with a server;
+//! - first the end with more broken links among the live nodes: a node cut off from every
+//!   other node is the common end of all of them, and evicting it mends them all, where
+//!   evicting its peers one by one would empty the job;
+//! - then a node without a server (its loss costs re-runs, which are exact, and no updates);
+//! - then the node with the higher id (the later one to join): deterministic.
+//!
+//! Pure: no clock, no IO. Evicting is declaring the node dead (`failures.rs::node_died`);
+//! what the evicted node, still alive, does afterwards changes nothing (a worker's later
+//! staged parts are dropped, a server's later acknowledgements refused: the same as for a
+//! node cut off from the master only).
+
+use harp_core::NodeRoles;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the job recovers when a node dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Recovers {
+    /// Worker nodes (`ClusterOptions::worker_recovery`).
+    pub workers: bool,
+    /// Server nodes (`ClusterOptions::scar`).
+    pub servers: bool,
+}
+
+impl Recovers {
+    /// Whether the job survives the death of a node with `roles`.
+    pub(crate) fn node(self, roles: NodeRoles) -> bool {
+        if roles.worker {
+            self.workers && (!roles.server || self.servers)
+        } else {
+            roles.server && self.servers
+        }
+    }
+}
+
+/// The links between live nodes that a node reported broken, each once whichever end
+/// reported it.
+#[derive(Debug, Default)]
+pub(crate) struct BrokenLinks {
+    pairs: BTreeSet<(u32, u32)>,
+}
+
+impl BrokenLinks {
+    /// Node `a` lost its link to node `b` (a link to itself is no link).
+    pub(crate) fn report(&mut self, a: u32, b: u32) {
+        if a != b {
+            self.pairs.insert((a.min(b), a.max(b)));
+        }
+    }
+
+    /// How many reported links of `node` have both ends in `live`.
+    fn count(&self, node: u32, live: &BTreeMap<u32, NodeRoles>) -> usize {
+        self.pairs
+            .iter()
+            .filter(|(a, b)| {
+                (*a == node || *b == node) && live.contains_key(a) && live.contains_key(b)
+            })
+            .count()
+    }
+}
+
+/// The end of the broken link `(a, b)` to evict (see the module doc), or `None` when
+/// neither end may go (or one is not live any more: nothing to mend). `live`: the job's
+/// live nodes and their roles.
+pub(crate) fn choose(
+    (a, b): (u32, u32),
+    links: &BrokenLinks,
+    live: &BTreeMap<u32, NodeRoles>,
+    recovers: Recovers,
+) -> Option<u32> {
+    let (roles_a, roles_b) = (*live.get(&a)?, *live.get(&b)?);
+    let others_have = |victim: u32, role: fn(&NodeRoles) -> bool| {
+        live.iter().any(|(id, roles)| *id != victim && role(roles))
+    };
+    let may_go = |node: u32, roles: NodeRoles| {
+        recovers.node(roles)
+            && (!roles.worker || others_have(node, |r| r.worker))
+            && (!roles.server || others_have(node, |r| r.server))
+    };
+    [(a, roles_a), (b, roles_b)]
+        .into_iter()
+        .filter(|&(node, roles)| may_go(node, roles))
+        .max_by_key(|&(node, roles)| (links.count(node, live), !roles.server, node))
+        .map(|(node, _)| node)
+}
+
+#[cfg(test)]
+#[path = "eviction_tests.rs"]
+mod tests;

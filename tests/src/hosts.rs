@@ -242,11 +242,11 @@ impl NetHosts {
         self.cut_route(b, self.addr(a), cut);
     }
 
-    /// A blackhole route to `to` in host `host`'s namespace (added, or with `cut ==
-    /// false` removed): what it sends there is dropped.
+    /// A blackhole route to `to` in host `host`'s namespace (set, also where it is
+    /// already, or with `cut == false` removed): what it sends there is dropped.
     fn cut_route(&self, host: usize, to: IpAddr, cut: bool) {
         let to = format!("{to}/32");
-        let verb = if cut { "add" } else { "del" };
+        let verb = if cut { "replace" } else { "del" };
         ip(&[
             "-n",
             &self.namespaces[host],

@@ -16,7 +16,8 @@
 //! | `multiprocess.rs` | `harp run --processes`: the counter exact and MLR accurate across processes; a SIGKILLed node reported (the process's exit, which node, what it held) or, with `--recover-workers`, recovered from when its process exits; SIGTERM on the master ends its nodes cleanly; with etcd, a run started again with the same credentials ignores the earlier run's stale members |
 //! | `job_events.rs` | `ControlInbox::with_events`: an injected fault and a server's recovery told while the job runs, once each, equal to `JobStats`, and each consistent checkpoint and the resume equal to the `ConsistentReport`; `harp run --metrics-out` writes a fault's record when it strikes, and a run stopped by SIGTERM keeps it |
 //! | `start_failures.rs` | a job across processes whose node process exits before the start (`NodeFailure::Exited`, a SIGKILLed child of `harp run --processes` that joins late) ends the start at once naming the process, and the nodes that joined hear why; a death seen before the start is handled once the job runs; a node given SIGTERM while it joins leaves once the job runs |
-//! | `multi_host.rs` | a job spread over hosts of their own (network namespaces, [`NetHosts`]): nodes beside the master (joined over loopback) and on other hosts train one job, which grows and shrinks there, every counter exact; a node bound to loopback is named to the remote node that cannot reach it; a node cut off by a partition is recovered from and stays out; two nodes that lose each other but not the master end the job with `PeerLost` |
+//! | `multi_host.rs` | a job spread over hosts of their own (network namespaces, [`NetHosts`]): nodes beside the master (joined over loopback) and on other hosts train one job, which grows and shrinks there, every counter exact; a node bound to loopback is named to the remote node that cannot reach it; a node cut off by a partition is recovered from and stays out; a node cut off from the master only (a server: the lost-updates report stays exact; a worker: nothing committed after its death); a node cut off from the other nodes only is evicted and the job goes on; two nodes that lose each other but not the master, where neither can be recovered, end the job with `PeerLost` (with `--scar-fraction` too, without the node's 60 s wait) |
+//! | `partition_soak.rs` | (ignored: a soak, `--ignored`) up to three network faults of four kinds in a recoverable job of five nodes on hosts of their own, round after round: one recovery per fault and the counter's verdict |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
 //! Process-level elasticity tests drive a master process through [`MasterProcess`].
@@ -510,4 +511,28 @@ pub fn wait_exit(child: &mut std::process::Child, what: &str) -> ExitStatus {
         assert!(std::time::Instant::now() < deadline, "{what} did not exit");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// The counter's run arguments for `tasks` tasks on 4 executors per worker, 4 tasks in
+/// flight each, 2 ms per task (about 2,000 tasks/s on three nodes here), 2 threads, a 2 s
+/// lease, and `extra`.
+pub fn busy_counter(tasks: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "run",
+        "counter",
+        "--tasks",
+        tasks,
+        "--executors-per-worker",
+        "4",
+        "--task-sleep-us",
+        "2000",
+        "--window",
+        "4",
+        "--threads",
+        "2",
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    args.extend(extra);
+    args
 }

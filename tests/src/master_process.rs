@@ -5,7 +5,7 @@
 use crate::{run_process, ProcessOutcome};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -146,6 +146,47 @@ impl MasterProcess {
             }
             self.seen.borrow_mut().push(line);
         }
+    }
+
+    /// `harp RUN_ARGS --nodes NODES`, listening on every interface (for nodes on other
+    /// hosts, [`crate::NetHosts`]), its credentials and metrics file (`metrics.jsonl`) in
+    /// `dir`.
+    pub fn on_every_interface(
+        harp: PathBuf,
+        run_args: &[&str],
+        nodes: &str,
+        dir: &Path,
+    ) -> MasterProcess {
+        let credentials = crate::credentials_in(dir, "on-every-interface");
+        let metrics = dir.join("metrics.jsonl");
+        let mut master_args = run_args.to_vec();
+        master_args.extend(["--nodes", nodes, "--listen", "0.0.0.0:0", "--credentials"]);
+        master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
+        master_args.push(metrics.to_str().unwrap());
+        MasterProcess::start(harp, &master_args)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> &str {
+        self.addr.rsplit(':').next().unwrap()
+    }
+
+    /// Starts `command` (`harp`, here or on a host) as `harp node` joining this master at
+    /// `join`, with `extra` node options before the run arguments; its stderr piped.
+    pub fn join(
+        &self,
+        mut command: Command,
+        join: &str,
+        extra: &[&str],
+        run_args: &[&str],
+    ) -> Child {
+        command
+            .args(["node", "--join", join, "--credentials"])
+            .arg(&self.credentials)
+            .args(extra)
+            .arg("--")
+            .args(run_args);
+        crate::spawn_piped(&mut command)
     }
 
     /// Sends the master process signal `name` (`TERM`, `INT`, ...).

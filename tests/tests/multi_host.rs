@@ -7,74 +7,15 @@
 //! Needs root and iproute2 (the tests print `skipping: ...` and pass where namespaces
 //! cannot be created).
 
-use harp_tests::{harp_binary, read_json_lines, spawn_piped, wait_exit, MasterProcess, NetHosts};
+use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, NetHosts};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// The port of a master that listens at `addr` (`0.0.0.0:PORT`).
-fn port(master: &MasterProcess) -> &str {
-    master.addr.rsplit(':').next().unwrap()
-}
-
-/// A master here for `nodes` nodes with `run_args`, listening on every interface, its
-/// credentials and metrics file (`metrics.jsonl`) in `dir`.
-fn master_on_every_interface(run_args: &[&str], nodes: &str, dir: &Path) -> MasterProcess {
-    let credentials = harp_tests::credentials_in(dir, "multi-host");
-    let metrics = dir.join("metrics.jsonl");
-    let mut master_args = run_args.to_vec();
-    master_args.extend(["--nodes", nodes, "--listen", "0.0.0.0:0", "--credentials"]);
-    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
-    master_args.push(metrics.to_str().unwrap());
-    MasterProcess::start(harp_binary!(), &master_args)
-}
-
-/// `harp node` joining the master at `join`, started by `command` (here or on a host),
-/// with `extra` node options before the run arguments.
-fn node(
-    mut command: Command,
-    master: &MasterProcess,
-    join: &str,
-    extra: &[&str],
-    run_args: &[&str],
-) -> Child {
-    command
-        .args(["node", "--join", join, "--credentials"])
-        .arg(&master.credentials)
-        .args(extra)
-        .arg("--")
-        .args(run_args);
-    spawn_piped(&mut command)
-}
-
 fn stderr_of(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The counter's run arguments for `tasks` tasks on 4 executors per worker, 4 tasks in
-/// flight each, 2 ms per task (about 2,000 tasks/s on three nodes here), 2 threads, a 2 s
-/// lease, and `extra`.
-fn busy_counter(tasks: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
-    let mut args = vec![
-        "run",
-        "counter",
-        "--tasks",
-        tasks,
-        "--executors-per-worker",
-        "4",
-        "--task-sleep-us",
-        "2000",
-        "--window",
-        "4",
-        "--threads",
-        "2",
-        "--lease-timeout-ms",
-        "2000",
-    ];
-    args.extend(extra);
-    args
 }
 
 /// Waits for `nodes` (the ones still in the job, on hosts 0, 1, ...), each of which must
@@ -129,23 +70,17 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
         "--state-bytes",
         "2000000",
     ];
-    let master = master_on_every_interface(&run_args, "1", dir.path());
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "1", dir.path());
     let harp = harp_binary!();
-    let local_join = format!("127.0.0.1:{}", port(&master));
-    let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
-    let beside = node(Command::new(&harp), &master, &local_join, &[], &run_args);
+    let local_join = format!("127.0.0.1:{}", master.port());
+    let remote_join = format!("{}:{}", hosts.gateway(), master.port());
+    let beside = master.join(Command::new(&harp), &local_join, &[], &run_args);
     let mut expected = BTreeSet::from([0]);
     master.wait_for_nodes(&expected);
     // Nodes 1, 2 and 3 on hosts 0, 1 and 2, one at a time (the ids follow the joins).
     let mut remote = Vec::new();
     for host in 0..2 {
-        remote.push(node(
-            hosts.command(host, &harp),
-            &master,
-            &remote_join,
-            &[],
-            &run_args,
-        ));
+        remote.push(master.join(hosts.command(host, &harp), &remote_join, &[], &run_args));
         expected.insert(host as u32 + 1);
         master.wait_for_nodes(&expected);
     }
@@ -158,13 +93,7 @@ fn a_job_spans_the_masters_host_and_others_and_grows_and_shrinks_across_them() {
     assert!(out.stdout.contains("node 0 left"), "{}", out.describe());
     expected.remove(&0);
     master.wait_for_nodes(&expected);
-    remote.push(node(
-        hosts.command(2, &harp),
-        &master,
-        &remote_join,
-        &[],
-        &run_args,
-    ));
+    remote.push(master.join(hosts.command(2, &harp), &remote_join, &[], &run_args));
     expected.insert(3);
     master.wait_for_nodes(&expected);
     let (status, stderr) = master.finish();
@@ -228,24 +157,17 @@ fn a_node_bound_to_loopback_is_named_to_the_node_on_another_host_that_cannot_rea
     };
     let dir = tempfile::tempdir().unwrap();
     let run_args = ["run", "counter", "--tasks", "1000"];
-    let master = master_on_every_interface(&run_args, "2", dir.path());
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "2", dir.path());
     let harp = harp_binary!();
-    let local_join = format!("127.0.0.1:{}", port(&master));
-    let remote_join = format!("{}:{}", hosts.gateway(), port(&master));
-    let beside = node(
+    let local_join = format!("127.0.0.1:{}", master.port());
+    let remote_join = format!("{}:{}", hosts.gateway(), master.port());
+    let beside = master.join(
         Command::new(&harp),
-        &master,
         &local_join,
         &["--bind", "127.0.0.1"],
         &run_args,
     );
-    let elsewhere = node(
-        hosts.command(0, &harp),
-        &master,
-        &remote_join,
-        &[],
-        &run_args,
-    );
+    let elsewhere = master.join(hosts.command(0, &harp), &remote_join, &[], &run_args);
     let began = std::time::Instant::now();
     let (status, stderr) = master.finish();
     println!(
@@ -315,11 +237,11 @@ fn a_node_cut_off_by_a_partition_is_recovered_from_and_stays_out() {
         "--lease-timeout-ms",
         "2000",
     ];
-    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let harp = harp_binary!();
-    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
     let mut nodes: Vec<Child> = (0..3)
-        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .map(|host| master.join(hosts.command(host, &harp), &join, &[], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
     // First a blip shorter than the lease on host 0: lost packets are sent again, and
@@ -394,21 +316,13 @@ fn a_server_node_cut_off_from_the_master_only_loses_exactly_what_its_recovery_re
     };
     let dir = tempfile::tempdir().unwrap();
     // About 12 s.
-    let run_args = busy_counter("24000", &["--scar-fraction", "0.25"]);
-    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let run_args = harp_tests::busy_counter("24000", &["--scar-fraction", "0.25"]);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let harp = harp_binary!();
-    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
     let roles = [&[][..], &[][..], &["--role", "server"][..]];
     let mut nodes: Vec<Child> = (0..3)
-        .map(|host| {
-            node(
-                hosts.command(host, &harp),
-                &master,
-                &join,
-                roles[host],
-                &run_args,
-            )
-        })
+        .map(|host| master.join(hosts.command(host, &harp), &join, roles[host], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
     std::thread::sleep(Duration::from_millis(1000));
@@ -480,22 +394,14 @@ fn cut_off_from_the_master(
     extra: &[&str],
 ) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
-    let mut run_args = busy_counter("16000", &["--recover-workers"]);
+    let mut run_args = harp_tests::busy_counter("16000", &["--recover-workers"]);
     run_args.extend(extra);
-    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let harp = harp_binary!();
-    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
     let roles = [&[][..], &[][..], role];
     let mut nodes: Vec<Child> = (0..3)
-        .map(|host| {
-            node(
-                hosts.command(host, &harp),
-                &master,
-                &join,
-                roles[host],
-                &run_args,
-            )
-        })
+        .map(|host| master.join(hosts.command(host, &harp), &join, roles[host], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
     std::thread::sleep(Duration::from_millis(1000));
@@ -532,12 +438,12 @@ fn a_node_cut_off_from_the_other_nodes_only_is_evicted_and_the_job_goes_on() {
         "--servers",
         "3",
     ];
-    let run_args = busy_counter("24000", &recover_any);
-    let master = master_on_every_interface(&run_args, "3", dir.path());
+    let run_args = harp_tests::busy_counter("24000", &recover_any);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let harp = harp_binary!();
-    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
     let mut nodes: Vec<Child> = (0..3)
-        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .map(|host| master.join(hosts.command(host, &harp), &join, &[], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1, 2]));
     std::thread::sleep(Duration::from_millis(1000));
@@ -623,11 +529,11 @@ fn partition_between_nodes(hosts: &NetHosts, extra: &[&str]) -> String {
         "2000",
     ];
     run_args.extend(extra);
-    let master = master_on_every_interface(&run_args, "2", dir.path());
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "2", dir.path());
     let harp = harp_binary!();
-    let join = format!("{}:{}", hosts.gateway(), port(&master));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
     let nodes: Vec<Child> = (0..2)
-        .map(|host| node(hosts.command(host, &harp), &master, &join, &[], &run_args))
+        .map(|host| master.join(hosts.command(host, &harp), &join, &[], &run_args))
         .collect();
     master.wait_for_nodes(&BTreeSet::from([0, 1]));
     let cut = Instant::now();

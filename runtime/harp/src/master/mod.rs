@@ -897,7 +897,7 @@ impl<A: App> Actor for MasterActor<A> {
             } => state
                 .on_server_lost(&myself, server, (at_failure, acknowledged), reply)
                 .map(|_| false),
-            MasterMsg::Recovered(done) => state.on_recovered(done).map(|_| false),
+            MasterMsg::Recovered(done) => state.on_recovered(&myself, done).map(|_| false),
             MasterMsg::Injected(injected) => state.on_injected(&myself, injected).map(|_| false),
             MasterMsg::Consistent(setup) => {
                 state.configure_consistent(*setup);

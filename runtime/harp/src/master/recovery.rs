@@ -9,7 +9,11 @@
 //!    value).
 //! 2. Once every new owner holds its rows, [`MasterState::on_recovered`] updates the shard
 //!    map and reroutes every node, which then resend what the failed server never
-//!    acknowledged (`ParamStore` waits for the reroute) and read from the new owners.
+//!    acknowledged (`ParamStore` waits for the reroute) and read from the new owners. A
+//!    new owner that fails meanwhile (its take-over unanswered, or it is lost itself: two
+//!    nodes cut off at about the same time) is passed over: its shards are re-created
+//!    again, from the image, on the least loaded of the other heirs, until every one holds
+//!    its rows or no heir is left (`recovery_retry_tests.rs`).
 //!
 //! The [`ServerRecovery`] report lists the shards, the rows and bytes restored and, when the
 //! values at the failure are known, how far recovery moved them ([`LostValues`]). They are
@@ -69,12 +73,16 @@ pub(crate) type Acknowledged = Result<RowsByEpoch, String>;
 /// Who waits for a recovery's report (a fault injector), if anyone.
 pub(crate) type RecoveryReply = Option<oneshot::Sender<Result<ServerRecovery, HarpError>>>;
 
-/// A recovery whose new owners hold their rows (internal).
+/// A recovery's take-overs answered (internal): the new owners hold their rows, but for
+/// the take-overs that `failed`.
 pub(crate) struct Recovered {
     pub report: ServerRecovery,
     pub placements: Vec<(ShardId, ServerId)>,
     pub started: Instant,
-    pub result: Result<(), HarpError>,
+    /// Take-overs that failed: the shard, the server it was to go to, why.
+    pub failed: Vec<(ShardId, ServerId, HarpError)>,
+    /// Servers a take-over of this recovery failed on: no later try places a shard there.
+    pub passed_over: std::collections::BTreeSet<ServerId>,
     pub reply: RecoveryReply,
 }
 
@@ -289,18 +297,15 @@ impl<A: App> MasterState<A> {
             generation: self.restore_generation,
             num_shards: self.shards.num_shards(),
         };
-        crate::spawn::spawn(async move {
-            let result = take_over_all(take_overs, restore).await;
-            let done = Recovered {
-                report,
-                placements,
-                started,
-                result,
-                reply,
-            };
-            // The job may have ended meanwhile.
-            let _ = myself.send_message(MasterMsg::Recovered(done));
-        });
+        let done = Recovered {
+            report,
+            placements,
+            started,
+            failed: Vec::new(),
+            passed_over: Default::default(),
+            reply,
+        };
+        spawn_take_overs(myself, take_overs, restore, done);
         for (shard, why) in ended_moves {
             self.unconfirmed_hand_offs.remove(&shard);
             if self.scale.as_ref().is_some_and(|scale| scale.moves(shard)) {
@@ -310,27 +315,48 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
-    /// Every new owner holds its rows: route the shards there. An error ends the job.
-    pub(super) fn on_recovered(&mut self, done: Recovered) -> Result<(), HarpError> {
+    /// Every take-over answered. A shard whose take-over failed, or whose new owner failed
+    /// since (another server lost while this one recovers, say a node cut off the network
+    /// at about the same time), is re-created again, from the image, on the least loaded
+    /// of the other heirs; once every new owner holds its rows, the shards are routed
+    /// there. An error (no heir left) ends the job.
+    pub(super) fn on_recovered(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        done: Recovered,
+    ) -> Result<(), HarpError> {
+        let mut done = done;
+        let gone = done
+            .placements
+            .iter()
+            .filter(|(_, to)| !self.servers.contains_key(to))
+            .filter(|(shard, _)| !done.failed.iter().any(|(s, _, _)| s == shard))
+            .map(|&(shard, to)| (shard, to, HarpError::ServerUnreachable(to)))
+            .collect::<Vec<_>>();
+        done.failed.extend(gone);
+        if !done.failed.is_empty() {
+            let server = ServerId(done.report.server);
+            return match self.take_over_again(myself, done) {
+                Ok(()) => Ok(()),
+                Err((reason, reply)) => {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(HarpError::Unrecoverable {
+                            server,
+                            reason: reason.clone(),
+                        }));
+                    }
+                    Err(HarpError::Unrecoverable { server, reason })
+                }
+            };
+        }
         let Recovered {
             mut report,
             placements,
             started,
-            result,
             reply,
+            ..
         } = done;
         self.servers_recovering.remove(&ServerId(report.server));
-        if let Err(e) = result {
-            let server = ServerId(report.server);
-            let reason = format!("re-creating its shards failed: {e}");
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(HarpError::Unrecoverable {
-                    server,
-                    reason: reason.clone(),
-                }));
-            }
-            return Err(HarpError::Unrecoverable { server, reason });
-        }
         for &(shard, to) in &placements {
             self.shards.assign(shard, to)?;
             self.shards_moved.insert(shard);
@@ -359,6 +385,106 @@ impl<A: App> MasterState<A> {
 }
 
 impl<A: App> MasterState<A> {
+    /// Re-creates the shards of `done.failed` on other heirs of the failed server (none a
+    /// take-over of this recovery failed on), from the image, and waits for those
+    /// take-overs in turn; why the job cannot recover when no heir is left.
+    fn take_over_again(
+        &mut self,
+        myself: &ActorRef<MasterMsg<A>>,
+        mut done: Recovered,
+    ) -> Result<(), (String, RecoveryReply)> {
+        let server = ServerId(done.report.server);
+        let failed = std::mem::take(&mut done.failed);
+        done.passed_over.extend(failed.iter().map(|(_, to, _)| *to));
+        let heirs: Vec<ServerId> = (self.heirs(server).into_iter())
+            .filter(|h| !done.passed_over.contains(h))
+            .collect();
+        let passed_over: Vec<String> = done.passed_over.iter().map(|s| s.to_string()).collect();
+        let why = |what: &str| {
+            let failures: Vec<String> = failed
+                .iter()
+                .map(|(shard, to, e)| format!("{shard} on {to}: {e}"))
+                .collect();
+            format!(
+                "re-creating its shards failed on {} (the last time: {}); {what}",
+                passed_over.join(", "),
+                failures.join("; ")
+            )
+        };
+        if heirs.is_empty() {
+            let reason = why("no other server that takes load is left");
+            return Err((reason, done.reply.take()));
+        }
+        let shards: Vec<ShardId> = failed.iter().map(|(shard, _, _)| *shard).collect();
+        let again = self.least_loaded(&heirs, &shards, &done.placements);
+        tracing::warn!(%server, shards = again.len(), "re-creating a failed server's shards again: the servers first chosen failed too");
+        let Some(checkpoint) = self.checkpoint.as_ref() else {
+            return Err((
+                why("the job keeps no running checkpoint"),
+                done.reply.take(),
+            ));
+        };
+        let mut saved_by_shard = checkpoint.saved_rows_by_shard(self.shards.num_shards(), |s| {
+            again.iter().any(|(shard, _)| *shard == s)
+        });
+        let mut take_overs = Vec::with_capacity(again.len());
+        for &(shard, to) in &again {
+            let saved = saved_by_shard.remove(&shard).unwrap_or_default();
+            let rows = match ShardRows::restored(&self.tables, saved) {
+                Ok(rows) => rows,
+                Err(e) => return Err((why(&e.to_string()), done.reply.take())),
+            };
+            // `heirs` are live servers.
+            let Some(actor) = self.servers.get(&to).cloned() else {
+                continue;
+            };
+            take_overs.push((shard, to, actor, rows));
+            for placed in done.placements.iter_mut().filter(|(s, _)| *s == shard) {
+                placed.1 = to;
+            }
+            for placed in done.report.shards.iter_mut().filter(|(s, _)| *s == shard.0) {
+                placed.1 = to.0;
+            }
+        }
+        self.restore_generation += 1;
+        let restore = Restore {
+            generation: self.restore_generation,
+            num_shards: self.shards.num_shards(),
+        };
+        spawn_take_overs(myself.clone(), take_overs, restore, done);
+        Ok(())
+    }
+
+    /// Where each of `shards` goes among `heirs`: one at a time to the heir holding the
+    /// fewest shards (in the shard map, plus those `placements` of this recovery already
+    /// give it), the lower id on a tie.
+    fn least_loaded(
+        &self,
+        heirs: &[ServerId],
+        shards: &[ShardId],
+        placements: &[(ShardId, ServerId)],
+    ) -> Vec<(ShardId, ServerId)> {
+        let mut load: BTreeMap<ServerId, usize> = heirs
+            .iter()
+            .map(|h| {
+                let placed = placements
+                    .iter()
+                    .filter(|(s, to)| to == h && !shards.contains(s));
+                (*h, self.shards.shards_on(*h).len() + placed.count())
+            })
+            .collect();
+        let mut out = Vec::with_capacity(shards.len());
+        for &shard in shards {
+            // `heirs` is not empty.
+            let Some((&to, _)) = load.iter().min_by_key(|(h, n)| (**n, **h)) else {
+                break;
+            };
+            *load.entry(to).or_default() += 1;
+            out.push((shard, to));
+        }
+        out
+    }
+
     /// Tells every other live server that `shard` was re-created on `to`: one that forwards
     /// it (perhaps to the failed server) or holds its requests stranded sends them there
     /// (`server/stranded.rs`). Needed where the shard did not go back to the server it came
@@ -435,32 +561,51 @@ impl<A: App> MasterState<A> {
     }
 }
 
+/// Sends every `TakeOver` (of recovery `restore`) on a task of its own, waits until each
+/// answered, and hands `done` back to the master with the ones that failed.
+fn spawn_take_overs<A: App>(
+    myself: ActorRef<MasterMsg<A>>,
+    take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
+    restore: Restore,
+    mut done: Recovered,
+) {
+    crate::spawn::spawn(async move {
+        done.failed = take_over_all(take_overs, restore).await;
+        // The job may have ended meanwhile.
+        let _ = myself.send_message(MasterMsg::Recovered(done));
+    });
+}
+
 /// Sends every `TakeOver` (of recovery `restore`) and waits until each new owner holds its
-/// rows.
+/// rows; the take-overs that failed.
 async fn take_over_all(
     take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
     restore: Restore,
-) -> Result<(), HarpError> {
+) -> Vec<(ShardId, ServerId, HarpError)> {
     let mut acks = Vec::with_capacity(take_overs.len());
+    let mut failed = Vec::new();
     for (shard, to, actor, rows) in take_overs {
         let (ack, acked) = oneshot::channel();
-        actor
-            .send_message(ServerMsg::TakeOver {
-                shard,
-                rows,
-                ack,
-                // Nothing is forwarded behind a failed server's rows: every node is
-                // rerouted only once all of them are in.
-                in_order: false,
-                restore: Some(restore),
-            })
-            .map_err(|_| HarpError::ServerUnreachable(to))?;
-        acks.push((to, acked));
+        let sent = actor.send_message(ServerMsg::TakeOver {
+            shard,
+            rows,
+            ack,
+            // Nothing is forwarded behind a failed server's rows: every node is
+            // rerouted only once all of them are in.
+            in_order: false,
+            restore: Some(restore),
+        });
+        match sent {
+            Ok(()) => acks.push((shard, to, acked)),
+            Err(_) => failed.push((shard, to, HarpError::ServerUnreachable(to))),
+        }
     }
-    for (to, acked) in acks {
-        acked.await.map_err(|_| HarpError::ServerUnreachable(to))?;
+    for (shard, to, acked) in acks {
+        if acked.await.is_err() {
+            failed.push((shard, to, HarpError::ServerUnreachable(to)));
+        }
     }
-    Ok(())
+    failed
 }
 
 /// How far replacing `at_failure` (each row's value when its server failed) by its saved
@@ -511,3 +656,7 @@ pub(super) fn scalar_differences<'a>(
         _ => Box::new(std::iter::empty()),
     }
 }
+
+#[cfg(test)]
+#[path = "recovery_retry_tests.rs"]
+mod retry_tests;

@@ -6,7 +6,10 @@
 //! cut off the network, off the master only, off every other node, or off one other node
 //! only, killed, or a blip shorter than the lease. The job must end well, its counter as
 //! the losses allow (the rows of lost shards at most their sums, every other row exact),
-//! with one recovery per node lost (declared dead, or evicted) and none for a blip.
+//! with one recovery per node lost (declared dead, or evicted) and none for a blip. A
+//! second soak strikes only the server nodes of a job with `--scar-fraction` alone (two
+//! worker nodes, three server nodes), where the rows must also miss exactly what the
+//! recoveries reported lost (`network_faults_on_server_nodes_keep_the_loss_reports_exact`).
 
 use harp_tests::{harp_binary, read_json_lines, MasterProcess, NetHosts};
 use std::collections::BTreeSet;
@@ -72,41 +75,99 @@ impl Fault {
     }
 }
 
-/// Up to three faults that leave at least two hosts untouched.
-fn faults(seed: u64) -> Vec<Fault> {
-    let mut rng = harp::mix64(seed);
-    let mut next = |n: u64| {
-        rng = harp::mix64(rng);
-        (rng % n) as usize
-    };
-    let mut untouched: Vec<usize> = (0..HOSTS).collect();
-    let mut faults = Vec::new();
-    for _ in 0..3 {
-        let h = untouched[next(untouched.len() as u64)];
-        let fault = match next(6) {
-            0 => Fault::OffTheNetwork(h),
-            1 => Fault::OffTheMaster(h),
-            2 => Fault::OffTheOthers(h),
-            3 => Fault::Killed(h),
-            4 => Fault::Blip(h),
-            _ => {
-                let others: Vec<usize> = untouched.iter().copied().filter(|o| *o != h).collect();
-                Fault::Between(h, others[next(others.len() as u64)])
-            }
-        };
-        let left = untouched.len() - fault.touched().len();
-        if left < 2 {
-            break;
-        }
-        untouched.retain(|u| !fault.touched().contains(u));
-        faults.push(fault);
-    }
-    faults
+/// Which nodes a soak's faults strike, and what the job recovers.
+#[derive(Clone, Copy, Debug)]
+enum Soak {
+    /// Five nodes with a worker and a server each, `--recover-workers --scar-fraction`;
+    /// up to three faults, at least two nodes left untouched.
+    AnyNode,
+    /// Two worker nodes (hosts 0 and 1) and three server nodes (hosts 2 to 4),
+    /// `--scar-fraction` only; up to two faults on server nodes (a link cut between a
+    /// server node and a worker node evicts the server), at least one left untouched. The
+    /// lost-updates reports must stay exact (the counter's verdict checks them).
+    ServerNodes,
 }
 
-#[test]
-#[ignore = "a soak: run with --ignored"]
-fn network_faults_while_a_recoverable_job_trains() {
+impl Soak {
+    fn run_args(self) -> Vec<&'static str> {
+        match self {
+            Soak::AnyNode => {
+                let recover_any = [
+                    "--recover-workers",
+                    "--scar-fraction",
+                    "0.25",
+                    "--servers",
+                    "5",
+                ];
+                harp_tests::busy_counter("60000", &recover_any)
+            }
+            Soak::ServerNodes => harp_tests::busy_counter("60000", &["--scar-fraction", "0.25"]),
+        }
+    }
+
+    /// `harp node` options of the node on `host`.
+    fn role(self, host: usize) -> &'static [&'static str] {
+        match (self, host) {
+            (Soak::AnyNode, _) => &[],
+            (Soak::ServerNodes, 0 | 1) => &["--role", "worker"],
+            (Soak::ServerNodes, _) => &["--role", "server"],
+        }
+    }
+
+    /// The line the master prints for each node it recovers.
+    fn recovery_line(self) -> &'static str {
+        match self {
+            Soak::AnyNode => "worker recovery: node",
+            Soak::ServerNodes => "recovery: server",
+        }
+    }
+
+    /// The faults of round `seed`.
+    fn faults(self, seed: u64) -> Vec<Fault> {
+        let mut rng = harp::mix64(seed);
+        let mut next = |n: usize| {
+            rng = harp::mix64(rng);
+            (rng % n as u64) as usize
+        };
+        let (mut untouched, keep, most): (Vec<usize>, usize, usize) = match self {
+            Soak::AnyNode => ((0..HOSTS).collect(), 2, 3),
+            Soak::ServerNodes => ((2..HOSTS).collect(), 1, 2),
+        };
+        let mut faults = Vec::new();
+        while faults.len() < most {
+            let h = untouched[next(untouched.len())];
+            let fault = match next(6) {
+                0 => Fault::OffTheNetwork(h),
+                1 => Fault::OffTheMaster(h),
+                2 => Fault::OffTheOthers(h),
+                3 => Fault::Killed(h),
+                4 => Fault::Blip(h),
+                _ => match self {
+                    Soak::AnyNode => {
+                        let others: Vec<usize> =
+                            untouched.iter().copied().filter(|o| *o != h).collect();
+                        Fault::Between(h, others[next(others.len())])
+                    }
+                    // The worker end is not one the job recovers: the server goes.
+                    Soak::ServerNodes => Fault::Between(h, next(2)),
+                },
+            };
+            let struck: Vec<usize> = match (self, fault) {
+                (Soak::ServerNodes, Fault::Between(server, _)) => vec![server],
+                _ => fault.touched(),
+            };
+            if untouched.len() - struck.len() < keep {
+                break;
+            }
+            untouched.retain(|u| !struck.contains(u));
+            faults.push(fault);
+        }
+        faults
+    }
+}
+
+/// Rounds from `HARP_SOAK_SEED` (1) on, `HARP_SOAK_ROUNDS` (3) of them.
+fn seeds() -> std::ops::Range<u64> {
     let rounds: u64 = std::env::var("HARP_SOAK_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -115,32 +176,49 @@ fn network_faults_while_a_recoverable_job_trains() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    for seed in first..first + rounds {
+    first..first + rounds
+}
+
+#[test]
+#[ignore = "a soak: run with --ignored"]
+fn network_faults_while_a_recoverable_job_trains() {
+    for seed in seeds() {
         let Some(hosts) = NetHosts::create(HOSTS) else {
             return;
         };
-        one_round(&hosts, seed);
+        one_round(&hosts, Soak::AnyNode, seed);
     }
 }
 
-fn one_round(hosts: &NetHosts, seed: u64) {
-    let faults = faults(seed);
-    println!("seed {seed}: {faults:?}");
+#[test]
+#[ignore = "a soak: run with --ignored"]
+fn network_faults_on_server_nodes_keep_the_loss_reports_exact() {
+    for seed in seeds() {
+        let Some(hosts) = NetHosts::create(HOSTS) else {
+            return;
+        };
+        one_round(&hosts, Soak::ServerNodes, seed);
+    }
+}
+
+fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
+    let faults = soak.faults(seed);
+    println!("{soak:?} seed {seed}: {faults:?}");
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
-    let recover_any = [
-        "--recover-workers",
-        "--scar-fraction",
-        "0.25",
-        "--servers",
-        "5",
-    ];
-    let run_args = harp_tests::busy_counter("60000", &recover_any);
+    let run_args = soak.run_args();
     let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "5", dir.path());
     let join = format!("{}:{}", hosts.gateway(), master.port());
     let harp = harp_binary!();
     let mut nodes: Vec<Child> = (0..HOSTS)
-        .map(|host| master.join(hosts.command(host, &harp), &join, &[], &run_args))
+        .map(|host| {
+            master.join(
+                hosts.command(host, &harp),
+                &join,
+                soak.role(host),
+                &run_args,
+            )
+        })
         .collect();
     master.wait_for_nodes(&(0..HOSTS as u32).collect::<BTreeSet<u32>>());
     for fault in &faults {
@@ -153,10 +231,8 @@ fn one_round(hosts: &NetHosts, seed: u64) {
         let _ = node.wait();
     }
     assert!(status.success(), "seed {seed}: the master failed: {stderr}");
-    let deaths = stderr
-        .lines()
-        .filter(|l| l.starts_with("worker recovery: node"))
-        .count();
+    let recovered = |l: &&str| l.starts_with(soak.recovery_line());
+    let deaths = stderr.lines().filter(recovered).count();
     let expected = faults.iter().filter(|f| f.kills()).count();
     assert_eq!(
         deaths, expected,
@@ -172,7 +248,7 @@ fn one_round(hosts: &NetHosts, seed: u64) {
     );
     for line in stderr
         .lines()
-        .filter(|l| l.starts_with("worker recovery: node") || l.starts_with("counter: "))
+        .filter(|l| recovered(l) || l.starts_with("counter: "))
     {
         println!("  {}", line.chars().take(200).collect::<String>());
     }

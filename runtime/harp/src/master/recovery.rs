@@ -70,6 +70,9 @@ use tokio::sync::oneshot;
 /// save epoch (all nodes' reports together), or why one of them cannot say exactly.
 pub(crate) type Acknowledged = Result<RowsByEpoch, String>;
 
+/// A take-over to send: the shard, its new owner and its actor, the rows.
+type TakeOverOf = (ShardId, ServerId, ActorRef<ServerMsg>, ShardRows);
+
 /// Who waits for a recovery's report (a fault injector), if anyone.
 pub(crate) type RecoveryReply = Option<oneshot::Sender<Result<ServerRecovery, HarpError>>>;
 
@@ -220,25 +223,8 @@ impl<A: App> MasterState<A> {
             self.came_from.remove(shard);
         }
         self.servers.remove(&server);
-        let mut saved_by_shard = checkpoint
-            .saved_rows_by_shard(self.shards.num_shards(), |shard| {
-                placements.iter().any(|(lost, _)| *lost == shard)
-            });
-        let mut rows_restored = 0;
-        let mut bytes_restored = 0;
-        let mut take_overs = Vec::with_capacity(placements.len());
-        for &(shard, to) in &placements {
-            let saved = saved_by_shard.remove(&shard).unwrap_or_default();
-            rows_restored += saved.len();
-            bytes_restored += saved.iter().map(|(_, v)| v.bytes() as u64).sum::<u64>();
-            let rows = ShardRows::restored(&self.tables, saved)?;
-            let actor = self
-                .servers
-                .get(&to)
-                .cloned()
-                .ok_or(HarpError::ServerUnreachable(to))?;
-            take_overs.push((shard, to, actor, rows));
-        }
+        let (take_overs, rows_restored, bytes_restored) =
+            self.restoring_take_overs(checkpoint, &placements)?;
         let at_failure = match (at_failure, acknowledged) {
             (Some(rows), _) => Some(rows),
             (None, Some(acknowledged)) => {
@@ -424,21 +410,11 @@ impl<A: App> MasterState<A> {
                 done.reply.take(),
             ));
         };
-        let mut saved_by_shard = checkpoint.saved_rows_by_shard(self.shards.num_shards(), |s| {
-            again.iter().any(|(shard, _)| *shard == s)
-        });
-        let mut take_overs = Vec::with_capacity(again.len());
+        let take_overs = match self.restoring_take_overs(checkpoint, &again) {
+            Ok((take_overs, _, _)) => take_overs,
+            Err(e) => return Err((why(&e.to_string()), done.reply.take())),
+        };
         for &(shard, to) in &again {
-            let saved = saved_by_shard.remove(&shard).unwrap_or_default();
-            let rows = match ShardRows::restored(&self.tables, saved) {
-                Ok(rows) => rows,
-                Err(e) => return Err((why(&e.to_string()), done.reply.take())),
-            };
-            // `heirs` are live servers.
-            let Some(actor) = self.servers.get(&to).cloned() else {
-                continue;
-            };
-            take_overs.push((shard, to, actor, rows));
             for placed in done.placements.iter_mut().filter(|(s, _)| *s == shard) {
                 placed.1 = to;
             }
@@ -453,6 +429,35 @@ impl<A: App> MasterState<A> {
         };
         spawn_take_overs(myself.clone(), take_overs, restore, done);
         Ok(())
+    }
+
+    /// The take-overs that re-create the shards of `placements` on their new owners from
+    /// `checkpoint`'s image (rows never saved start at their initial value), and how many
+    /// rows and bytes they restore. A new owner that is not a live server fails it.
+    fn restoring_take_overs(
+        &self,
+        checkpoint: &super::checkpoints::RunningCheckpoint,
+        placements: &[(ShardId, ServerId)],
+    ) -> Result<(Vec<TakeOverOf>, usize, u64), HarpError> {
+        let mut saved_by_shard = checkpoint
+            .saved_rows_by_shard(self.shards.num_shards(), |shard| {
+                placements.iter().any(|(placed, _)| *placed == shard)
+            });
+        let (mut rows_restored, mut bytes_restored) = (0, 0);
+        let mut take_overs = Vec::with_capacity(placements.len());
+        for &(shard, to) in placements {
+            let saved = saved_by_shard.remove(&shard).unwrap_or_default();
+            rows_restored += saved.len();
+            bytes_restored += saved.iter().map(|(_, v)| v.bytes() as u64).sum::<u64>();
+            let rows = ShardRows::restored(&self.tables, saved)?;
+            let actor = self
+                .servers
+                .get(&to)
+                .cloned()
+                .ok_or(HarpError::ServerUnreachable(to))?;
+            take_overs.push((shard, to, actor, rows));
+        }
+        Ok((take_overs, rows_restored, bytes_restored))
     }
 
     /// Where each of `shards` goes among `heirs`: one at a time to the heir holding the
@@ -565,7 +570,7 @@ impl<A: App> MasterState<A> {
 /// answered, and hands `done` back to the master with the ones that failed.
 fn spawn_take_overs<A: App>(
     myself: ActorRef<MasterMsg<A>>,
-    take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
+    take_overs: Vec<TakeOverOf>,
     restore: Restore,
     mut done: Recovered,
 ) {
@@ -579,7 +584,7 @@ fn spawn_take_overs<A: App>(
 /// Sends every `TakeOver` (of recovery `restore`) and waits until each new owner holds its
 /// rows; the take-overs that failed.
 async fn take_over_all(
-    take_overs: Vec<(ShardId, ServerId, ActorRef<ServerMsg>, ShardRows)>,
+    take_overs: Vec<TakeOverOf>,
     restore: Restore,
 ) -> Vec<(ShardId, ServerId, HarpError)> {
     let mut acks = Vec::with_capacity(take_overs.len());

@@ -47,7 +47,8 @@ struct ServerRecord {
 pub(crate) struct LostLedger {
     servers: HashMap<ServerId, ServerRecord>,
     /// Servers whose record was reported for their recovery ([`Self::report_and_fence`]):
-    /// their acknowledgements are refused from then on (kept after [`Self::forget`]).
+    /// their acknowledgements are refused from then on ([`Self::acknowledged`]; kept after
+    /// [`Self::forget`]).
     fenced: HashSet<ServerId>,
 }
 
@@ -55,30 +56,38 @@ pub(crate) struct LostLedger {
 pub(crate) type RowsByEpoch = Vec<(ParamKey, Vec<(u64, RowData)>)>;
 
 impl LostLedger {
-    /// `server` acknowledged `updates` (all of them, of `Add` tables only) as applied at save
-    /// epoch `epoch` (`None`: not all by itself, so the record is inexact from now on).
-    /// `false` when the acknowledgement is refused: the server was fenced by
+    /// `server` acknowledged `part` as applied at save epoch `epoch`: its rows for which
+    /// `kept` holds (those of `Add` tables) go into the record, or the whole part comes back
+    /// when the acknowledgement is refused: the server was fenced by
     /// [`Self::report_and_fence`], and the part must go again to its shards' new owners.
-    #[must_use]
-    pub(crate) fn record(
+    pub(crate) fn acknowledged(
         &mut self,
         server: ServerId,
         epoch: Option<u64>,
-        updates: Vec<(ParamKey, RowData)>,
-    ) -> bool {
+        mut part: Vec<(ParamKey, RowData)>,
+        kept: impl Fn(&ParamKey) -> bool,
+    ) -> Result<(), Vec<(ParamKey, RowData)>> {
         if self.fenced.contains(&server) {
-            return false;
+            return Err(part);
         }
+        part.retain(|(key, _)| kept(key));
+        self.record(server, epoch, part);
+        Ok(())
+    }
+
+    /// `server` acknowledged `updates` (all of them, of `Add` tables only) as applied at save
+    /// epoch `epoch` (`None`: not all by itself, so the record is inexact from now on).
+    fn record(&mut self, server: ServerId, epoch: Option<u64>, updates: Vec<(ParamKey, RowData)>) {
         let record = self.servers.entry(server).or_default();
         if record.inexact.is_some() {
-            return true;
+            return;
         }
         let Some(epoch) = epoch else {
             record.inexact = Some(format!(
                 "{server} acknowledged a flush part it did not apply all by itself (a shard moved)"
             ));
             record.rows.clear();
-            return true;
+            return;
         };
         for (key, delta) in updates {
             let sums = record.rows.entry(key).or_default();
@@ -93,10 +102,9 @@ impl LostLedger {
                 // The server checked the delta against the row; this cannot happen.
                 record.inexact = Some(format!("{key}: a delta of another kind or width"));
                 record.rows.clear();
-                return true;
+                return;
             }
         }
-        true
     }
 
     /// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: forget what
@@ -160,11 +168,6 @@ impl LostLedger {
     pub(crate) fn report_and_fence(&mut self, server: ServerId) -> Result<RowsByEpoch, String> {
         self.fenced.insert(server);
         self.report(server)
-    }
-
-    /// Whether `server`'s acknowledgements are refused ([`Self::report_and_fence`]).
-    pub(crate) fn is_fenced(&self, server: ServerId) -> bool {
-        self.fenced.contains(&server)
     }
 
     /// `server` is gone and its loss reported: forget its record.
@@ -252,7 +255,7 @@ mod tests {
                         let r = rng.next_u64() % rows;
                         let d = (rng.next_u64() % 7) as i64 - 3;
                         value[r as usize] += d;
-                        assert!(ledger.record(s, Some(epoch), one(r, d)));
+                        ledger.record(s, Some(epoch), one(r, d));
                     }
                 }
                 for r in 0..rows {
@@ -271,8 +274,8 @@ mod tests {
         let s = ServerId(0);
         let mut ledger = LostLedger::default();
         for epoch in 0..50u64 {
-            assert!(ledger.record(s, Some(epoch), one(1, 1)));
-            assert!(ledger.record(s, Some(epoch), one(2, 1)));
+            ledger.record(s, Some(epoch), one(1, 1));
+            ledger.record(s, Some(epoch), one(2, 1));
             ledger.rows_saved(s, epoch + 1, &[key(2)]);
         }
         let report = ledger.report(s).unwrap();
@@ -286,13 +289,13 @@ mod tests {
     fn a_part_without_an_epoch_makes_the_record_inexact() {
         let s = ServerId(3);
         let mut ledger = LostLedger::default();
-        assert!(ledger.record(s, Some(0), one(1, 4)));
-        assert!(ledger.record(s, None, one(1, 1)));
-        assert!(ledger.record(s, Some(0), one(1, 4)));
+        ledger.record(s, Some(0), one(1, 4));
+        ledger.record(s, None, one(1, 1));
+        ledger.record(s, Some(0), one(1, 4));
         let why = ledger.report(s).unwrap_err();
         assert!(why.contains(&ServerId(3).to_string()), "{why}");
         // Other servers are not affected; a forgotten one reports nothing.
-        assert!(ledger.record(ServerId(4), Some(2), one(1, 4)));
+        ledger.record(ServerId(4), Some(2), one(1, 4));
         assert_eq!(lost(&ledger, ServerId(4), 1, 2), 4);
         assert_eq!(lost(&ledger, ServerId(4), 1, 3), 0);
         ledger.forget(ServerId(4));
@@ -302,21 +305,34 @@ mod tests {
     #[test]
     fn a_reported_server_is_fenced_and_its_later_acknowledgements_refused() {
         let s = ServerId(2);
+        let all = |_: &ParamKey| true;
         let mut ledger = LostLedger::default();
-        assert!(ledger.record(s, Some(1), one(1, 5)));
-        assert!(!ledger.is_fenced(s));
+        assert_eq!(ledger.acknowledged(s, Some(1), one(1, 5), all), Ok(()));
         let report = ledger.report_and_fence(s).unwrap();
         assert_eq!(report.len(), 1);
-        assert!(ledger.is_fenced(s));
-        // Acknowledged after the report: refused, and in no later report either.
-        assert!(!ledger.record(s, Some(1), one(1, 7)));
-        assert!(!ledger.record(s, Some(2), one(3, 1)));
+        // Acknowledged after the report: refused whole, and in no later report either.
+        assert_eq!(
+            ledger.acknowledged(s, Some(1), one(1, 7), all),
+            Err(one(1, 7))
+        );
+        assert_eq!(
+            ledger.acknowledged(s, Some(2), one(3, 1), |_| false),
+            Err(one(3, 1))
+        );
         assert_eq!(lost(&ledger, s, 1, 0), 5);
         assert_eq!(lost(&ledger, s, 3, 0), 0);
-        // Forgetting the record keeps the fence; other servers are not fenced.
+        // Forgetting the record keeps the fence; other servers are not fenced, and only
+        // their kept rows are recorded.
         ledger.forget(s);
-        assert!(!ledger.record(s, Some(3), one(1, 1)));
-        assert!(ledger.record(ServerId(0), Some(3), one(1, 1)));
+        assert!(ledger.acknowledged(s, Some(3), one(1, 1), all).is_err());
+        let mut two = one(1, 1);
+        two.extend(one(2, 1));
+        let only_row_1 = |k: &ParamKey| k.row == 1;
+        assert_eq!(
+            ledger.acknowledged(ServerId(0), Some(3), two, only_row_1),
+            Ok(())
+        );
         assert_eq!(lost(&ledger, ServerId(0), 1, 0), 1);
+        assert_eq!(lost(&ledger, ServerId(0), 2, 0), 0);
     }
 }

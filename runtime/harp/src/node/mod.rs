@@ -164,24 +164,22 @@ impl ParamStore {
         &self,
         server: ServerId,
         epoch: AppliedAt,
-        mut part: Vec<(ParamKey, RowData)>,
+        part: Vec<(ParamKey, RowData)>,
     ) -> Result<(), Vec<(ParamKey, RowData)>> {
         let Some(ledger) = &self.lost_ledger else {
             return Ok(());
         };
-        // Under the lock: a report between the check and the record would miss the part.
-        let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-        if ledger.is_fenced(server) {
-            return Err(part);
-        }
-        part.retain(|(key, _)| {
+        let of_add_table = |key: &ParamKey| {
             self.tables
                 .get(key.table)
                 .is_ok_and(|spec| spec.rule == UpdateRule::Add)
-        });
-        let recorded = ledger.record(server, epoch, part);
-        debug_assert!(recorded, "checked under the same lock");
-        Ok(())
+        };
+        (ledger.lock().unwrap_or_else(|p| p.into_inner())).acknowledged(
+            server,
+            epoch,
+            part,
+            of_add_table,
+        )
     }
 
     /// The same store, with reads and flushes that outlive a failed server (see the module

@@ -105,9 +105,9 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         return; // it left the job, or this death was already handled
     };
     let detail = format!("{cause}; it held {}", entry.holdings);
-    let server_only = entry.roles.server && !entry.roles.worker;
-    let worker_recovered = ctx.worker_recovery && (!entry.roles.server || ctx.server_recovery);
-    let worker_lost = entry.roles.worker && worker_recovered;
+    // One rule for what the job survives, here and in the choice of whom to evict.
+    let recovered = recovers(ctx).node(entry.roles);
+    let worker_lost = entry.roles.worker && recovered;
     if worker_lost {
         tracing::warn!(node, %detail, "a worker node died: re-creating its executors and running its uncommitted tasks again");
         // Before its awaited replies fail: the master then learns of the death before a
@@ -130,7 +130,8 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
         ctx.control.forget(Some(WorkerId(node)), None);
         return;
     }
-    if ctx.server_recovery && (server_only || worker_recovered) {
+    // A server-only node, or one with a worker and a server (both recovered).
+    if recovered {
         tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
         // Nodes that join later must not dial it.
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
@@ -187,8 +188,7 @@ pub(crate) async fn report_after_verdict<A: App>(
     (node, server): (u32, u32),
     message: String,
 ) {
-    let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
-    let failure = match hold_for_verdict(&ctx.roster, server, verdict_limit).await {
+    let failure = match hold_for_verdict(&ctx.roster, server, verdict_limit(&ctx)).await {
         Verdict::NodeGone => HarpError::Remote(format!("node {node}: {message}")),
         Verdict::NoVerdict => {
             tracing::warn!(node, peer = server, %message, "a node lost a server whose node is still in the job");
@@ -221,8 +221,7 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         }
         roster.broken_links.report(node, server);
     }
-    let verdict_limit = Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1);
-    if hold_for_verdict(&ctx.roster, server, verdict_limit).await == Verdict::NodeGone {
+    if hold_for_verdict(&ctx.roster, server, verdict_limit(&ctx)).await == Verdict::NodeGone {
         return;
     }
     let victim = {
@@ -232,15 +231,11 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         if roster.is_gone(node) || roster.is_gone(server) || roster.job_ended() {
             return;
         }
-        let recovers = Recovers {
-            workers: ctx.worker_recovery,
-            servers: ctx.server_recovery,
-        };
         eviction::choose(
             (node, server),
             &roster.broken_links,
             &roster.live_roles(),
-            recovers,
+            recovers(&ctx),
         )
     };
     let detail = HarpError::ServerUnreachable(ServerId(server)).to_string();
@@ -264,6 +259,20 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
             peer: server,
             detail,
         }));
+}
+
+/// What the job recovers when a node dies.
+fn recovers<A: App>(ctx: &RosterContext<A>) -> Recovers {
+    Recovers {
+        workers: ctx.worker_recovery,
+        servers: ctx.server_recovery,
+    }
+}
+
+/// How long the master waits for its verdict on a node another node lost: its lease
+/// timeout and a second.
+fn verdict_limit<A: App>(ctx: &RosterContext<A>) -> Duration {
+    Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1)
 }
 
 /// What [`hold_for_verdict`] waited for.

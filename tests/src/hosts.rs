@@ -190,6 +190,16 @@ impl NetHosts {
         Ipv4Addr::new(a, b, c, 1).into()
     }
 
+    /// How many hosts there are.
+    pub fn len(&self) -> usize {
+        self.namespaces.len()
+    }
+
+    /// Whether there are none (never: [`Self::create`] makes at least one).
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+    }
+
     /// Host `host`'s address.
     pub fn addr(&self, host: usize) -> IpAddr {
         let [a, b, c] = self.subnet;

@@ -51,8 +51,8 @@ pub struct MasterProcess {
     seen: std::cell::RefCell<Vec<String>>,
     lines: mpsc::Receiver<String>,
     /// Reads stderr into `lines` until its end (the master and every process that shares
-    /// its stderr, e.g. the nodes it started, closed it).
-    reader: std::thread::JoinHandle<()>,
+    /// its stderr, e.g. the nodes it started, closed it); taken by [`Self::finish`].
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MasterProcess {
@@ -69,7 +69,7 @@ impl MasterProcess {
             credentials: PathBuf::new(),
             seen: Default::default(),
             lines,
-            reader,
+            reader: Some(reader),
         };
         let line = master.wait_for_line(&["master listening on "]);
         let rest = line.split("master listening on ").nth(1).unwrap();
@@ -205,10 +205,23 @@ impl MasterProcess {
     pub fn finish(mut self) -> (ExitStatus, String) {
         let status = self.child.wait().unwrap();
         // The reader may still be behind the exited master: let it read to the end.
-        self.reader.join().expect("the stderr reader panicked");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader panicked");
+        }
         let mut rest = self.seen.take();
         rest.extend(self.lines.try_iter());
         (status, rest.join("\n"))
+    }
+}
+
+/// A test that panics before [`MasterProcess::finish`] (a failed wait or assertion) leaves
+/// no master behind: it is killed and reaped, and its nodes, which lose it, end too.
+impl Drop for MasterProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -242,5 +255,19 @@ mod tests {
             "the listening line, {BURST} empty lines and the last one"
         );
         assert!(lines[0].starts_with("master listening on "), "{}", lines[0]);
+    }
+
+    /// A master dropped without `finish` (its test panicked) is killed and reaped: before,
+    /// it went on running, and its nodes with it.
+    #[test]
+    fn a_master_dropped_before_it_finished_is_killed() {
+        let script = "echo 'master listening on 127.0.0.1:9; grow or shrink the job with: \
+                      harp scale --job 127.0.0.1:9 --credentials /nonexistent --add N' >&2; \
+                      exec sleep 600";
+        let master = MasterProcess::start("/bin/sh".into(), &["-c", script]);
+        let proc_dir = PathBuf::from(format!("/proc/{}", master.child.id()));
+        assert!(proc_dir.exists(), "the master runs");
+        drop(master);
+        assert!(!proc_dir.exists(), "the master was killed and reaped");
     }
 }

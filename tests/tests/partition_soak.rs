@@ -10,16 +10,23 @@
 //! second soak strikes only the server nodes of a job with `--scar-fraction` alone (two
 //! worker nodes, three server nodes; no cut between nodes, which such a job does not
 //! survive), where the rows must also miss exactly what the recoveries reported lost
-//! (`network_faults_on_server_nodes_keep_the_loss_reports_exact`).
+//! (`network_faults_on_server_nodes_keep_the_loss_reports_exact`). A third strikes only
+//! the worker nodes of a job with `--recover-workers` alone (three worker nodes, two
+//! server nodes), cuts between a worker node and a server node among them (the worker
+//! node is evicted), where every row must end exact
+//! (`network_faults_on_worker_nodes_with_worker_recovery_alone_keep_every_row_exact`). A
+//! fourth mixes the first one's faults with scale events (a node asked to leave by SIGTERM,
+//! a node joining from a spare host), where every node no fault struck must exit 0
+//! (`network_faults_and_scale_events_while_a_recoverable_job_trains`).
 
-use harp_tests::{harp_binary, read_json_lines, MasterProcess, NetHosts};
+use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, NetHosts};
 use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::Duration;
 
 const HOSTS: usize = 5;
 
-/// A fault on the network (host indexes).
+/// A fault on the network (host indexes), or a scale event.
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     /// The host's link to the bridge goes down.
@@ -34,11 +41,18 @@ enum Fault {
     Killed(usize),
     /// The host is off the network for 700 ms, shorter than the lease: nobody dies.
     Blip(usize),
+    /// The host's node is asked to leave (SIGTERM): its load moves away, it exits 0.
+    Leave(usize),
+    /// A node starts on the spare host (the last one) and joins the running job.
+    Join,
 }
 
 impl Fault {
-    fn apply(self, hosts: &NetHosts, nodes: &mut [Child]) {
+    /// Strikes it; `join` starts a node on the spare host.
+    fn apply(self, hosts: &NetHosts, nodes: &mut Vec<Child>, join: &dyn Fn() -> Child) {
         match self {
+            Fault::Leave(h) => harp_tests::send_signal(nodes[h].id(), "TERM"),
+            Fault::Join => nodes.push(join()),
             Fault::Killed(h) => {
                 let _ = nodes[h].kill();
             }
@@ -50,7 +64,7 @@ impl Fault {
             Fault::OffTheNetwork(h) => hosts.partition(h),
             Fault::OffTheMaster(h) => hosts.cut_from_gateway(h, true),
             Fault::OffTheOthers(h) => {
-                for other in (0..HOSTS).filter(|o| *o != h) {
+                for other in (0..hosts.len()).filter(|o| *o != h) {
                     hosts.cut_between(h, other, true);
                 }
             }
@@ -58,21 +72,22 @@ impl Fault {
         }
     }
 
-    /// The hosts whose node may be declared dead for it.
+    /// The hosts whose node may be declared dead for it, or leaves.
     fn touched(self) -> Vec<usize> {
         match self {
             Fault::OffTheNetwork(h)
             | Fault::OffTheMaster(h)
             | Fault::OffTheOthers(h)
-            | Fault::Killed(h) => vec![h],
+            | Fault::Killed(h)
+            | Fault::Leave(h) => vec![h],
             Fault::Between(a, b) => vec![a, b],
-            Fault::Blip(_) => Vec::new(),
+            Fault::Blip(_) | Fault::Join => Vec::new(),
         }
     }
 
     /// Whether it costs one node (one recovery).
     fn kills(self) -> bool {
-        !matches!(self, Fault::Blip(_))
+        !matches!(self, Fault::Blip(_) | Fault::Leave(_) | Fault::Join)
     }
 }
 
@@ -87,12 +102,21 @@ enum Soak {
     /// master only, killed, a blip), at least one left untouched. The lost-updates reports
     /// must stay exact (the counter's verdict checks them).
     ServerNodes,
+    /// Three worker nodes (hosts 0 to 2) and two server nodes (hosts 3 and 4),
+    /// `--recover-workers` only; up to two faults on worker nodes (any kind; a cut between
+    /// nodes is between a worker node and a server node), at least one left untouched.
+    /// No server is lost: every row must end exact.
+    WorkerNodes,
+    /// [`Soak::AnyNode`]'s job and faults, and scale events among them: a node asked to
+    /// leave, a node joining from a sixth host (once); up to four events, at least two
+    /// nodes left untouched.
+    Elastic,
 }
 
 impl Soak {
     fn run_args(self) -> Vec<&'static str> {
         match self {
-            Soak::AnyNode => {
+            Soak::AnyNode | Soak::Elastic => {
                 let recover_any = [
                     "--recover-workers",
                     "--scar-fraction",
@@ -103,22 +127,23 @@ impl Soak {
                 harp_tests::busy_counter("60000", &recover_any)
             }
             Soak::ServerNodes => harp_tests::busy_counter("60000", &["--scar-fraction", "0.25"]),
+            Soak::WorkerNodes => harp_tests::busy_counter("60000", &["--recover-workers"]),
         }
     }
 
     /// `harp node` options of the node on `host`.
     fn role(self, host: usize) -> &'static [&'static str] {
         match (self, host) {
-            (Soak::AnyNode, _) => &[],
-            (Soak::ServerNodes, 0 | 1) => &["--role", "worker"],
-            (Soak::ServerNodes, _) => &["--role", "server"],
+            (Soak::AnyNode | Soak::Elastic, _) => &[],
+            (Soak::ServerNodes, 0 | 1) | (Soak::WorkerNodes, 0..=2) => &["--role", "worker"],
+            (Soak::ServerNodes | Soak::WorkerNodes, _) => &["--role", "server"],
         }
     }
 
     /// The line the master prints for each node it recovers.
     fn recovery_line(self) -> &'static str {
         match self {
-            Soak::AnyNode => "worker recovery: node",
+            Soak::AnyNode | Soak::WorkerNodes | Soak::Elastic => "worker recovery: node",
             Soak::ServerNodes => "recovery: server",
         }
     }
@@ -133,7 +158,10 @@ impl Soak {
         let (mut untouched, keep, most): (Vec<usize>, usize, usize) = match self {
             Soak::AnyNode => ((0..HOSTS).collect(), 2, 3),
             Soak::ServerNodes => ((2..HOSTS).collect(), 1, 2),
+            Soak::WorkerNodes => ((0..3).collect(), 1, 2),
+            Soak::Elastic => ((0..HOSTS).collect(), 2, 4),
         };
+        let mut joined = false;
         let mut faults = Vec::new();
         while faults.len() < most {
             let h = untouched[next(untouched.len())];
@@ -141,22 +169,36 @@ impl Soak {
             // not staged (`remote/eviction.rs`): no such cut in a job without
             // `--recover-workers`, which would end as `PeerLost`.
             let kinds = match self {
-                Soak::AnyNode => 6,
+                Soak::AnyNode | Soak::WorkerNodes => 6,
                 Soak::ServerNodes => 4,
+                Soak::Elastic => 8,
             };
             let fault = match next(kinds) {
+                6 => Fault::Leave(h),
+                7 if joined => Fault::Leave(h),
+                7 => {
+                    joined = true;
+                    Fault::Join
+                }
                 0 => Fault::OffTheNetwork(h),
                 1 => Fault::OffTheMaster(h),
                 2 => Fault::Killed(h),
                 3 => Fault::Blip(h),
                 4 => Fault::OffTheOthers(h),
+                _ if matches!(self, Soak::WorkerNodes) => Fault::Between(h, 3 + next(2)),
                 _ => {
                     let others: Vec<usize> =
                         untouched.iter().copied().filter(|o| *o != h).collect();
                     Fault::Between(h, others[next(others.len())])
                 }
             };
-            let struck = fault.touched();
+            // A server node a worker node is cut off from stays in the job (it is never
+            // struck itself in the worker-node soak).
+            let struck: Vec<usize> = fault
+                .touched()
+                .into_iter()
+                .filter(|t| untouched.contains(t))
+                .collect();
             if untouched.len() - struck.len() < keep {
                 break;
             }
@@ -180,26 +222,39 @@ fn seeds() -> std::ops::Range<u64> {
     first..first + rounds
 }
 
-#[test]
-#[ignore = "a soak: run with --ignored"]
-fn network_faults_while_a_recoverable_job_trains() {
+/// Runs `soak`'s rounds (see [`seeds`]), each on `count` hosts of its own.
+fn rounds(soak: Soak, count: usize) {
     for seed in seeds() {
-        let Some(hosts) = NetHosts::create(HOSTS) else {
+        let Some(hosts) = NetHosts::create(count) else {
             return;
         };
-        one_round(&hosts, Soak::AnyNode, seed);
+        one_round(&hosts, soak, seed);
     }
 }
 
 #[test]
 #[ignore = "a soak: run with --ignored"]
+fn network_faults_while_a_recoverable_job_trains() {
+    rounds(Soak::AnyNode, HOSTS);
+}
+
+#[test]
+#[ignore = "a soak: run with --ignored"]
 fn network_faults_on_server_nodes_keep_the_loss_reports_exact() {
-    for seed in seeds() {
-        let Some(hosts) = NetHosts::create(HOSTS) else {
-            return;
-        };
-        one_round(&hosts, Soak::ServerNodes, seed);
-    }
+    rounds(Soak::ServerNodes, HOSTS);
+}
+
+#[test]
+#[ignore = "a soak: run with --ignored"]
+fn network_faults_on_worker_nodes_with_worker_recovery_alone_keep_every_row_exact() {
+    rounds(Soak::WorkerNodes, HOSTS);
+}
+
+#[test]
+#[ignore = "a soak: run with --ignored"]
+fn network_faults_and_scale_events_while_a_recoverable_job_trains() {
+    // A sixth host for the node that joins.
+    rounds(Soak::Elastic, HOSTS + 1);
 }
 
 fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
@@ -222,16 +277,32 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
         })
         .collect();
     master.wait_for_nodes(&(0..HOSTS as u32).collect::<BTreeSet<u32>>());
+    let join_spare = || master.join(hosts.command(HOSTS, &harp), &join, &[], &run_args);
     for fault in &faults {
         std::thread::sleep(Duration::from_millis(2500));
-        fault.apply(hosts, &mut nodes);
+        fault.apply(hosts, &mut nodes, &join_spare);
     }
     let (status, stderr) = master.finish();
-    for mut node in nodes {
-        let _ = node.kill();
-        let _ = node.wait();
+    // Every node no fault struck, every node that left and the one that joined end well
+    // (the others are killed: a node cut off from the master may not notice for a while).
+    let struck: BTreeSet<usize> = (faults.iter())
+        .filter(|f| f.kills())
+        .flat_map(|f| f.touched())
+        .collect();
+    let mut unwell = Vec::new();
+    for (host, mut node) in nodes.into_iter().enumerate() {
+        if struck.contains(&host) {
+            let _ = node.kill();
+            let _ = node.wait();
+        } else if !wait_exit(&mut node, "a node").success() {
+            unwell.push(host);
+        }
     }
     assert!(status.success(), "seed {seed}: the master failed: {stderr}");
+    assert!(
+        unwell.is_empty(),
+        "seed {seed}: the nodes on hosts {unwell:?} did not exit 0: {stderr}"
+    );
     let recovered = |l: &&str| l.starts_with(soak.recovery_line());
     let deaths = stderr.lines().filter(recovered).count();
     let expected = faults.iter().filter(|f| f.kills()).count();
@@ -247,6 +318,12 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
         verdict["rows"].as_u64().unwrap(),
         "seed {seed}: {report}"
     );
+    if matches!(soak, Soak::WorkerNodes) {
+        assert_eq!(
+            report["exact"], true,
+            "seed {seed}: no server lost: {report}"
+        );
+    }
     for line in stderr
         .lines()
         .filter(|l| recovered(l) || l.starts_with("counter: "))

@@ -254,7 +254,7 @@ async fn run_job_body<A: App>(
         },
     );
     let store = Arc::new(match &config.scar {
-        Some(_) => store.with_server_recovery(),
+        Some(_) => store.awaiting_lost_servers(),
         None => store,
     });
     let resuming = resume_driver.is_some();

@@ -4,11 +4,15 @@
 //! The update log is a concurrent map from shard to a [`harp_core::UpdateLog`], so tasks that
 //! update different shards never contend, and a flush drains it shard by shard.
 //!
-//! **A failed server** (a job with SCAR recovery, [`ParamStore::with_server_recovery`]): a
-//! read or a flush part that its server did not answer waits until the master has rerouted
-//! the keys' shards to the servers that re-created them, then goes there. A flush keeps a
-//! copy of each server's part until it is acknowledged, so an update the failed server never
-//! acknowledged is sent again to the new owner instead of being lost.
+//! **A lost server** (a job with SCAR recovery, or one that recovers worker nodes:
+//! [`ParamStore::awaiting_lost_servers`]): a read or a flush part that its server did not
+//! answer waits until the master has rerouted the keys' shards to the servers that
+//! re-created them, then goes there. A flush keeps a copy of each server's part until it is
+//! acknowledged, so an update the failed server never acknowledged is sent again to the new
+//! owner instead of being lost. The node tells the master when its traffic starts waiting
+//! ([`ParamStore::on_server_awaited`]): where the server's node is alive and only the link
+//! between the two broke, no reroute comes, and the master evicts one of the two nodes
+//! (`remote/eviction.rs`) or ends the job.
 //!
 //! **Lost updates** (a node process of such a job, [`ParamStore::with_lost_ledger`]): the
 //! store also keeps what each server acknowledged since each row's last save
@@ -87,8 +91,9 @@ pub(crate) struct ParamStore {
     routing: RwLock<Routing>,
     num_shards: u32,
     request_deadline: Duration,
-    /// Traffic for a server that does not answer waits for a reroute (SCAR recovery).
-    recover_servers: bool,
+    /// Traffic for a server that does not answer waits for a reroute (SCAR recovery) or
+    /// for the master's verdict (an eviction).
+    await_lost_servers: bool,
     /// Notified whenever the routing changes.
     rerouted: tokio::sync::Notify,
     /// Servers whose traffic waited for a reroute (each said once in the log).
@@ -113,7 +118,7 @@ impl ParamStore {
             routing: RwLock::new(routing),
             num_shards,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
-            recover_servers: false,
+            await_lost_servers: false,
             rerouted: tokio::sync::Notify::new(),
             servers_awaited: Mutex::default(),
             server_awaited_hook: None,
@@ -124,7 +129,7 @@ impl ParamStore {
 
     /// The same store, keeping what each server acknowledged since each row's last save so
     /// that a dead server's lost updates are known exactly ([`lost_ledger`]). Needs
-    /// [`Self::with_server_recovery`] (which keeps each part until it is acknowledged).
+    /// [`Self::awaiting_lost_servers`] (which keeps each part until it is acknowledged).
     pub(crate) fn with_lost_ledger(mut self) -> Self {
         self.lost_ledger = Some(Mutex::new(LostLedger::default()));
         self
@@ -182,10 +187,11 @@ impl ParamStore {
         )
     }
 
-    /// The same store, with reads and flushes that outlive a failed server (see the module
-    /// doc): for jobs whose master recovers failed servers.
-    pub(crate) fn with_server_recovery(mut self) -> Self {
-        self.recover_servers = true;
+    /// The same store, with reads and flushes that outlive a lost server (see the module
+    /// doc): for jobs whose master recovers failed servers, or evicts a worker node that
+    /// lost its link to a live server.
+    pub(crate) fn awaiting_lost_servers(mut self) -> Self {
+        self.await_lost_servers = true;
         self
     }
 
@@ -237,7 +243,7 @@ impl ParamStore {
                 )
                 .await;
             match result {
-                Err(HarpError::ServerUnreachable(server)) if self.recover_servers => {
+                Err(HarpError::ServerUnreachable(server)) if self.await_lost_servers => {
                     if !self.wait_rerouted_away(server, keys, deadline).await {
                         return Err(HarpError::ServerUnreachable(server));
                     }
@@ -263,7 +269,7 @@ impl ParamStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(server);
         if first {
-            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master to re-create its shards elsewhere (if its node stays in the job, the job fails)");
+            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master's verdict on its node (dead: its shards re-created elsewhere; alive: one of the two nodes evicted, or the job ends)");
             if let Some(hook) = &self.server_awaited_hook {
                 hook(server);
             }
@@ -430,7 +436,7 @@ impl ParamStore {
                     .map(move |part| (server, part))
             });
             for (server, updates) in parts {
-                let kept = self.recover_servers.then(|| updates.clone());
+                let kept = self.await_lost_servers.then(|| updates.clone());
                 let (tx, rx) = oneshot::channel();
                 let sent = routing
                     .servers
@@ -667,7 +673,7 @@ mod tests {
         };
         let store = ParamStore::new(tables, routing);
         let store = if recover {
-            store.with_server_recovery()
+            store.awaiting_lost_servers()
         } else {
             store
         };

@@ -3,8 +3,9 @@
 //! the evicted node: the job then goes on without it, as after a death, instead of ending
 //! with `HarpError::PeerLost`.
 //!
-//! Nodes report each link they lost (`Message::ServerAwaited`: a node's traffic for a
-//! server waits for a recovery), and the master keeps every broken link between live
+//! Nodes report each link they lost (`Message::ServerAwaited`: in a job that recovers
+//! servers or workers, a node's traffic for a server it lost waits for the master's
+//! verdict instead of failing its task), and the master keeps every broken link between live
 //! nodes ([`BrokenLinks`]). Once a link stays broken past the lease and a second
 //! (`failures.rs::peer_lost_unless_gone`), [`choose`] picks one of its two ends:
 //!
@@ -48,6 +49,22 @@ impl Recovers {
             self.workers && (!roles.server || self.servers)
         } else {
             roles.server && self.servers
+        }
+    }
+
+    /// Why neither end of a broken link may go, in words for the job's error (what
+    /// [`choose`] refused, by what the job recovers).
+    pub(crate) fn why_no_eviction(self) -> &'static str {
+        match (self.workers, self.servers) {
+            (false, _) => {
+                "only a job that recovers worker nodes (--recover-workers) evicts a node \
+                 that lost a link"
+            }
+            (true, false) => {
+                "a node holding a server is evicted only in a job with --scar-fraction as \
+                 well, and the last worker node never"
+            }
+            (true, true) => "the job's last worker node and last server node are never evicted",
         }
     }
 }

@@ -32,8 +32,8 @@
 //! death, not its symptom elsewhere, is what the job reports or recovers from. A server's
 //! node that outlives the wait is alive to the master: the two nodes lost each other (a
 //! partition between them), which ends the job as `HarpError::PeerLost`. In a job with
-//! server recovery a node does not fail on a lost server: its traffic waits for the
-//! server's shards to be re-created, and it tells the master so (`Message::ServerAwaited`),
+//! server or worker recovery a node does not fail on a lost server: its traffic waits for
+//! the server's shards to be re-created, and it tells the master so (`Message::ServerAwaited`),
 //! which gives the server's node the same wait ([`peer_lost_unless_gone`]). If the
 //! server's node is still alive then, the link between the two broke: the master evicts
 //! one of the two (declares it dead and recovers it, `eviction.rs` says which) where the
@@ -203,7 +203,7 @@ pub(crate) async fn report_after_verdict<A: App>(
 }
 
 /// Node `node`'s traffic for `server` waits for a recovery (`Message::ServerAwaited`: its
-/// link to the server's node broke, in a job with server recovery). If the server's node is
+/// link to the server's node broke, in a job with server or worker recovery). If the server's node is
 /// declared dead or leaves within its lease timeout and a second, its recovery or its leave
 /// reroutes that traffic and nothing more happens here. If it stays in the job, the link
 /// between the two live nodes broke (a partition between them) and no recovery would come:
@@ -249,8 +249,11 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         node_died(&ctx, victim, &cause);
         return;
     }
-    let detail =
-        format!("{detail}; its traffic waited for a recovery, which comes only for a dead node");
+    let detail = format!(
+        "{detail}; its traffic waited for a recovery, which comes only for a dead node, and \
+         neither node may be evicted ({})",
+        recovers(&ctx).why_no_eviction()
+    );
     tracing::warn!(node, peer = server, %detail, "a node lost a server whose node is still in the job");
     let _ = ctx
         .master

@@ -375,14 +375,19 @@ async fn start_node<A: App>(
     // read a failed server left unanswered goes to its shards' new owners, and what each
     // server acknowledged since each row's last save is kept for the report of its loss
     // (not with staged flushes: a staged part is applied at its commit, at an epoch this
-    // node never hears of).
+    // node never hears of). A job that recovers worker nodes waits too, without SCAR: no
+    // recovery comes for a dead server's node (the job ends), but where the server's node
+    // is alive and only the link to it broke, the master evicts this node if it holds no
+    // server, and its tasks run again elsewhere; failing the task instead would end the
+    // job, and its partial updates would stay in the update log for a later flush.
     let store = match (assignment.server_recovery, assignment.worker_recovery) {
-        (true, false) => store.with_server_recovery().with_lost_ledger(),
-        (true, true) => store.with_server_recovery(),
-        (false, _) => store,
+        (true, false) => store.awaiting_lost_servers().with_lost_ledger(),
+        (_, true) => store.awaiting_lost_servers(),
+        (false, false) => store,
     };
     // A server whose traffic waits for a recovery: the master has the verdict on its node
-    // (dead, and recovered; or alive, cut off from this node only, which ends the job).
+    // (dead, and recovered; or alive, cut off from this node only: one of the two evicted,
+    // or the job ends).
     let awaited_link = master_link.clone();
     let store = store.on_server_awaited(Box::new(move |server: ServerId| {
         let _ = awaited_link.send(&Message::ServerAwaited { server: server.0 });

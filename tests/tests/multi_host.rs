@@ -55,6 +55,15 @@ fn counter_line(stderr: &str) -> &str {
         .expect("the counter's line")
 }
 
+/// Run options of a job that recovers any of three nodes.
+const RECOVER_ANY: [&str; 5] = [
+    "--recover-workers",
+    "--scar-fraction",
+    "0.25",
+    "--servers",
+    "3",
+];
+
 /// Starts a node on each of hosts 0, 1 and 2 (the one on host 2 with `third_role`),
 /// joined to `master` over the hosts' network, and returns them once all three are in the
 /// job and it has trained for a second.
@@ -442,14 +451,7 @@ fn a_node_cut_off_from_the_other_nodes_only_is_evicted_and_the_job_goes_on() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let recover_any = [
-        "--recover-workers",
-        "--scar-fraction",
-        "0.25",
-        "--servers",
-        "3",
-    ];
-    let run_args = harp_tests::busy_counter("24000", &recover_any);
+    let run_args = harp_tests::busy_counter("24000", &RECOVER_ANY);
     let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let mut nodes = three_nodes_training(&hosts, &master, &[], &run_args);
     let cut = Instant::now();
@@ -463,6 +465,45 @@ fn a_node_cut_off_from_the_other_nodes_only_is_evicted_and_the_job_goes_on() {
     );
     let report = others_exit_0_and_the_report(nodes, dir.path(), 24000);
     assert_within_the_loss(&report);
+    println!("{}", counter_line(&stderr));
+}
+
+/// A node that joins while another is cut off from every other node (in a job that recovers
+/// any node): the master places it only once its verdict on the broken links came (the
+/// cut-off node evicted), so the joiner is not handed a server it cannot reach, starts,
+/// takes load, and exits 0 with the others. Before, it was placed at once, dialled the
+/// cut-off node's server in vain and did not start (the elastic partition soak's seed 23).
+#[test]
+fn a_node_joining_while_another_is_cut_off_is_placed_after_the_eviction() {
+    let Some(hosts) = NetHosts::create(4) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = harp_tests::busy_counter("24000", &RECOVER_ANY);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
+    let mut nodes = three_nodes_training(&hosts, &master, &[], &run_args);
+    let cut = Instant::now();
+    for other in [0, 1, 3] {
+        hosts.cut_between(2, other, true);
+    }
+    // The other nodes report their links to host 2 broken once those time out (3 s of
+    // silence); the master's verdict comes a lease and a second (3 s) after that. The node
+    // joins in between.
+    std::thread::sleep(Duration::from_millis(4500));
+    let join = format!("{}:{}", hosts.gateway(), master.port());
+    let joiner = master.join(hosts.command(3, &harp_binary!()), &join, &[], &run_args);
+    let stderr = host_2_evicted(master, &mut nodes, cut);
+    nodes.push(joiner);
+    let report = others_exit_0_and_the_report(nodes, dir.path(), 24000);
+    assert_within_the_loss(&report);
+    let records = read_json_lines(&dir.path().join("metrics.jsonl"));
+    let joined = records
+        .iter()
+        .find(|r| r["event"] == "scale" && r["cause"] == "join");
+    assert!(
+        joined.is_some_and(|j| j["ok"] == true),
+        "the joiner took load: {records:?}"
+    );
     println!("{}", counter_line(&stderr));
 }
 

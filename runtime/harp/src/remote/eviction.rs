@@ -84,6 +84,12 @@ impl BrokenLinks {
         }
     }
 
+    /// Whether a reported link has both ends in `live`: its verdict (an eviction, or the
+    /// job's end) is still to come, or, when one end leaves, it mends.
+    pub(crate) fn any_between(&self, live: &BTreeMap<u32, NodeRoles>) -> bool {
+        (self.pairs.iter()).any(|(a, b)| live.contains_key(a) && live.contains_key(b))
+    }
+
     /// How many reported links of `node` have both ends in `live`.
     fn count(&self, node: u32, live: &BTreeMap<u32, NodeRoles>) -> usize {
         self.pairs

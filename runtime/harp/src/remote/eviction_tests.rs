@@ -196,3 +196,18 @@ fn over_random_clusters_the_choice_keeps_its_rules() {
         }
     }
 }
+
+#[test]
+fn a_link_awaits_its_verdict_only_while_both_its_ends_are_live() {
+    let broken = links(&[(0, 1)]);
+    let all = live(&[
+        (0, NodeRoles::BOTH),
+        (1, NodeRoles::BOTH),
+        (2, NodeRoles::BOTH),
+    ]);
+    assert!(broken.any_between(&all));
+    // One end evicted (or gone): nothing is pending any more.
+    let without_1 = live(&[(0, NodeRoles::BOTH), (2, NodeRoles::BOTH)]);
+    assert!(!broken.any_between(&without_1));
+    assert!(!BrokenLinks::default().any_between(&all));
+}

@@ -203,9 +203,9 @@ pub(crate) async fn report_after_verdict<A: App>(
 }
 
 /// Node `node`'s traffic for `server` waits for a recovery (`Message::ServerAwaited`: its
-/// link to the server's node broke, in a job with server or worker recovery). If the server's node is
-/// declared dead or leaves within its lease timeout and a second, its recovery or its leave
-/// reroutes that traffic and nothing more happens here. If it stays in the job, the link
+/// link to the server's node broke, in a job with server or worker recovery). If the
+/// server's node is declared dead or leaves within its lease timeout and a second, its
+/// recovery or its leave reroutes that traffic and nothing more happens here. If it stays in the job, the link
 /// between the two live nodes broke (a partition between them) and no recovery would come:
 /// the master evicts one of them where the job can recover it (declared dead, as if it
 /// had died: [`super::eviction`]), and otherwise ends the job as [`HarpError::PeerLost`],

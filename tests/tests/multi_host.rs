@@ -450,10 +450,7 @@ fn a_node_cut_off_from_the_other_nodes_only_is_evicted_and_the_job_goes_on() {
     let Some(hosts) = NetHosts::create(3) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let run_args = harp_tests::busy_counter("24000", &RECOVER_ANY);
-    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
-    let mut nodes = three_nodes_training(&hosts, &master, &[], &run_args);
+    let (dir, _, master, mut nodes) = recovering_any_node(&hosts);
     let cut = Instant::now();
     hosts.cut_between(2, 0, true);
     hosts.cut_between(2, 1, true);
@@ -478,10 +475,7 @@ fn a_node_joining_while_another_is_cut_off_is_placed_after_the_eviction() {
     let Some(hosts) = NetHosts::create(4) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let run_args = harp_tests::busy_counter("24000", &RECOVER_ANY);
-    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
-    let mut nodes = three_nodes_training(&hosts, &master, &[], &run_args);
+    let (dir, run_args, master, mut nodes) = recovering_any_node(&hosts);
     let cut = Instant::now();
     for other in [0, 1, 3] {
         hosts.cut_between(2, other, true);
@@ -549,6 +543,24 @@ fn with_worker_recovery_alone_a_partition_between_server_nodes_ends_the_job_sayi
         ),
         "the master's verdict ended the job, and says why nobody was evicted: {stderr}"
     );
+}
+
+/// A job of 24,000 counter tasks that recovers any node ([`RECOVER_ANY`]) on nodes on hosts
+/// 0, 1 and 2, training ([`three_nodes_training`]): its metrics directory, run options,
+/// master and nodes.
+fn recovering_any_node(
+    hosts: &NetHosts,
+) -> (
+    tempfile::TempDir,
+    Vec<&'static str>,
+    MasterProcess,
+    Vec<Child>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = harp_tests::busy_counter("24000", &RECOVER_ANY);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
+    let nodes = three_nodes_training(hosts, &master, &[], &run_args);
+    (dir, run_args, master, nodes)
 }
 
 /// Waits for the master's eviction of the node on host 2 (`nodes[2]`, cut off from others

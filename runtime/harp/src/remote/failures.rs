@@ -96,8 +96,6 @@ const LOST_UPDATES_WAIT: Duration = Duration::from_secs(3);
 /// How long after the death of a lost server's node a failure it caused is reported (the
 /// death's own report, or its recovery, goes first).
 const AFTER_VERDICT: Duration = Duration::from_millis(200);
-/// How often [`report_after_verdict`] looks whether the node is gone.
-const VERDICT_POLL: Duration = Duration::from_millis(10);
 
 /// Node `node` died (`cause`: how the master learnt it): recover its server or end the job.
 pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
@@ -290,13 +288,9 @@ enum Verdict {
 /// Returns when a failure caused by losing `server` may be reported: [`AFTER_VERDICT`]
 /// after its node is gone from the roster, or after `limit` if it is not gone by then.
 async fn hold_for_verdict(roster: &SharedRoster, server: u32, limit: Duration) -> Verdict {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if roster::lock(roster).is_gone(server) {
-            tokio::time::sleep(AFTER_VERDICT).await;
-            return Verdict::NodeGone;
-        }
-        tokio::time::sleep(VERDICT_POLL).await;
+    if roster::wait_until(roster, limit, |r| r.is_gone(server)).await {
+        tokio::time::sleep(AFTER_VERDICT).await;
+        return Verdict::NodeGone;
     }
     Verdict::NoVerdict
 }
@@ -374,7 +368,7 @@ mod tests {
             "reported {held:?} after the failure: before the death's own report"
         );
         assert!(
-            held <= Duration::from_millis(300) + VERDICT_POLL + AFTER_VERDICT,
+            held <= Duration::from_millis(300) + roster::ROSTER_POLL + AFTER_VERDICT,
             "held {held:?}: longer than the poll and the grace after the death"
         );
     }
@@ -389,7 +383,7 @@ mod tests {
         );
         let held = started.elapsed();
         assert!(
-            held >= LIMIT && held <= LIMIT + VERDICT_POLL,
+            held >= LIMIT && held <= LIMIT + roster::ROSTER_POLL,
             "held {held:?}, the wait is {LIMIT:?}"
         );
     }

@@ -260,8 +260,27 @@ async fn admit<A: App>(
 
 /// How long a joining node's placement waits for the verdicts on broken links at most.
 const VERDICTS_WAIT: Duration = Duration::from_secs(10);
-/// How often [`await_link_verdicts`] looks again.
-const VERDICTS_POLL: Duration = Duration::from_millis(20);
+/// How often [`wait_until`] looks at the roster again.
+pub(crate) const ROSTER_POLL: Duration = Duration::from_millis(10);
+
+/// Looks at the roster every [`ROSTER_POLL`] until `holds` says yes (`true`) or `limit`
+/// passed (`false`). The roster has no change notification: its deaths, leaves and links
+/// reported broken come from many tasks, and the waits on them are rare and short.
+pub(crate) async fn wait_until(
+    roster: &SharedRoster,
+    limit: Duration,
+    holds: impl Fn(&Roster) -> bool,
+) -> bool {
+    // Tokio's clock: tests of these waits run on paused time.
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if holds(&lock(roster)) {
+            return true;
+        }
+        tokio::time::sleep(ROSTER_POLL).await;
+    }
+    false
+}
 
 /// Holds joining node `id`'s placement while two live nodes lost the link between them and
 /// the master's verdict (an eviction: `failures.rs::peer_lost_unless_gone`) is still to
@@ -271,25 +290,17 @@ const VERDICTS_POLL: Duration = Duration::from_millis(20);
 /// off from every node, whose eviction came a second later). Placed after it, the joiner
 /// finds its shards on their new owners.
 async fn await_link_verdicts<A: App>(ctx: &RosterContext<A>, id: u32) {
-    let deadline = Instant::now() + VERDICTS_WAIT;
-    let mut said = false;
-    loop {
-        let pending = {
-            let roster = lock(&ctx.roster);
-            roster.broken_links.any_between(&roster.live_roles()) && !roster.job_ended()
-        };
-        if !pending || Instant::now() >= deadline {
-            return;
-        }
-        if !said {
-            tracing::info!(
-                node = id,
-                "a joining node waits for the verdict on a broken link between two nodes"
-            );
-            said = true;
-        }
-        tokio::time::sleep(VERDICTS_POLL).await;
+    let settled = |roster: &Roster| {
+        roster.job_ended() || !roster.broken_links.any_between(&roster.live_roles())
+    };
+    if settled(&lock(&ctx.roster)) {
+        return;
     }
+    tracing::info!(
+        node = id,
+        "a joining node waits for the verdict on a broken link between two nodes"
+    );
+    wait_until(&ctx.roster, VERDICTS_WAIT, settled).await;
 }
 
 /// Takes a ready node in: its lease, its proxies on the master, its reader

@@ -8,7 +8,7 @@
 //! | `runtime_errors.rs` | typed runtime errors from tiny apps: failing or panicking tasks, bad dispatches, bad updates, server-side Adam / AdaGrad |
 //! | `consistency_runtime.rs` | the Litz consistency rule and exact accounting under many shapes and seeds |
 //! | `elastic_processes.rs` | node processes joining and leaving a running job (`harp scale`, SIGTERM), large executor states moving node to node, Litz's priority scenario |
-//! | `elastic_mid_move.rs` | a node killed in the middle of an executor's move: a clean failure, or with `--recover-workers` a recovery after which every counter is exact |
+//! | `elastic_mid_move.rs` | a node killed in the middle of an executor's move: a clean failure, or with `--recover-workers` a recovery after which every counter is exact; with `--recover-workers`, a server leaving while a flush staged on it is unreported loses no update, and a node that dies while another leaves has its executors created afresh elsewhere than on the leaving node |
 //! | `elastic_etcd.rs` | the job's desired size in etcd grows and shrinks it |
 //! | `scar_processes.rs` | SCAR across processes: a killed server node recovered from the running checkpoint (the lost updates exact), a killed worker node recovered with exactly-once updates, a server node killed while it hands its shards off, recovered on their new owner, and one killed while shards are handed to it (by servers there when it joined, or by a leaving server, whose leave is tried again after the recovery and ends with its exit 0), recovered on their old owners |
 //! | `consistent_checkpoint.rs` | consistent checkpoints and `--resume` with the real binary: killed and resumed jobs end exact, resumes on fewer or more nodes, a stop's last checkpoint and `--stop-wait` |

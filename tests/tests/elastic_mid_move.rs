@@ -6,6 +6,10 @@
 //! - With `--recover-workers` the job goes on: the move is reported failed, the executor is
 //!   created afresh on a live worker, its uncommitted micro-tasks run again, and at the end
 //!   every counter is exact (no update lost or applied twice).
+//!
+//! Also, with `--recover-workers`, a node that leaves after its moves: it departs only once
+//! the flushes staged on its server are reported and committed, and a worker node that
+//! dies meanwhile has its executors created afresh elsewhere than on the leaving node.
 
 use harp_tests::{
     harp_binary, read_json_lines, spawn_reading_stderr, wait_exit, MasterProcess, PATIENCE,
@@ -526,14 +530,9 @@ fn late_reports_job(
     (master, metrics, late)
 }
 
-/// The job ended well after its node 1 died: the master succeeded, the counter's one check
-/// found every row exact, node 1's death was one worker recovery, and node 0 exited 0.
-/// Returns the metrics records and node 0's log.
-fn assert_exact_end(
-    master: MasterProcess,
-    metrics: &Path,
-    survivor: LoggedNode,
-) -> (Vec<serde_json::Value>, String) {
+/// The job ended well: the master succeeded and the counter's one check found every row
+/// exact. Returns the metrics records and the master's log.
+fn assert_exact(master: MasterProcess, metrics: &Path) -> (Vec<serde_json::Value>, String) {
     let (status, stderr) = master_exit(master);
     assert!(status.success(), "the master failed: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -544,15 +543,44 @@ fn assert_exact_end(
         .collect();
     assert_eq!(checks.len(), 1, "{records:?}");
     assert_eq!(checks[0]["exact"], true, "{}", checks[0]);
+    (records, stderr)
+}
+
+/// The one worker recovery among the metrics records, of node `node`: its report.
+fn the_worker_recovery(records: &[serde_json::Value], node: u32) -> serde_json::Value {
     let recoveries: Vec<_> = records
         .iter()
         .filter(|r| r["event"] == "worker_recovery")
         .collect();
     assert_eq!(recoveries.len(), 1, "{records:?}");
-    assert_eq!(recoveries[0]["report"]["node"], 1, "{}", recoveries[0]);
-    let (node_status, node_log) = survivor.exit("the surviving node 0");
-    assert!(node_status.success(), "node 0 failed: {node_log}");
-    assert!(!node_log.contains("panicked"), "{node_log}");
+    let report = recoveries[0]["report"].clone();
+    assert_eq!(report["node"], node, "{report}");
+    report
+}
+
+/// Each node exits 0 without a panic; the log of the last.
+fn assert_nodes_exit_0(nodes: Vec<(LoggedNode, &str)>) -> String {
+    let mut last = String::new();
+    for (node, which) in nodes {
+        let (node_status, node_log) = node.exit(which);
+        assert!(node_status.success(), "{which} failed: {node_log}");
+        assert!(!node_log.contains("panicked"), "{node_log}");
+        last = node_log;
+    }
+    last
+}
+
+/// The job ended well after its node 1 died: the master succeeded, the counter's one check
+/// found every row exact, node 1's death was one worker recovery, and node 0 exited 0.
+/// Returns the metrics records and node 0's log.
+fn assert_exact_end(
+    master: MasterProcess,
+    metrics: &Path,
+    survivor: LoggedNode,
+) -> (Vec<serde_json::Value>, String) {
+    let (records, _) = assert_exact(master, metrics);
+    the_worker_recovery(&records, 1);
+    let node_log = assert_nodes_exit_0(vec![(survivor, "the surviving node 0")]);
     (records, node_log)
 }
 
@@ -644,4 +672,114 @@ fn kill_the_joining_node_during_its_move(dir: &Path, state_bytes: &'static str) 
             "node 0 did not fetch back the state it parked: {node_log}"
         );
     }
+}
+
+/// `--recover-workers`: a node leaves while another node holds a flush staged on its server,
+/// not yet reported. Node 0 (worker and server) holds each staged flush 3.5 s before
+/// reporting it (so the 600 micro-tasks take some 20 s); node 1, a server only, joins and
+/// takes shards, and `harp scale --remove 1` runs 4 s after the join ended, when the flush
+/// node 0 holds has parts on node 1's server. The leave moves node 1's shards back at once,
+/// but those parts stay on node 1's server, which applies them (forwarding them to the
+/// shards' new owner) only when the master commits the flush. So node 1 departs only once
+/// node 0 reported that flush (node 0 answers the drain of node 1's server after its
+/// reports) and the master committed it; when it departed first, the parts were lost with
+/// its server and the counter ended short. Here the leave succeeds, both nodes exit 0 and
+/// every counter is exact.
+#[test]
+fn a_server_leaving_while_a_flush_staged_on_it_is_unreported_loses_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = late_reports_run("0");
+    let (master, metrics, late) = late_reports_job(dir.path(), &run, "3500");
+    let leaving = LoggedNode::start_as(&master, "server", &run);
+    wait_for_join(&metrics);
+    std::thread::sleep(Duration::from_secs(4));
+    let removed = master.scale(&["--remove", "1"]);
+    assert!(removed.status.success(), "{}", removed.describe());
+    let (records, stderr) = assert_exact(master, &metrics);
+    assert!(
+        !stderr.contains("lost with that server"),
+        "a staged part was lost: {stderr}"
+    );
+    assert_eq!(the_event(&records, "leave")["ok"], true);
+    assert_nodes_exit_0(vec![(leaving, "node 1"), (late, "node 0")]);
+}
+
+/// Waits until the metrics file holds `n` scale events of `cause`; the last one.
+fn wait_for_events(metrics: &Path, cause: &str, n: usize) -> serde_json::Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let events: Vec<_> = scale_events_so_far(metrics)
+            .into_iter()
+            .filter(|e| e["cause"] == cause)
+            .collect();
+        if events.len() >= n {
+            return events[n - 1].clone();
+        }
+        assert!(Instant::now() < deadline, "no {n} {cause} events came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `--recover-workers`: a worker node dies while a node that gave all its load away waits
+/// to depart. Node 0 (worker and server) answers the drain of a leaving server 8 s late
+/// (`HARP_FAULT_DRAIN_ANSWER_DELAY_MS`); node 1 (worker and server) and node 2 (worker)
+/// join; `harp scale --remove 1` moves node 1's load away, and node 2 is SIGKILLed as soon
+/// as that move is reported, while node 1 waits for node 0's answer. Node 2's executors
+/// are created afresh on node 0: node 1, holding no executor, is the least loaded worker,
+/// but it departs seconds later, and an executor created there was lost with it (or its
+/// creation failed when node 1 went away, ending the job). The leave then ends, and every
+/// counter is exact.
+#[test]
+fn a_dead_nodes_executors_are_not_created_on_a_node_that_is_leaving() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = [
+        "run",
+        "counter",
+        "--tasks",
+        "40000",
+        "--task-sleep-us",
+        "2000",
+        "--window",
+        "50",
+        "--executors-per-worker",
+        "4",
+        "--threads",
+        "2",
+        "--recover-workers",
+        "--lease-timeout-ms",
+        "1500",
+    ];
+    let metrics = dir.path().join("metrics.jsonl");
+    let mut master_args = run.to_vec();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let first = LoggedNode::start_with_env(
+        &master,
+        "both",
+        &run,
+        &[(harp::remote::DRAIN_ANSWER_DELAY_VAR, "8000")],
+    );
+    wait_until_running(&master);
+    let leaving = LoggedNode::start_as(&master, "both", &run);
+    assert_eq!(wait_for_events(&metrics, "join", 1)["ok"], true);
+    let mut dying = LoggedNode::start_as(&master, "worker", &run);
+    assert_eq!(wait_for_events(&metrics, "join", 2)["ok"], true);
+    let remove = remove_node_1(&master);
+    assert_eq!(wait_for_events(&metrics, "leave", 1)["ok"], true);
+    dying.child.kill().unwrap();
+    let _ = dying.exit("node 2");
+    let mut remove = remove;
+    let removed = wait_exit(&mut remove, "harp scale --remove 1");
+    assert!(removed.success(), "harp scale --remove 1 failed");
+    let (records, _) = assert_exact(master, &metrics);
+    let report = the_worker_recovery(&records, 2);
+    let placed = report["executors"]
+        .as_array()
+        .expect("the executors placed");
+    assert!(!placed.is_empty(), "node 2 held no executor: {report}");
+    assert!(
+        placed.iter().all(|pair| pair[1] == 0),
+        "an executor of the dead node went elsewhere than node 0: {report}"
+    );
+    assert_nodes_exit_0(vec![(leaving, "node 1"), (first, "node 0")]);
 }

@@ -270,6 +270,21 @@ impl<A: App> NodeShared<A> {
 }
 
 impl<A: App> NodeShared<A> {
+    /// Sends `message` to the master once every flush this node staged so far is reported
+    /// (one being staged waits for its report; at once without worker recovery): it
+    /// follows those reports into the master's mailbox, or onto the master link. A drained
+    /// server's answer goes this way, so the master commits what was staged there before
+    /// the server's node departs.
+    pub(crate) async fn tell_master_after_staged_reports(&self, message: MasterMsg<A>) {
+        let _turn = match &self.staging {
+            Some(staging) => Some(staging.turn.lock().await),
+            None => None,
+        };
+        if self.master.send_message(message).is_err() {
+            tracing::debug!("master gone; a message after the staged reports was dropped");
+        }
+    }
+
     /// The staged flush (worker recovery): stages the update log on the servers, then
     /// reports the flush and its tasks' completions to the master, which commits it.
     async fn stage_and_report(&self, staging: &StagedFlushes) {

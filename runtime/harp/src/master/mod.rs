@@ -144,6 +144,17 @@ pub(crate) enum MasterMsg<A: App> {
     },
     /// Every server holding a part of a staged flush applied it (internal).
     FlushCommitted(CommitDone),
+    /// Worker recovery: answer once no staged flush being committed has a part on `server`
+    /// (a leaving server the nodes drained: its node departs after, and a part it still
+    /// held would be lost with it).
+    AwaitCommitsOn {
+        server: ServerId,
+        reply: oneshot::Sender<()>,
+    },
+    /// Across processes, on a node only: the node drained a leaving server (request
+    /// `request_id`). Its master proxy sends it on the master link after every staged
+    /// flush the node reported before, so the master commits those first.
+    ServerDrained { request_id: u64 },
     /// Worker recovery: the worker node `node` died (`cause`: how the master learnt it).
     WorkerLost { node: u32, cause: String },
     /// A dead worker's executor runs on its new worker, or could not be created (internal).
@@ -346,6 +357,9 @@ pub(crate) struct MasterState<A: App> {
     /// Servers the latest scale event empties or emptied (they were not among its live
     /// servers): a failed server's shards never go there (`recovery.rs`).
     given_away: std::collections::BTreeSet<ServerId>,
+    /// Workers the latest scale event empties or emptied: a dead worker node's executors go
+    /// elsewhere while another worker takes load (`worker_recovery.rs`).
+    workers_given_away: std::collections::BTreeSet<WorkerId>,
     /// Shard hand-offs asked for and not confirmed, `shard → (old owner, new owner)`: the
     /// old owner may have sent the rows, and the new one may hold them. One whose old owner
     /// vanished before answering stays until a recovery re-creates the shard, on the new
@@ -731,6 +745,7 @@ impl<A: App> Actor for MasterActor<A> {
             recoveries: Vec::new(),
             shards_moved: std::collections::BTreeSet::new(),
             given_away: std::collections::BTreeSet::new(),
+            workers_given_away: std::collections::BTreeSet::new(),
             unconfirmed_hand_offs: BTreeMap::new(),
             came_from: BTreeMap::new(),
             restore_generation: 0,
@@ -859,6 +874,14 @@ impl<A: App> Actor for MasterActor<A> {
                 completions,
             } => state.on_flush_staged(&myself, (node, flush), servers, completions),
             MasterMsg::FlushCommitted(done) => state.on_flush_committed(&myself, done),
+            MasterMsg::AwaitCommitsOn { server, reply } => {
+                state.await_commits_on(server, reply);
+                Ok(false)
+            }
+            MasterMsg::ServerDrained { .. } => {
+                tracing::debug!("a node's drain answer reached the master actor; ignored");
+                Ok(false)
+            }
             MasterMsg::WorkerLost { node, cause } => {
                 state.on_worker_lost(&myself, node, cause).map(|()| false)
             }

@@ -194,6 +194,12 @@ impl<A: App> MasterState<A> {
             .filter(|s| !live_servers.contains(s))
             .copied()
             .collect();
+        let workers_given_away = self
+            .workers
+            .keys()
+            .filter(|w| !live_workers.contains(w))
+            .copied()
+            .collect();
         // Shards move only where the master holds the servers (in one process for now).
         let shards_movable = !self.servers.is_empty();
         let input = RebalanceInput {
@@ -275,6 +281,7 @@ impl<A: App> MasterState<A> {
         }
         self.scale = Some(scale);
         self.given_away = given_away;
+        self.workers_given_away = workers_given_away;
         self.maybe_finish_scale();
     }
 

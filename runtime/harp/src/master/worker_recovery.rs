@@ -15,11 +15,19 @@
 //!   among those run again.
 //! - **Recovery.** The dead node's servers drop its uncommitted parts and refuse later ones
 //!   ([`ServerMsg::DropStaged`]); each of its executors is created afresh on the least
-//!   loaded live worker ([`harp_core::ExecutorMap::place_orphans`], [`WorkerMsg::Create`]) and the map updated;
+//!   loaded live worker ([`harp_core::ExecutorMap::place_orphans`], [`WorkerMsg::Create`];
+//!   not on one the latest scale event empties, a leaving node's, while another is left)
+//!   and the map updated;
 //!   every task of those executors still *dispatched* in the book is sent to the new host
 //!   in task order, keeping its id and version and counted once in flight (it was counted
 //!   when first dispatched). The [`WorkerRecovery`] report is complete once every executor
 //!   runs on its new worker.
+//! - **Leaves.** A leaving server's node departs only once every flush staged there is
+//!   committed: each other node answers the drain of that server after its reports of the
+//!   flushes it staged so far (`NodeShared::tell_master_after_staged_reports`), so the
+//!   master holds those reports by then, and the roster waits for their commits
+//!   ([`MasterMsg::AwaitCommitsOn`]). The server applies a part of a shard it gave away by
+//!   forwarding it to the shard's new owner; departed first, it would lose the part.
 //! - **Moves.** A death in the middle of an executor's move ends that move, and a released
 //!   executor waits for the reports of its finished tasks before it moves on: see
 //!   [`super::moves_under_recovery`].
@@ -44,6 +52,8 @@ pub(crate) struct WorkerRecoveryState<O> {
     book: TaskBook,
     /// Flushes being committed, by commit number: whose, and the completions they release.
     commits: BTreeMap<u64, PendingCommit<O>>,
+    /// Who waits for every commit with a part on a server to be applied (a leaving server).
+    commit_waiters: Vec<(ServerId, oneshot::Sender<()>)>,
     next_commit: u64,
     /// Worker nodes declared dead: their later reports are dropped.
     buried: BTreeSet<u32>,
@@ -59,6 +69,8 @@ pub(crate) struct WorkerRecoveryState<O> {
 struct PendingCommit<O> {
     node: u32,
     flush: u64,
+    /// The servers told to apply their parts.
+    servers: BTreeSet<ServerId>,
     completions: Vec<Completion<O>>,
 }
 
@@ -80,6 +92,7 @@ impl<O> WorkerRecoveryState<O> {
             events,
             book: TaskBook::default(),
             commits: BTreeMap::new(),
+            commit_waiters: Vec::new(),
             next_commit: 0,
             buried: BTreeSet::new(),
             recovering: Vec::new(),
@@ -91,6 +104,23 @@ impl<O> WorkerRecoveryState<O> {
     /// The book of dispatched tasks.
     pub(super) fn book(&self) -> &TaskBook {
         &self.book
+    }
+
+    /// Whether a flush being committed has a part on `server`.
+    fn commits_on(&self, server: ServerId) -> bool {
+        self.commits.values().any(|c| c.servers.contains(&server))
+    }
+
+    /// Answers the waiters whose server holds no part of a flush being committed any more.
+    fn answer_commit_waiters(&mut self) {
+        let waiters = std::mem::take(&mut self.commit_waiters);
+        for (server, reply) in waiters {
+            if self.commits_on(server) {
+                self.commit_waiters.push((server, reply));
+            } else {
+                let _ = reply.send(());
+            }
+        }
     }
 
     /// Every recovery, those still creating executors included (as far as they got).
@@ -189,13 +219,18 @@ impl<A: App> MasterState<A> {
         let seq = recovery.next_commit;
         recovery.next_commit += 1;
         let mut answers = Vec::with_capacity(servers.len());
+        let mut told = BTreeSet::new();
         for server in servers {
             let (reply, answer) = oneshot::channel();
             let message = ServerMsg::Commit { node, flush, reply };
             match self.servers.get(&server) {
                 Some(actor) if actor.send_message(message).is_ok() => {
+                    told.insert(server);
                     answers.push((server, answer))
                 }
+                // A leaving server's node departs only once the nodes reported every flush
+                // staged there and those commits were applied (`AwaitCommitsOn`): only a
+                // failed server gets here.
                 _ => {
                     tracing::warn!(%server, node, flush, "a flush part is staged on a server that is gone: it is lost with that server")
                 }
@@ -206,6 +241,7 @@ impl<A: App> MasterState<A> {
             PendingCommit {
                 node,
                 flush,
+                servers: told,
                 completions,
             },
         );
@@ -225,13 +261,13 @@ impl<A: App> MasterState<A> {
         myself: &ActorRef<MasterMsg<A>>,
         done: CommitDone,
     ) -> Result<bool, HarpError> {
-        let pending = self
-            .worker_recovery
-            .as_mut()
-            .and_then(|recovery| recovery.commits.remove(&done.seq));
-        let Some(pending) = pending else {
+        let Some(recovery) = self.worker_recovery.as_mut() else {
             return Ok(false);
         };
+        let Some(pending) = recovery.commits.remove(&done.seq) else {
+            return Ok(false);
+        };
+        recovery.answer_commit_waiters();
         if let Err(e) = done.result {
             return Err(HarpError::Remote(format!(
                 "committing flush {} of node {} failed: {e}",
@@ -239,6 +275,19 @@ impl<A: App> MasterState<A> {
             )));
         }
         self.hand_to_driver(myself, pending.completions)
+    }
+
+    /// [`MasterMsg::AwaitCommitsOn`]: answers once no flush being committed has a part on
+    /// `server` (at once in a job that stages no flushes).
+    pub(super) fn await_commits_on(&mut self, server: ServerId, reply: oneshot::Sender<()>) {
+        match self.worker_recovery.as_mut() {
+            Some(recovery) if recovery.commits_on(server) => {
+                recovery.commit_waiters.push((server, reply));
+            }
+            _ => {
+                let _ = reply.send(());
+            }
+        }
     }
 
     /// Worker node `node` died (`cause`: how the master learnt it): bury it, have its
@@ -272,7 +321,19 @@ impl<A: App> MasterState<A> {
         if let Some(proxy) = self.workers.remove(&worker) {
             proxy.stop(Some("worker node died".into()));
         }
-        let live: Vec<WorkerId> = self.workers.keys().copied().collect();
+        // Not on a worker a scale event empties (a leaving node's: it departs soon), unless
+        // no other is left.
+        let all_live: Vec<WorkerId> = self.workers.keys().copied().collect();
+        let taking_load: Vec<WorkerId> = all_live
+            .iter()
+            .filter(|w| !self.workers_given_away.contains(w))
+            .copied()
+            .collect();
+        let live = if taking_load.is_empty() {
+            all_live
+        } else {
+            taking_load
+        };
         let placed = self.executors.place_orphans(worker, &live).map_err(|_| {
             died(format!(
                 "{cause}; no live worker is left to run its executors"
@@ -436,4 +497,45 @@ async fn all_committed(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit_on(servers: &[u32]) -> PendingCommit<()> {
+        PendingCommit {
+            node: 0,
+            flush: 0,
+            servers: servers.iter().map(|&s| ServerId(s)).collect(),
+            completions: Vec::new(),
+        }
+    }
+
+    /// A leaving server's waiter is answered only once no commit with a part there is
+    /// pending; a waiter for a server no commit names is answered by the next check.
+    #[test]
+    fn a_commit_waiter_is_answered_once_no_pending_commit_names_its_server() {
+        let mut state = WorkerRecoveryState::<()>::new(EventSink::default());
+        state.commits.insert(0, commit_on(&[1, 2]));
+        state.commits.insert(1, commit_on(&[2]));
+        let (to_1, mut on_1) = oneshot::channel();
+        let (to_2, mut on_2) = oneshot::channel();
+        state.commit_waiters.push((ServerId(1), to_1));
+        state.commit_waiters.push((ServerId(2), to_2));
+        assert!(state.commits_on(ServerId(1)) && !state.commits_on(ServerId(3)));
+        state.answer_commit_waiters();
+        assert!(on_1.try_recv().is_err() && on_2.try_recv().is_err());
+        state.commits.remove(&0);
+        state.answer_commit_waiters();
+        assert_eq!(on_1.try_recv(), Ok(()));
+        assert!(
+            on_2.try_recv().is_err(),
+            "commit 1 still has a part on server 2"
+        );
+        state.commits.remove(&1);
+        state.answer_commit_waiters();
+        assert_eq!(on_2.try_recv(), Ok(()));
+        assert!(state.commit_waiters.is_empty());
+    }
 }

@@ -20,6 +20,10 @@ pub const STAGED_REPORT_DELAY_VAR: &str = "HARP_FAULT_STAGED_REPORT_DELAY_MS";
 /// shard there).
 pub const HAND_OFF_ANSWER_DELAY_VAR: &str = "HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS";
 
+/// A node answers the master's drain of a leaving server this long late, so a test can
+/// strike the job while a node that gave all its load away has not departed yet.
+pub const DRAIN_ANSWER_DELAY_VAR: &str = "HARP_FAULT_DRAIN_ANSWER_DELAY_MS";
+
 /// The delay `var` (one of the variables above) asks for, if any.
 pub(crate) fn fault_delay(var: &str) -> Option<Duration> {
     let value = std::env::var(var).ok()?;

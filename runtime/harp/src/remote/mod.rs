@@ -38,9 +38,10 @@
 //! While the job runs (`roster`): a node may join (it gets an empty assignment, the other
 //! nodes learn its server from a new `Placement`, and a re-balancing gives it load); a node
 //! may leave (`Leaving`, or `harp scale --remove`: its load moves away, every other node
-//! answers `DrainServer` once nothing it sent there is unanswered, and the master dismisses
-//! it with `JobEnded`); and `harp scale` connects like a node with neither role and sends a
-//! `ScaleCommand`.
+//! answers `DrainServer` once nothing it sent there is unanswered and, with worker
+//! recovery, once it reported every flush it staged, whose commits the master then waits
+//! for; and the master dismisses it with `JobEnded`); and `harp scale` connects like a
+//! node with neither role and sends a `ScaleCommand`.
 
 pub(crate) mod codec;
 mod eviction;
@@ -58,7 +59,9 @@ mod row_parts;
 mod scale_client;
 mod state_transfer;
 
-pub use fault_delays::{HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
+pub use fault_delays::{
+    DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+};
 pub use listen_addr::{check_bind_reaches, default_bind, dialable};
 pub use master_side::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,

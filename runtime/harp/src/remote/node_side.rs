@@ -4,7 +4,8 @@
 //! ([`super::state_transfer`]).
 
 use super::fault_delays::{
-    fault_delay, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+    fault_delay, DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR,
+    STAGED_REPORT_DELAY_VAR,
 };
 use super::identity::AppIdentity;
 use super::job_id;
@@ -18,6 +19,7 @@ use super::state_transfer::{StateDialer, StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
+use crate::master::MasterMsg;
 use crate::node::{ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
 use crate::worker::{
@@ -236,7 +238,7 @@ pub async fn run_node_leaving<A: App>(
         outbox.clone(),
     )
     .await;
-    let (worker, servers, store) = match started {
+    let (worker, node, servers, store) = match started {
         Ok(parts) => parts,
         Err(e) => {
             tell_master_failed(&master_link, &e).await;
@@ -284,7 +286,7 @@ pub async fn run_node_leaving<A: App>(
     let mut servers = servers;
     let result = serve_master::<A>(
         &mut from_master,
-        &worker,
+        (&worker, &node),
         local_server.as_ref(),
         (&master_link, me, leave),
         (&app, &info),
@@ -319,7 +321,12 @@ pub async fn run_node_leaving<A: App>(
 /// How long a node that is done waits for its connections' closes to go out.
 const CLOSE_DRAIN_WAIT: Duration = Duration::from_millis(500);
 
-type Started<A> = (ActorRef<WorkerMsg<A>>, ServerProxies, Arc<ParamStore>);
+type Started<A> = (
+    ActorRef<WorkerMsg<A>>,
+    Arc<NodeShared<A>>,
+    ServerProxies,
+    Arc<ParamStore>,
+);
 
 /// How long a node that is done waits for the executor states it parked to be fetched.
 const PARKED_WAIT: Duration = Duration::from_secs(30);
@@ -420,11 +427,11 @@ async fn start_node<A: App>(
         WorkerArgs {
             id: WorkerId(assignment.worker.unwrap_or(me)),
             executors,
-            node,
+            node: node.clone(),
         },
     )
     .await?;
-    Ok((worker, servers, store))
+    Ok((worker, node, servers, store))
 }
 
 /// [`STAGED_REPORT_DELAY_VAR`]'s delay, said once when there is one.
@@ -604,9 +611,17 @@ fn forget_server(store: &ParamStore, servers: &mut ServerProxies, server: Server
     }
 }
 
-/// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered.
-fn drain_server(servers: &ServerProxies, master_link: &Link, request_id: u64, server: ServerId) {
-    let link = master_link.clone();
+/// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered
+/// and, with worker recovery, every flush it staged so far is reported: the answer follows
+/// those reports on the master link (through the master proxy), so the master has them,
+/// and commits the parts staged on `server`, before the server's node departs.
+fn drain_server<A: App>(
+    servers: &ServerProxies,
+    node: &Arc<NodeShared<A>>,
+    request_id: u64,
+    server: ServerId,
+) {
+    let node = node.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let asked = servers
         .get(&server)
@@ -615,7 +630,16 @@ fn drain_server(servers: &ServerProxies, master_link: &Link, request_id: u64, se
         if asked {
             let _ = rx.await;
         }
-        let _ = link.send(&Message::ServerDrained { request_id });
+        if let Some(delay) = fault_delay(DRAIN_ANSWER_DELAY_VAR) {
+            tracing::warn!(
+                delay_ms = delay.as_millis() as u64,
+                %server,
+                "fault injection: the drain of a leaving server is answered late"
+            );
+            tokio::time::sleep(delay).await;
+        }
+        node.tell_master_after_staged_reports(MasterMsg::ServerDrained { request_id })
+            .await;
     });
 }
 
@@ -981,7 +1005,7 @@ type Plumbing<'a> = (
 /// Runs the master's orders until the job ends.
 async fn serve_master<A: App>(
     from_master: &mut mpsc::UnboundedReceiver<Incoming>,
-    worker: &ActorRef<WorkerMsg<A>>,
+    (worker, node): (&ActorRef<WorkerMsg<A>>, &Arc<NodeShared<A>>),
     local_server: Option<&ActorRef<ServerMsg>>,
     (master_link, me, leave): (&Link, u32, impl std::future::Future<Output = ()>),
     (app, info): (&Arc<A>, &JobInfo),
@@ -1190,7 +1214,7 @@ async fn serve_master<A: App>(
                 reach_new_servers(&placement, (store, servers, dialer), &mut passed_over).await;
             }
             Message::DrainServer { request_id, server } => {
-                drain_server(servers, master_link, request_id, ServerId(server));
+                drain_server(servers, node, request_id, ServerId(server));
             }
             Message::Refused { reason } => {
                 tracing::warn!(node = me, %reason, "the master refused to let this node leave; it keeps serving");

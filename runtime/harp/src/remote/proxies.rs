@@ -1026,6 +1026,10 @@ impl<A: App> Actor for MasterProxy<A> {
                     completions,
                 })?;
             }
+            // After the node's earlier reports (`NodeShared::tell_master_after_staged_reports`).
+            MasterMsg::ServerDrained { request_id } => {
+                link.send(&Message::ServerDrained { request_id })?
+            }
             MasterMsg::Failed(e) => link.send(&Message::Failed {
                 message: e.to_string(),
                 unreachable_server: e.unreachable_server().map(|s| s.0),
@@ -1050,6 +1054,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::Injected(..)
             | MasterMsg::Consistent(..)
             | MasterMsg::FlushCommitted(..)
+            | MasterMsg::AwaitCommitsOn { .. }
             | MasterMsg::WorkerLost { .. }
             | MasterMsg::ExecutorRecreated { .. }
             | MasterMsg::Stop { .. } => {

@@ -183,7 +183,8 @@ pub(crate) struct RosterContext<A: App> {
     pub courier: MasterCourier,
 }
 
-/// How long the master waits for the other nodes to drain a leaving server.
+/// How long the master waits for the other nodes to drain a leaving server (see [`drain`]
+/// for the jobs that wait longer), and how often it says it still waits.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
 
 /// A node joins the running job: it gets an empty assignment and the placement; once it is
@@ -445,6 +446,9 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     }
     if roles.server {
         drain(ctx, node).await;
+        if ctx.worker_recovery {
+            await_commits_on(ctx, node).await;
+        }
     }
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
@@ -498,7 +502,13 @@ async fn give_load_away<A: App>(
     }
 }
 
-/// Asks every other node to answer once nothing it sent to `server` is unanswered.
+/// Asks every other node to answer once nothing it sent to `server` is unanswered (and,
+/// with worker recovery, every flush it staged so far is reported). A node that does not
+/// answer within [`DRAIN_WAIT`] is given up on, except in a job that recovers worker
+/// nodes while it is still in the job: a flush it staged on `server` and has not reported
+/// yet (one waiting on a lost server, say) would be lost with the server, so the wait goes
+/// on until it answers, or dies or is evicted (its staged flushes are dropped then, and
+/// its tasks run again: its waiters fail), or the job ends.
 async fn drain<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
     let mut waits = Vec::new();
     for other in lock(&ctx.roster).live().filter(|n| n.id != server) {
@@ -512,14 +522,54 @@ async fn drain<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
             waits.push((other.id, rx));
         }
     }
-    for (other, rx) in waits {
-        if tokio::time::timeout(DRAIN_WAIT, rx).await.is_err() {
+    for (other, mut rx) in waits {
+        // Answered, or the node is gone (its waiters fail).
+        while tokio::time::timeout(DRAIN_WAIT, &mut rx).await.is_err() {
+            let in_job = {
+                let roster = lock(&ctx.roster);
+                !roster.job_ended() && roster.nodes.contains_key(&other)
+            };
+            if !(ctx.worker_recovery && in_job) {
+                tracing::warn!(
+                    node = other,
+                    server,
+                    "a node did not drain a leaving server in time"
+                );
+                break;
+            }
             tracing::warn!(
                 node = other,
                 server,
-                "a node did not drain a leaving server in time"
+                "a node has not drained a leaving server yet: the server stays until it has (a flush it staged there and has not reported would be lost with it)"
             );
         }
+    }
+}
+
+/// Waits until the flushes staged on the leaving `server` are committed: the nodes reported
+/// them before they answered the drain, so the master holds every one by now, and a part
+/// the server still held when its node departed would be lost with it. No time limit: a
+/// commit that never ends holds the driver's completions too, and the master's end ends
+/// the wait.
+async fn await_commits_on<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
+    let (reply, applied) = oneshot::channel();
+    let asked = MasterMsg::AwaitCommitsOn {
+        server: ServerId(server),
+        reply,
+    };
+    if ctx.master.send_message(asked).is_err() {
+        return; // the job ended
+    }
+    let mut applied = applied;
+    // Answered, or the master stopped (the job ended).
+    while tokio::time::timeout(DRAIN_WAIT, &mut applied)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            server,
+            "flushes staged on a leaving server are not committed yet: the server stays until they are"
+        );
     }
 }
 

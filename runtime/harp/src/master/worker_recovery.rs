@@ -16,7 +16,7 @@
 //! - **Recovery.** The dead node's servers drop its uncommitted parts and refuse later ones
 //!   ([`ServerMsg::DropStaged`]); each of its executors is created afresh on the least
 //!   loaded live worker ([`harp_core::ExecutorMap::place_orphans`], [`WorkerMsg::Create`];
-//!   not on one the latest scale event empties, a leaving node's, while another is left)
+//!   never on one the latest scale event empties, such as a leaving node's)
 //!   and the map updated;
 //!   every task of those executors still *dispatched* in the book is sent to the new host
 //!   in task order, keeping its id and version and counted once in flight (it was counted
@@ -321,22 +321,15 @@ impl<A: App> MasterState<A> {
         if let Some(proxy) = self.workers.remove(&worker) {
             proxy.stop(Some("worker node died".into()));
         }
-        // Not on a worker a scale event empties (a leaving node's: it departs soon), unless
-        // no other is left.
-        let all_live: Vec<WorkerId> = self.workers.keys().copied().collect();
-        let taking_load: Vec<WorkerId> = all_live
-            .iter()
+        // Not on a worker a scale event empties (a leaving node's: it departs once drained,
+        // and executors created there would be lost with it).
+        let live: Vec<WorkerId> = (self.workers.keys())
             .filter(|w| !self.workers_given_away.contains(w))
             .copied()
             .collect();
-        let live = if taking_load.is_empty() {
-            all_live
-        } else {
-            taking_load
-        };
         let placed = self.executors.place_orphans(worker, &live).map_err(|_| {
             died(format!(
-                "{cause}; no live worker is left to run its executors"
+                "{cause}; no live worker is left to run its executors (a worker giving its load away, such as a leaving node's, takes none)"
             ))
         })?;
         let mut tasks_rerun = 0;

@@ -183,3 +183,25 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
     assert_eq!(sizes, [per_part, per_part, keys.len() - 2 * per_part]);
     assert_eq!(told, keys);
 }
+
+/// A node that left while its worker still hosted an executor (a leave moves them away
+/// first, so only a bug gets here) is not forgotten with that executor's tasks waiting for
+/// good: without worker recovery the job ends, naming the node.
+#[tokio::test]
+async fn a_node_that_left_still_hosting_executors_ends_a_job_without_worker_recovery() {
+    let (master, end, _servers) = master_with_servers(1, Vec::new()).await;
+    // Worker 0 hosts executor 0; node 0 holds that worker.
+    master.send_message(MasterMsg::NodeLeft(0)).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), end)
+        .await
+        .expect("the job ends")
+        .expect("the master answers");
+    match ended {
+        Err(HarpError::NodeDied { node, detail }) => {
+            assert_eq!(node, 0);
+            assert!(detail.contains("still hosted executors"), "{detail}");
+        }
+        other => panic!("the job went on, or ended otherwise: {:?}", other.err()),
+    }
+    master.stop(None);
+}

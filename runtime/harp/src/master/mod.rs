@@ -102,6 +102,9 @@ pub(crate) enum MasterMsg<A: App> {
     /// A node left the job (or died, or never got ready): nodes that join later do not
     /// dial its server, and nothing of the master counts on its worker or server any more.
     ForgetNode(u32),
+    /// A node left the job (its load moved away, its server drained): `ForgetNode`, after a
+    /// check that it hosts no executor any more.
+    NodeLeft(u32),
     /// Whether a scale event could start now (`Err`: why not). In one process a scale-out
     /// asks first, so one that would be refused starts no workers and servers.
     CanScale {
@@ -500,6 +503,23 @@ impl<A: App> MasterState<A> {
         }
     }
 
+    /// Node `node` left the job ([`MasterMsg::NodeLeft`]): forgotten, unless its worker
+    /// still hosts executors (nothing should let that happen: a leave moves them away
+    /// first, and no recovery places one on a worker a scale event empties), which is
+    /// handled as a dead worker node instead of left with tasks nobody runs: recovered with
+    /// worker recovery, the end of the job (`NodeDied`) without.
+    fn node_left(&mut self, myself: &ActorRef<MasterMsg<A>>, node: u32) -> Result<(), HarpError> {
+        let worker = WorkerId(node);
+        let hosting = !self.executors.executors_on(worker).is_empty();
+        if hosting && self.workers.contains_key(&worker) && !self.worker_buried(node) {
+            let cause = "it left the job while it still hosted executors".to_string();
+            tracing::error!(node, %worker, "{cause}: handled as a dead worker node");
+            self.on_worker_lost(myself, node, cause)?;
+        }
+        self.forget_node(node);
+        Ok(())
+    }
+
     /// Starts a checkpoint round if one is due after `iteration`.
     fn iteration_completed(&mut self, myself: &ActorRef<MasterMsg<A>>, iteration: u64) {
         let round_servers = self.round_servers();
@@ -827,6 +847,7 @@ impl<A: App> Actor for MasterActor<A> {
                 state.forget_node(node);
                 Ok(false)
             }
+            MasterMsg::NodeLeft(node) => state.node_left(&myself, node).map(|()| false),
             MasterMsg::CanScale { reply } => {
                 let answer = match state.before_start.as_ref() {
                     // The first command waiting for the start runs first.

@@ -1040,6 +1040,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::AddServer(..)
             | MasterMsg::AddNode { .. }
             | MasterMsg::ForgetNode(..)
+            | MasterMsg::NodeLeft(..)
             | MasterMsg::CanScale { .. }
             | MasterMsg::Rebalance { .. }
             | MasterMsg::ExecutorReleased { .. }

@@ -452,7 +452,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     }
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
-    let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
+    let _ = ctx.master.send_message(MasterMsg::NodeLeft(node));
     {
         let mut view = ctx.membership.lock().unwrap_or_else(|p| p.into_inner());
         let _ = view.handle_leave(NodeId(node), now_ms(ctx.started));

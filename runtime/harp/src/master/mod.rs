@@ -360,8 +360,8 @@ pub(crate) struct MasterState<A: App> {
     /// Servers the latest scale event empties or emptied (they were not among its live
     /// servers): a failed server's shards never go there (`recovery.rs`).
     given_away: std::collections::BTreeSet<ServerId>,
-    /// Workers the latest scale event empties or emptied: a dead worker node's executors go
-    /// elsewhere while another worker takes load (`worker_recovery.rs`).
+    /// Workers the latest scale event empties or emptied (they were not among its live
+    /// workers): a dead worker node's executors never go there (`worker_recovery.rs`).
     workers_given_away: std::collections::BTreeSet<WorkerId>,
     /// Shard hand-offs asked for and not confirmed, `shard → (old owner, new owner)`: the
     /// old owner may have sent the rows, and the new one may hold them. One whose old owner

@@ -510,8 +510,8 @@ impl<A: App> MasterState<A> {
     /// worker recovery, the end of the job (`NodeDied`) without.
     fn node_left(&mut self, myself: &ActorRef<MasterMsg<A>>, node: u32) -> Result<(), HarpError> {
         let worker = WorkerId(node);
-        let hosting = !self.executors.executors_on(worker).is_empty();
-        if hosting && self.workers.contains_key(&worker) && !self.worker_buried(node) {
+        // A buried worker hosts nothing: its recovery placed its executors elsewhere.
+        if !self.executors.executors_on(worker).is_empty() {
             let cause = "it left the job while it still hosted executors".to_string();
             tracing::error!(node, %worker, "{cause}: handled as a dead worker node");
             self.on_worker_lost(myself, node, cause)?;

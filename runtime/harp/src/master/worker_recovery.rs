@@ -144,11 +144,6 @@ impl<O> WorkerRecoveryState<O> {
 }
 
 impl<A: App> MasterState<A> {
-    /// Whether worker node `node` was declared dead (its recovery took its worker out).
-    pub(super) fn worker_buried(&self, node: u32) -> bool {
-        (self.worker_recovery.as_ref()).is_some_and(|r| r.buried.contains(&node))
-    }
-
     /// Keeps a dispatched task until its completion is handed over (worker recovery only).
     pub(super) fn keep_dispatched(
         &mut self,

@@ -221,6 +221,54 @@ fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
     );
 }
 
+/// A node asked to leave (SIGTERM) while it holds the job's last worker and last server
+/// keeps serving, listed as waiting to leave, and leaves by itself once a node joins that
+/// can take its load; it exits 0, the new node runs the rest, every counter exact, and the
+/// only leave event is the one carried out.
+#[test]
+fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let credentials = harp_tests::credentials_in(dir.path(), "waits-to-leave");
+    let run_args = harp_tests::busy_counter("20000", &[]);
+    let mut master_args = run_args.clone();
+    master_args.extend(["--nodes", "1", "--credentials"]);
+    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
+    master_args.push(metrics.to_str().unwrap());
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let mut first = node_process(&master, &run_args);
+    master.wait_for_nodes(&BTreeSet::from([0]));
+    sigterm(&first);
+    master.wait_for_line(&[
+        "node 0 asked to leave, but it holds the job's last worker and last server",
+    ]);
+    let listed = master.scale(&[]);
+    assert!(
+        listed.stdout.contains("0 (worker+server, waits to leave)"),
+        "{}",
+        listed.describe()
+    );
+    assert!(first.try_wait().unwrap().is_none(), "node 0 keeps serving");
+    let mut second = node_process(&master, &run_args);
+    master.wait_for_nodes(&BTreeSet::from([1]));
+    let status = wait_exit(&mut first, "node 0");
+    assert!(status.success(), "node 0 left with {status:?}");
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let status = wait_exit(&mut second, "node 1");
+    assert!(status.success(), "node 1 ended with {status:?}");
+    let records = read_json_lines(&metrics);
+    let report = records.last().unwrap();
+    assert_eq!(report["exact"], true, "{report}");
+    assert_eq!(report["tasks"], 20000);
+    let events: Vec<String> = records
+        .iter()
+        .filter(|r| r["event"] == "scale")
+        .map(|r| format!("{}:{}:{}", r["cause"].as_str().unwrap(), r["node"], r["ok"]))
+        .collect();
+    assert_eq!(events, ["join:1:true", "leave:0:true"]);
+}
+
 /// Epoch lines in a metrics file that is still being written (a torn last line is skipped).
 fn epochs_so_far(metrics: &Path) -> usize {
     std::fs::read_to_string(metrics)

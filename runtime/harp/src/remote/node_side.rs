@@ -138,8 +138,10 @@ pub async fn run_node_with<A: App>(
 
 /// [`run_node_with`], leaving the job gracefully once `leave` completes (e.g. on SIGTERM):
 /// the node tells the master, which moves its executors and shards to the other nodes and
-/// then dismisses it; it returns `Ok` once dismissed. If the master refuses (the node is the
-/// last worker or server), the node logs why and keeps serving.
+/// then dismisses it; it returns `Ok` once dismissed. If the node holds the job's last
+/// worker or last server, the master says so and the node keeps serving until a node that
+/// can take its load joins; then it leaves as above. If the master refuses for another
+/// reason, the node logs why and keeps serving.
 pub async fn run_node_leaving<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
@@ -1217,7 +1219,7 @@ async fn serve_master<A: App>(
                 drain_server(servers, node, request_id, ServerId(server));
             }
             Message::Refused { reason } => {
-                tracing::warn!(node = me, %reason, "the master refused to let this node leave; it keeps serving");
+                tracing::warn!(node = me, %reason, "the master did not let this node leave now; it keeps serving");
             }
             Message::Dump { request_id, .. } => {
                 let Some(server) = local_server else { continue };

@@ -3,7 +3,9 @@
 //! (it got SIGTERM, or `harp scale --remove` named it) gives its load away, every other node
 //! drains what it still had in flight to it, and then it is dismissed and exits (a leave
 //! whose move another node's failure cut short is tried again, [`LEAVE_TRIES`] scale events
-//! at most, once the recovery is over; a recovered node is forgotten); `harp scale`
+//! at most, once the recovery is over; a recovered node is forgotten; a node that asks to
+//! leave while it holds the job's last worker or server waits for a node to join that can
+//! take its load); `harp scale`
 //! commands arrive on the master's endpoint like nodes do ([`accepting`], from the moment
 //! every expected node joined: a command while the job still starts is refused at once, and
 //! the job's exit waits for the answers owed; [`scale_clients`]).
@@ -62,6 +64,9 @@ pub(crate) struct Roster {
     ended: bool,
     /// Nodes asked to leave whose leave is not finished.
     leaving: BTreeSet<u32>,
+    /// Nodes that asked to leave (SIGTERM) while they held the job's last worker or last
+    /// server: each leaves once a node joins that can take its load ([`serve_leaves`]).
+    waiting_to_leave: BTreeSet<u32>,
     /// Links between nodes that a node reported broken (`Message::ServerAwaited`).
     pub(crate) broken_links: super::eviction::BrokenLinks,
     next_id: u32,
@@ -131,13 +136,68 @@ impl Roster {
         }
         self.dead.insert(node);
         self.leaving.remove(&node);
+        self.waiting_to_leave.remove(&node);
         self.nodes.remove(&node)
     }
 
     fn depart(&mut self, node: u32) -> Option<NodeEntry> {
         self.departed.insert(node);
         self.leaving.remove(&node);
+        self.waiting_to_leave.remove(&node);
         self.nodes.remove(&node)
+    }
+
+    /// Marks `node` leaving; its roles and link. Refused for a node not in the job or one
+    /// already leaving.
+    fn claim_leave(&mut self, node: u32) -> Result<(NodeRoles, Link), HarpError> {
+        let Some(entry) = self.nodes.get(&node) else {
+            return Err(HarpError::InvalidConfig(format!(
+                "node {node} is not one of the job's nodes"
+            )));
+        };
+        let found = (entry.roles, entry.link.clone());
+        if !self.leaving.insert(node) {
+            return Err(HarpError::InvalidConfig(format!(
+                "node {node} is already leaving"
+            )));
+        }
+        Ok(found)
+    }
+
+    /// Whether `node` asked to leave and waits for a node that can take its load.
+    pub(crate) fn waits_to_leave(&self, node: u32) -> bool {
+        self.waiting_to_leave.contains(&node)
+    }
+
+    /// What `node` holds that no other node of the job could take now (see [`last_held`]).
+    fn holds_the_last(&self, node: u32) -> Option<&'static str> {
+        last_held(node, &self.live_roles(), &self.leaving)
+    }
+}
+
+/// What `node` holds that no other node of the job could take now: the last worker or the
+/// last server among the nodes (`roles`) that are not `leaving` (`None`: it may leave, or
+/// it is not one of them).
+fn last_held(
+    node: u32,
+    roles: &BTreeMap<u32, NodeRoles>,
+    leaving: &BTreeSet<u32>,
+) -> Option<&'static str> {
+    let own = roles.get(&node)?;
+    let others = || {
+        roles
+            .iter()
+            .filter(|(id, _)| **id != node && !leaving.contains(id))
+            .map(|(_, r)| r)
+    };
+    match (
+        own.worker && !others().any(|r| r.worker),
+        own.server && !others().any(|r| r.server),
+    ) {
+        (true, true) => Some("the job's last worker and last server"),
+        (true, false) => Some("the job's last worker"),
+        (false, true) => Some("the job's last server"),
+        (false, false) => None,
     }
 }
 
@@ -257,6 +317,7 @@ async fn admit<A: App>(
     let server = roles.server.then_some(ServerId(id));
     let result = ctx.control.node_joined(worker, server).await;
     report(ctx, "join", Some(id), began, &result);
+    retry_waiting_leaves(ctx);
 }
 
 /// How long a joining node's placement waits for the verdicts on broken links at most.
@@ -401,40 +462,82 @@ pub(crate) async fn wait_ready(
     }
 }
 
-/// Carries out the leaves that nodes ask for, one at a time, until the job ends.
+/// Carries out the leaves that nodes ask for (SIGTERM on the node), each in a task of its
+/// own, until the job ends. A node that holds the job's last worker or last server cannot
+/// leave now: it is told so, keeps serving, and leaves once a node joins that can take its
+/// load (or once another node's leave failed, which may leave that node in the job): see
+/// [`retry_waiting_leaves`].
 pub(crate) async fn serve_leaves<A: App>(
     ctx: Arc<RosterContext<A>>,
     mut asked: mpsc::UnboundedReceiver<u32>,
 ) {
     while let Some(node) = asked.recv().await {
-        let ctx = ctx.clone();
-        crate::spawn::spawn(async move {
-            if let Err(e) = leave(&ctx, node).await {
-                tracing::warn!(node, error = %e, "a node could not leave");
+        // Decided and claimed under one lock: two nodes asking at once cannot both pass
+        // as not the last.
+        let decided = {
+            let mut roster = lock(&ctx.roster);
+            match roster.holds_the_last(node) {
+                Some(what) => {
+                    roster.waiting_to_leave.insert(node);
+                    let link = roster.nodes.get(&node).map(|entry| entry.link.clone());
+                    Err((what, link))
+                }
+                None => {
+                    roster.waiting_to_leave.remove(&node);
+                    Ok(roster.claim_leave(node))
+                }
             }
-        });
+        };
+        match decided {
+            Err((what, link)) => {
+                tracing::warn!(
+                    node,
+                    "node {node} asked to leave, but it holds {what}: it leaves once a node that can take its load joins"
+                );
+                if let Some(link) = link {
+                    let _ = link.send(&Message::Refused {
+                        reason: format!(
+                            "node {node} holds {what}; it leaves once a node that can take its load joins"
+                        ),
+                    });
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(node, error = %e, "a node could not leave"),
+            Ok(Ok(claimed)) => {
+                let ctx = ctx.clone();
+                crate::spawn::spawn(async move {
+                    if let Err(e) = carry_out_leave(&ctx, node, claimed).await {
+                        tracing::warn!(node, error = %e, "a node could not leave");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Asks [`serve_leaves`] again for every node waiting to leave (see there): after a join,
+/// or after a leave failed. Each either leaves now or goes on waiting.
+fn retry_waiting_leaves<A: App>(ctx: &RosterContext<A>) {
+    let waiting: Vec<u32> = lock(&ctx.roster).waiting_to_leave.iter().copied().collect();
+    for node in waiting {
+        let _ = ctx.leaving.send(node);
     }
 }
 
 /// Moves a node's load away, drains it, dismisses it. Refusals (the last worker or server,
 /// an unknown node) go back to the node and to the caller.
 pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Result<(), HarpError> {
+    let claimed = lock(&ctx.roster).claim_leave(node)?;
+    carry_out_leave(ctx, node, claimed).await
+}
+
+/// [`leave`] for a node already marked leaving ([`Roster::claim_leave`]).
+async fn carry_out_leave<A: App>(
+    ctx: &Arc<RosterContext<A>>,
+    node: u32,
+    (roles, link): (NodeRoles, Link),
+) -> Result<(), HarpError> {
     let began = Instant::now();
-    let (roles, link) = {
-        let mut roster = lock(&ctx.roster);
-        let Some(entry) = roster.nodes.get(&node) else {
-            return Err(HarpError::InvalidConfig(format!(
-                "node {node} is not one of the job's nodes"
-            )));
-        };
-        let found = (entry.roles, entry.link.clone());
-        if !roster.leaving.insert(node) {
-            return Err(HarpError::InvalidConfig(format!(
-                "node {node} is already leaving"
-            )));
-        }
-        found
-    };
     let worker = roles.worker.then_some(WorkerId(node));
     let server = roles.server.then_some(ServerId(node));
     if let Err(e) = give_load_away(ctx, node, worker, server).await {
@@ -442,6 +545,7 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
         let _ = link.send(&Message::Refused {
             reason: e.to_string(),
         });
+        retry_waiting_leaves(ctx);
         return Err(e);
     }
     if roles.server {
@@ -599,4 +703,44 @@ fn report<A: App>(
 
 pub(crate) fn now_ms(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
+}
+
+#[cfg(test)]
+mod last_held_tests {
+    use super::*;
+
+    fn roles(worker: bool, server: bool) -> NodeRoles {
+        NodeRoles { worker, server }
+    }
+
+    #[test]
+    fn a_node_holds_the_last_of_a_role_no_staying_node_offers() {
+        let nodes = BTreeMap::from([
+            (0, roles(true, true)),
+            (1, roles(true, false)),
+            (2, roles(false, true)),
+        ]);
+        let none = BTreeSet::new();
+        assert_eq!(last_held(0, &nodes, &none), None, "1 works, 2 serves");
+        assert_eq!(last_held(1, &nodes, &none), None);
+        assert_eq!(
+            last_held(1, &nodes, &BTreeSet::from([0])),
+            Some("the job's last worker"),
+            "a leaving node takes nothing"
+        );
+        assert_eq!(
+            last_held(0, &nodes, &BTreeSet::from([1, 2])),
+            Some("the job's last worker and last server")
+        );
+        assert_eq!(
+            last_held(2, &nodes, &BTreeSet::from([0])),
+            Some("the job's last server")
+        );
+        assert_eq!(last_held(7, &nodes, &none), None, "not a node of the job");
+        let alone = BTreeMap::from([(4, roles(true, true))]);
+        assert_eq!(
+            last_held(4, &alone, &none),
+            Some("the job's last worker and last server")
+        );
+    }
 }

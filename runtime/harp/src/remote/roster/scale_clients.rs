@@ -137,6 +137,8 @@ pub(crate) async fn scale_command<A: App>(
                 };
                 let leaving = if roster.leaving.contains(&n.id) {
                     ", leaving"
+                } else if roster.waits_to_leave(n.id) {
+                    ", waits to leave"
                 } else {
                     ""
                 };

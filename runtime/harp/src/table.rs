@@ -243,9 +243,53 @@ pub(crate) fn initial_row(spec: &TableSpec, row: u64) -> RowData {
     }
 }
 
+/// Makes `out` the initial row of `spec`'s row `row` (as [`initial_row`]), reusing its
+/// buffer when it has the row's kind: no allocation per row where many rows are measured
+/// against their initial values (SCAR's checkpoint distances of never-saved rows).
+pub(crate) fn initial_row_into(spec: &TableSpec, row: u64, out: &mut RowData) {
+    match (spec.kind, &mut *out) {
+        (RowKind::I64, RowData::I64(values)) => {
+            values.clear();
+            values.resize(spec.width, 0);
+        }
+        (RowKind::F32, RowData::F32(values)) => {
+            values.clear();
+            match spec.init {
+                Init::Zeros => values.resize(spec.width, 0.0),
+                init => values.extend((0..spec.width).map(|c| init_value(init, row, c))),
+            }
+        }
+        _ => *out = initial_row(spec, row),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_initial_row_written_into_a_buffer_of_any_kind_equals_a_fresh_one() {
+        let mut set = TableSet::new();
+        let init = Init::Uniform {
+            scale: 0.5,
+            seed: 11,
+        };
+        let u = set.dense_f32("u", 3, UpdateRule::Add, init).unwrap();
+        let z = set.dense_f32("z", 5, UpdateRule::Add, Init::Zeros).unwrap();
+        let c = set.counters_i64("c", 2).unwrap();
+        let mut scratch = RowData::I64(vec![7; 9]);
+        for (table, row) in [
+            (u.id(), 4),
+            (c.id(), 1),
+            (u.id(), 9),
+            (z.id(), 2),
+            (c.id(), 0),
+        ] {
+            let spec = set.get(table).unwrap();
+            initial_row_into(spec, row, &mut scratch);
+            assert_eq!(scratch, initial_row(spec, row), "table {table:?} row {row}");
+        }
+    }
 
     #[test]
     fn declares_in_order_and_rejects_bad_declarations() {

@@ -24,7 +24,7 @@
 //! [`ShardStore`]: super::store::ShardStore
 
 use crate::error::HarpError;
-use crate::table::{initial_row, TableSet};
+use crate::table::{initial_row, initial_row_into, TableSet};
 use harp_core::scar::{distance, ScarError};
 use harp_core::{shard_of, CoreError, KeyMap, ParamKey, RowData, ShardId};
 use std::sync::Arc;
@@ -73,11 +73,16 @@ impl SavedCopy {
         tables: &TableSet,
     ) -> Result<Vec<(ParamKey, f64)>, HarpError> {
         let mut out = Vec::with_capacity(current.size_hint().0);
+        // The initial value of a never-saved row, written into one buffer.
+        let mut initial = RowData::F32(Vec::new());
         for (key, value) in current {
             let spec = tables.get(key.table)?;
             let measured = match self.rows.get(&key) {
                 Some(saved) => distance(spec.norm, value, saved),
-                None => distance(spec.norm, value, &initial_row(spec, key.row)),
+                None => {
+                    initial_row_into(spec, key.row, &mut initial);
+                    distance(spec.norm, value, &initial)
+                }
             };
             out.push((key, measured.map_err(|e| scar_error(key, e))?));
         }

@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::control::{EventSink, JobEvent};
 use crate::error::HarpError;
 use crate::master::ScaleReport;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,13 +88,26 @@ pub(crate) async fn follow_desired<A: App>(
     .await;
 }
 
-/// The job's nodes that are not leaving.
+/// The job's nodes that are not leaving (see [`staying_among`]).
 fn staying(roster: &Roster) -> Vec<u32> {
-    roster
-        .nodes
-        .keys()
-        .filter(|id| !roster.leaving.contains(id))
-        .copied()
+    staying_among(
+        roster.nodes.keys().copied(),
+        &roster.leaving,
+        &roster.waiting_to_leave,
+    )
+}
+
+/// Of `nodes`, those neither `leaving` nor `waiting` to leave (a node that asked to leave
+/// while it held the last worker or server, `Roster::waiting_to_leave`): a desired count
+/// counts a waiting node as gone, so the node started to reach the count is the one it
+/// waits for, and it is never picked to leave a second time.
+fn staying_among(
+    nodes: impl Iterator<Item = u32>,
+    leaving: &BTreeSet<u32>,
+    waiting: &BTreeSet<u32>,
+) -> Vec<u32> {
+    nodes
+        .filter(|id| !leaving.contains(id) && !waiting.contains(id))
         .collect()
 }
 
@@ -214,6 +228,17 @@ mod tests {
         assert_eq!(plan(&[0, 1], 0), Step::Remove(vec![1]));
         assert_eq!(plan(&[2], 0), Step::Hold);
         assert_eq!(plan(&[], 0), Step::Launch(1));
+    }
+
+    #[test]
+    fn nodes_leaving_or_waiting_to_leave_are_not_counted_as_staying() {
+        let leaving = BTreeSet::from([2]);
+        let waiting = BTreeSet::from([0]);
+        let staying = staying_among([0, 1, 2, 3].into_iter(), &leaving, &waiting);
+        assert_eq!(staying, vec![1, 3]);
+        // The last node, waiting to leave: a desired count of 1 starts its replacement.
+        let alone = staying_among([0].into_iter(), &BTreeSet::new(), &waiting);
+        assert_eq!(plan(&alone, 1), Step::Launch(1));
     }
 
     #[test]

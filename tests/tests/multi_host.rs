@@ -545,6 +545,142 @@ fn with_worker_recovery_alone_a_partition_between_server_nodes_ends_the_job_sayi
     );
 }
 
+/// With `--recover-workers` alone, the only server node is cut off from both worker nodes
+/// (each still reaches the master): the server node is the fault and may not be evicted,
+/// so the job ends at the master's first verdict, naming it, and no worker node is
+/// evicted. Before, the first worker node was evicted (its tasks run again), and the job
+/// ended only when the second, the last worker node, could not be.
+#[test]
+fn with_worker_recovery_alone_a_server_node_cut_off_from_every_worker_ends_the_job_naming_it() {
+    let Some(hosts) = NetHosts::create(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = harp_tests::busy_counter("100000000", &["--recover-workers"]);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
+    let nodes = nodes_with_roles(&hosts, &master, &["worker", "worker", "server"], &run_args);
+    let listed = master.scale(&[]).stdout;
+    let server = (0..3)
+        .find(|id| listed.contains(&format!("{id} (server)")))
+        .unwrap_or_else(|| panic!("no server node listed: {listed}"));
+    std::thread::sleep(Duration::from_millis(1000));
+    let cut = Instant::now();
+    hosts.cut_between(2, 0, true);
+    hosts.cut_between(2, 1, true);
+    let (status, stderr) = master.finish();
+    println!(
+        "the job ended {:.1} s after the cut",
+        cut.elapsed().as_secs_f64()
+    );
+    assert!(!status.success(), "{stderr}");
+    let named = format!(
+        "node {server} (a server only) lost its links to every worker node while it still \
+         reaches the master, and it may not be evicted"
+    );
+    assert!(stderr.contains(&named), "{stderr}");
+    assert!(
+        !stderr.contains("evicted: its link"),
+        "no worker node evicted: {stderr}"
+    );
+    assert!(!stderr.contains("worker recovery: node"), "{stderr}");
+    for child in nodes {
+        let _ = stderr_of(child);
+    }
+}
+
+/// Two links break at once between different pairs (worker node 0 and server node 2,
+/// worker node 1 and server node 3; every node still reaches the master), in a job that
+/// recovers any node: each worker node reports its own, and the two verdicts run at the
+/// same moment. The first evicts a worker node; the second must see it gone, so the other
+/// worker node is now the last one and its server node goes instead. The job ends well,
+/// every row within what the server recovery lost. Before, both verdicts chose with the
+/// other's victim still in the job: both worker nodes were evicted, and the job ended with
+/// no worker left.
+#[test]
+fn two_links_broken_at_once_never_evict_the_last_worker_node() {
+    let Some(hosts) = NetHosts::create(4) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run_args = harp_tests::busy_counter("16000", &RECOVER_ANY[..3]);
+    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "4", dir.path());
+    let roles = ["worker", "worker", "server", "server"];
+    let nodes = nodes_with_roles(&hosts, &master, &roles, &run_args);
+    // Node ids go by the order of joining: read which are the worker nodes.
+    let listed = master.scale(&[]).stdout;
+    let workers: BTreeSet<String> = (0..4)
+        .map(|id: u32| id.to_string())
+        .filter(|id| listed.contains(&format!("{id} (worker)")))
+        .collect();
+    assert_eq!(workers.len(), 2, "{listed}");
+    std::thread::sleep(Duration::from_millis(1000));
+    hosts.cut_between(0, 2, true);
+    hosts.cut_between(1, 3, true);
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    let field = |line: &str, name: &str| -> String {
+        let value = line.split(&format!(" {name}=")).nth(1).unwrap_or("");
+        value.split_whitespace().next().unwrap_or("").to_string()
+    };
+    // (node, peer, victim) of each eviction.
+    let evictions: Vec<(String, String, String)> = stderr
+        .lines()
+        .filter(|l| l.contains("evicting one of them"))
+        .map(|l| (field(l, "node"), field(l, "peer"), field(l, "victim")))
+        .collect();
+    assert_eq!(evictions.len(), 2, "two evictions: {stderr}");
+    // One worker node and one server node, one for each broken link.
+    let evicted_workers = (evictions.iter())
+        .filter(|(_, _, victim)| workers.contains(victim))
+        .count();
+    assert_eq!(evicted_workers, 1, "{evictions:?}: {stderr}");
+    let links: BTreeSet<BTreeSet<&String>> = (evictions.iter())
+        .map(|(node, peer, _)| BTreeSet::from([node, peer]))
+        .collect();
+    assert_eq!(links.len(), 2, "{evictions:?}");
+    // The evicted nodes exit 1 saying why; the others end well.
+    let ends: Vec<_> = (nodes.into_iter())
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    let failed: Vec<String> = (ends.iter())
+        .filter(|out| !out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stderr).into_owned())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    for err in &failed {
+        assert!(
+            err.contains("the master declared this node dead: evicted"),
+            "{err}"
+        );
+    }
+    let records = read_json_lines(&dir.path().join("metrics.jsonl"));
+    let report = records.last().unwrap().clone();
+    assert_eq!(report["tasks"], 16000, "{report}");
+    assert_within_the_loss(&report);
+    println!("{}", counter_line(&stderr));
+}
+
+/// Starts a node on each host N with `--role roles[N]`, joined to `master` over the
+/// hosts' network, and returns them once all are in the job (their ids go by the order in
+/// which they joined, not by host).
+fn nodes_with_roles(
+    hosts: &NetHosts,
+    master: &MasterProcess,
+    roles: &[&str],
+    run_args: &[&str],
+) -> Vec<Child> {
+    let harp = harp_binary!();
+    let join = format!("{}:{}", hosts.gateway(), master.port());
+    let nodes = (roles.iter().enumerate())
+        .map(|(host, role)| {
+            let role = ["--role", role];
+            master.join(hosts.command(host, &harp), &join, &role, run_args)
+        })
+        .collect();
+    master.wait_for_nodes(&(0..roles.len() as u32).collect());
+    nodes
+}
+
 /// A job of 24,000 counter tasks that recovers any node ([`RECOVER_ANY`]) on nodes on hosts
 /// 0, 1 and 2, training ([`three_nodes_training`]): its metrics directory, run options,
 /// master and nodes.

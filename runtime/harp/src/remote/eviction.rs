@@ -25,6 +25,13 @@
 //! - then a node without a server (its loss costs re-runs, which are exact, and no updates);
 //! - then the node with the higher id (the later one to join): deterministic.
 //!
+//!
+//! Before that, [`kept_and_cut_off`]: an end with a server only that may not go (a job
+//! with `--recover-workers` alone) and that lost its links to every other worker node, two
+//! or more, is the fault itself; evicting its peers would only take the worker nodes one
+//! by one until the last of them could not go, and the job ends as `HarpError::PeerLost`
+//! at once instead, naming that node.
+//!
 //! Pure: no clock, no IO. Evicting is declaring the node dead (`failures.rs::node_died`);
 //! what the evicted node, still alive, does afterwards changes nothing (a worker's later
 //! staged parts are dropped, a server's later acknowledgements refused: the same as for a
@@ -90,6 +97,11 @@ impl BrokenLinks {
         (self.pairs.iter()).any(|(a, b)| live.contains_key(a) && live.contains_key(b))
     }
 
+    /// Whether the link between `a` and `b` was reported broken.
+    fn has(&self, a: u32, b: u32) -> bool {
+        self.pairs.contains(&(a.min(b), a.max(b)))
+    }
+
     /// How many reported links of `node` have both ends in `live`.
     fn count(&self, node: u32, live: &BTreeMap<u32, NodeRoles>) -> usize {
         self.pairs
@@ -99,6 +111,50 @@ impl BrokenLinks {
             })
             .count()
     }
+}
+
+/// The end of the broken link `(a, b)` that is a node with a server only, may not be
+/// evicted (see [`choose`]'s rules), and lost its links to every other live worker node, of
+/// which there are two or more; `None` otherwise. Every worker node needs that server, so
+/// no eviction of its peers mends the job: each would take a worker node away (its tasks
+/// run again) until the last one, which may not go either. With one other worker node the
+/// two ends of the only link are not told apart this way.
+pub(crate) fn kept_and_cut_off(
+    (a, b): (u32, u32),
+    links: &BrokenLinks,
+    live: &BTreeMap<u32, NodeRoles>,
+    recovers: Recovers,
+) -> Option<u32> {
+    [a, b].into_iter().find(|&node| {
+        let Some(roles) = live.get(&node) else {
+            return false;
+        };
+        let workers: Vec<u32> = (live.iter())
+            .filter(|(id, r)| **id != node && r.worker)
+            .map(|(id, _)| *id)
+            .collect();
+        roles.server
+            && !roles.worker
+            && !may_go(node, *roles, live, recovers)
+            && workers.len() >= 2
+            && workers.iter().all(|w| links.has(node, *w))
+    })
+}
+
+/// Whether `node` (with `roles`) may be evicted: the job recovers it, it holds no server
+/// unless flushes are staged, and it holds neither the last worker nor the last server.
+fn may_go(
+    node: u32,
+    roles: NodeRoles,
+    live: &BTreeMap<u32, NodeRoles>,
+    recovers: Recovers,
+) -> bool {
+    let others_have =
+        |role: fn(&NodeRoles) -> bool| live.iter().any(|(id, other)| *id != node && role(other));
+    recovers.node(roles)
+        && (!roles.server || recovers.workers)
+        && (!roles.worker || others_have(|r| r.worker))
+        && (!roles.server || others_have(|r| r.server))
 }
 
 /// The end of the broken link `(a, b)` to evict (see the module doc), or `None` when
@@ -111,18 +167,9 @@ pub(crate) fn choose(
     recovers: Recovers,
 ) -> Option<u32> {
     let (roles_a, roles_b) = (*live.get(&a)?, *live.get(&b)?);
-    let others_have = |victim: u32, role: fn(&NodeRoles) -> bool| {
-        live.iter().any(|(id, roles)| *id != victim && role(roles))
-    };
-    let may_go = |node: u32, roles: NodeRoles| {
-        recovers.node(roles)
-            && (!roles.server || recovers.workers)
-            && (!roles.worker || others_have(node, |r| r.worker))
-            && (!roles.server || others_have(node, |r| r.server))
-    };
     [(a, roles_a), (b, roles_b)]
         .into_iter()
-        .filter(|&(node, roles)| may_go(node, roles))
+        .filter(|&(node, roles)| may_go(node, roles, live, recovers))
         .max_by_key(|&(node, roles)| (links.count(node, live), !roles.server, node))
         .map(|(node, _)| node)
 }

@@ -158,6 +158,17 @@ fn over_random_clusters_the_choice_keeps_its_rules() {
             servers: !rng.next_u64().is_multiple_of(4),
         };
         for &(a, b) in &broken.pairs {
+            if let Some(kept) = kept_and_cut_off((a, b), &broken, &nodes, recovers) {
+                assert!(kept == a || kept == b, "seed {seed}");
+                assert_eq!(nodes[&kept], NodeRoles::SERVER, "seed {seed}");
+                assert!(!may_go(kept, nodes[&kept], &nodes, recovers), "seed {seed}");
+                let workers = nodes.iter().filter(|(_, r)| r.worker);
+                assert!(workers.clone().count() >= 2, "seed {seed}");
+                assert!(
+                    workers.clone().all(|(w, _)| broken.has(kept, *w)),
+                    "seed {seed}"
+                );
+            }
             let Some(victim) = choose((a, b), &broken, &nodes, recovers) else {
                 continue;
             };
@@ -210,4 +221,51 @@ fn a_link_awaits_its_verdict_only_while_both_its_ends_are_live() {
     let without_1 = live(&[(0, NodeRoles::BOTH), (2, NodeRoles::BOTH)]);
     assert!(!broken.any_between(&without_1));
     assert!(!BrokenLinks::default().any_between(&all));
+}
+
+#[test]
+fn a_kept_server_node_cut_off_from_every_worker_node_ends_the_job_at_once() {
+    let workers_only = Recovers {
+        workers: true,
+        servers: false,
+    };
+    let nodes = live(&[
+        (0, NodeRoles::WORKER),
+        (1, NodeRoles::WORKER),
+        (2, NodeRoles::SERVER),
+        (3, NodeRoles::SERVER),
+    ]);
+    // Server node 2 lost both worker nodes: it is the fault, and it may not go.
+    let cut = links(&[(0, 2), (2, 1)]);
+    for pair in [(0, 2), (2, 1)] {
+        assert_eq!(
+            kept_and_cut_off(pair, &cut, &nodes, workers_only),
+            Some(2),
+            "{pair:?}"
+        );
+    }
+    // Before, the worker end went, then the other one could not: the job ended anyway.
+    assert_eq!(choose((0, 2), &cut, &nodes, workers_only), Some(0));
+    // One worker node still reaches it: evicting the other mends the job.
+    let one = links(&[(0, 2)]);
+    assert_eq!(kept_and_cut_off((0, 2), &one, &nodes, workers_only), None);
+    assert_eq!(choose((0, 2), &one, &nodes, workers_only), Some(0));
+    // With --scar-fraction too the server node may go: it is evicted instead.
+    assert_eq!(kept_and_cut_off((0, 2), &cut, &nodes, BOTH_WAYS), None);
+    assert_eq!(choose((0, 2), &cut, &nodes, BOTH_WAYS), Some(2));
+    // A node that also runs a worker can carry the job on alone: not this rule.
+    let mixed = live(&[
+        (0, NodeRoles::WORKER),
+        (1, NodeRoles::WORKER),
+        (2, NodeRoles::BOTH),
+        (3, NodeRoles::SERVER),
+    ]);
+    assert_eq!(kept_and_cut_off((0, 2), &cut, &mixed, workers_only), None);
+    // With one worker node the two ends of the only link are not told apart.
+    let pair = live(&[
+        (0, NodeRoles::WORKER),
+        (2, NodeRoles::SERVER),
+        (3, NodeRoles::SERVER),
+    ]);
+    assert_eq!(kept_and_cut_off((0, 2), &one, &pair, workers_only), None);
 }

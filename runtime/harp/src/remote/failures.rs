@@ -102,6 +102,17 @@ pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) 
     let Some(entry) = roster::lock(&ctx.roster).bury(node) else {
         return; // it left the job, or this death was already handled
     };
+    buried_node_died(ctx, node, entry, cause);
+}
+
+/// [`node_died`] for a node already taken out of the roster (`entry`), e.g. in the same
+/// critical section as the choice to evict it.
+fn buried_node_died<A: App>(
+    ctx: &RosterContext<A>,
+    node: u32,
+    entry: roster::NodeEntry,
+    cause: &str,
+) {
     let detail = format!("{cause}; it held {}", entry.holdings);
     // One rule for what the job survives, here and in the choice of whom to evict.
     let recovered = recovers(ctx).node(entry.roles);
@@ -222,29 +233,47 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
     if hold_for_verdict(&ctx.roster, server, verdict_limit(&ctx)).await == Verdict::NodeGone {
         return;
     }
-    let victim = {
-        let roster = roster::lock(&ctx.roster);
+    // The choice and the eviction in one critical section: verdicts on two broken links
+    // run at once (each worker node reports its own), and each must see the other's victim
+    // gone. Chosen apart, two verdicts each kept "another worker" alive and evicted both
+    // worker nodes, and the job ended with no worker left.
+    let (victim, cut_off) = {
+        let mut roster = roster::lock(&ctx.roster);
         // Gone since the wait ended (evicted for another broken link, say): its recovery or
         // its leave reroutes the traffic. And nodes close their links when the job ends.
         if roster.is_gone(node) || roster.is_gone(server) || roster.job_ended() {
             return;
         }
-        eviction::choose(
-            (node, server),
-            &roster.broken_links,
-            &roster.live_roles(),
-            recovers(&ctx),
-        )
+        let live = roster.live_roles();
+        let pair = (node, server);
+        let cut_off = eviction::kept_and_cut_off(pair, &roster.broken_links, &live, recovers(&ctx));
+        let victim = cut_off
+            .is_none()
+            .then(|| eviction::choose(pair, &roster.broken_links, &live, recovers(&ctx)))
+            .flatten()
+            .and_then(|victim| Some((victim, roster.bury(victim)?)));
+        (victim, cut_off)
     };
     let detail = HarpError::ServerUnreachable(ServerId(server)).to_string();
-    if let Some(victim) = victim {
+    if let Some(isolated) = cut_off {
+        let detail = format!(
+            "{detail}; node {isolated} (a server only) lost its links to every worker node \
+             while it still reaches the master, and it may not be evicted ({}): evicting the \
+             worker nodes one by one would not mend it",
+            recovers(&ctx).why_no_eviction()
+        );
+        tracing::warn!(node, peer = server, isolated, %detail, "a server node is cut off from every worker node");
+        end_as_peer_lost(&ctx, (node, server), detail);
+        return;
+    }
+    if let Some((victim, entry)) = victim {
         let other = if victim == node { server } else { node };
         tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
         let cause = format!(
             "evicted: its link to node {other} broke while both still reached the master (a \
              network partition between them, {detail})"
         );
-        node_died(&ctx, victim, &cause);
+        buried_node_died(&ctx, victim, entry, &cause);
         return;
     }
     let detail = format!(
@@ -253,13 +282,13 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         recovers(&ctx).why_no_eviction()
     );
     tracing::warn!(node, peer = server, %detail, "a node lost a server whose node is still in the job");
-    let _ = ctx
-        .master
-        .send_message(MasterMsg::Failed(HarpError::PeerLost {
-            node,
-            peer: server,
-            detail,
-        }));
+    end_as_peer_lost(&ctx, (node, server), detail);
+}
+
+/// Ends the job: `node` lost the server of node `peer`, which is still in the job.
+fn end_as_peer_lost<A: App>(ctx: &RosterContext<A>, (node, peer): (u32, u32), detail: String) {
+    let lost = HarpError::PeerLost { node, peer, detail };
+    let _ = ctx.master.send_message(MasterMsg::Failed(lost));
 }
 
 /// What the job recovers when a node dies.

@@ -98,15 +98,26 @@ const LOST_UPDATES_WAIT: Duration = Duration::from_secs(3);
 const AFTER_VERDICT: Duration = Duration::from_millis(200);
 
 /// Node `node` died (`cause`: how the master learnt it): recover its server or end the job.
+///
+/// Taken out of the roster and told to the master (`WorkerLost`, `ForgetNode`, ...) in one
+/// critical section of the roster's lock: a joining node's placement (`roster.rs::admit`,
+/// which sends `MasterMsg::AddNode` under the same lock once the verdicts it waits for
+/// came) then follows the master's news of the death, and never names the dead node's
+/// server. Apart, the joiner's wait saw the death (often on the same timer tick as the
+/// verdict) and its `AddNode` overtook the `ForgetNode`: it dialled the dead server in vain
+/// and did not start (`multi_host.rs::a_node_joining_while_another_is_cut_off_...`, about
+/// one run in three).
 pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
-    let Some(entry) = roster::lock(&ctx.roster).bury(node) else {
+    let mut roster = roster::lock(&ctx.roster);
+    let Some(entry) = roster.bury(node) else {
         return; // it left the job, or this death was already handled
     };
     buried_node_died(ctx, node, entry, cause);
 }
 
-/// [`node_died`] for a node already taken out of the roster (`entry`), e.g. in the same
-/// critical section as the choice to evict it.
+/// [`node_died`] for a node already taken out of the roster (`entry`), called with the
+/// roster's lock held (nothing here waits or takes that lock), e.g. in the same critical
+/// section as the choice to evict it.
 fn buried_node_died<A: App>(
     ctx: &RosterContext<A>,
     node: u32,
@@ -233,11 +244,13 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
     if hold_for_verdict(&ctx.roster, server, verdict_limit(&ctx)).await == Verdict::NodeGone {
         return;
     }
+    let detail = HarpError::ServerUnreachable(ServerId(server)).to_string();
     // The choice and the eviction in one critical section: verdicts on two broken links
     // run at once (each worker node reports its own), and each must see the other's victim
     // gone. Chosen apart, two verdicts each kept "another worker" alive and evicted both
-    // worker nodes, and the job ended with no worker left.
-    let (victim, cut_off) = {
+    // worker nodes, and the job ended with no worker left. (The death's messages to the
+    // master go in it too: see `node_died`.)
+    let cut_off = {
         let mut roster = roster::lock(&ctx.roster);
         // Gone since the wait ended (evicted for another broken link, say): its recovery or
         // its leave reroutes the traffic. And nodes close their links when the job ends.
@@ -250,11 +263,19 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         let victim = cut_off
             .is_none()
             .then(|| eviction::choose(pair, &roster.broken_links, &live, recovers(&ctx)))
-            .flatten()
-            .and_then(|victim| Some((victim, roster.bury(victim)?)));
-        (victim, cut_off)
+            .flatten();
+        if let Some((victim, entry)) = victim.and_then(|v| Some((v, roster.bury(v)?))) {
+            let other = if victim == node { server } else { node };
+            tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
+            let cause = format!(
+                "evicted: its link to node {other} broke while both still reached the master \
+                 (a network partition between them, {detail})"
+            );
+            buried_node_died(&ctx, victim, entry, &cause);
+            return;
+        }
+        cut_off
     };
-    let detail = HarpError::ServerUnreachable(ServerId(server)).to_string();
     if let Some(isolated) = cut_off {
         let detail = format!(
             "{detail}; node {isolated} (a server only) lost its links to every worker node \
@@ -264,16 +285,6 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
         );
         tracing::warn!(node, peer = server, isolated, %detail, "a server node is cut off from every worker node");
         end_as_peer_lost(&ctx, (node, server), detail);
-        return;
-    }
-    if let Some((victim, entry)) = victim {
-        let other = if victim == node { server } else { node };
-        tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
-        let cause = format!(
-            "evicted: its link to node {other} broke while both still reached the master (a \
-             network partition between them, {detail})"
-        );
-        buried_node_died(&ctx, victim, entry, &cause);
         return;
     }
     let detail = format!(

@@ -285,13 +285,19 @@ async fn admit<A: App>(
         worker_recovery: ctx.worker_recovery,
     };
     let (tx, rx) = oneshot::channel();
-    let asked = ctx.master.send_message(MasterMsg::AddNode {
-        node: id,
-        link: link.clone(),
-        assignment,
-        server,
-        reply: tx,
-    });
+    // Under the roster's lock: a death the wait above saw was told to the master in the
+    // same critical section as it left the roster (`failures.rs::node_died`), so the
+    // placement follows it.
+    let asked = {
+        let _roster = lock(&ctx.roster);
+        ctx.master.send_message(MasterMsg::AddNode {
+            node: id,
+            link: link.clone(),
+            assignment,
+            server,
+            reply: tx,
+        })
+    };
     let placed = asked.is_ok() && matches!(rx.await, Ok(Ok(())));
     if !placed {
         link.close("the job is ending");

@@ -559,10 +559,9 @@ fn with_worker_recovery_alone_a_server_node_cut_off_from_every_worker_ends_the_j
     let run_args = harp_tests::busy_counter("100000000", &["--recover-workers"]);
     let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "3", dir.path());
     let nodes = nodes_with_roles(&hosts, &master, &["worker", "worker", "server"], &run_args);
-    let listed = master.scale(&[]).stdout;
-    let server = (0..3)
-        .find(|id| listed.contains(&format!("{id} (server)")))
-        .unwrap_or_else(|| panic!("no server node listed: {listed}"));
+    let servers = ids_with_role(&master, "server");
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let server = servers[0];
     std::thread::sleep(Duration::from_millis(1000));
     let cut = Instant::now();
     hosts.cut_between(2, 0, true);
@@ -607,12 +606,10 @@ fn two_links_broken_at_once_never_evict_the_last_worker_node() {
     let roles = ["worker", "worker", "server", "server"];
     let nodes = nodes_with_roles(&hosts, &master, &roles, &run_args);
     // Node ids go by the order of joining: read which are the worker nodes.
-    let listed = master.scale(&[]).stdout;
-    let workers: BTreeSet<String> = (0..4)
-        .map(|id: u32| id.to_string())
-        .filter(|id| listed.contains(&format!("{id} (worker)")))
+    let workers: BTreeSet<String> = (ids_with_role(&master, "worker").iter())
+        .map(u32::to_string)
         .collect();
-    assert_eq!(workers.len(), 2, "{listed}");
+    assert_eq!(workers.len(), 2, "{workers:?}");
     std::thread::sleep(Duration::from_millis(1000));
     hosts.cut_between(0, 2, true);
     hosts.cut_between(1, 3, true);
@@ -679,6 +676,20 @@ fn nodes_with_roles(
         .collect();
     master.wait_for_nodes(&(0..roles.len() as u32).collect());
     nodes
+}
+
+/// The ids of the job's nodes that hold exactly `role` (`worker`, `server` or
+/// `worker+server`), as `harp scale` lists them.
+fn ids_with_role(master: &MasterProcess, role: &str) -> Vec<u32> {
+    let listed = master.scale(&[]).stdout;
+    let listed = listed.trim().trim_start_matches("nodes:");
+    (listed.split(", "))
+        .filter_map(|entry| {
+            let (id, rest) = entry.trim().split_once(' ')?;
+            let roles = rest.trim_start_matches('(').split([',', ')']).next()?;
+            (roles == role).then(|| id.parse().ok()).flatten()
+        })
+        .collect()
 }
 
 /// A job of 24,000 counter tasks that recovers any node ([`RECOVER_ANY`]) on nodes on hosts

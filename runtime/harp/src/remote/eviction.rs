@@ -126,18 +126,15 @@ pub(crate) fn kept_and_cut_off(
     recovers: Recovers,
 ) -> Option<u32> {
     [a, b].into_iter().find(|&node| {
-        let Some(roles) = live.get(&node) else {
+        let Some(&roles) = live.get(&node) else {
             return false;
         };
-        let workers: Vec<u32> = (live.iter())
-            .filter(|(id, r)| **id != node && r.worker)
-            .map(|(id, _)| *id)
-            .collect();
-        roles.server
-            && !roles.worker
-            && !may_go(node, *roles, live, recovers)
-            && workers.len() >= 2
-            && workers.iter().all(|w| links.has(node, *w))
+        if !roles.server || roles.worker || may_go(node, roles, live, recovers) {
+            return false;
+        }
+        let mut workers = (live.iter()).filter(|(id, r)| **id != node && r.worker);
+        let lost = workers.clone().all(|(w, _)| links.has(node, *w));
+        lost && workers.nth(1).is_some()
     })
 }
 

@@ -1,6 +1,7 @@
 //! Stand-ins the crate's unit tests share: a server actor that never answers, one that
 //! drops the shard rows handed to it (a server node that died with them), a real server
-//! behind a tap that tells the relocations it is sent ([`TappedServer`]), a link
+//! behind a tap that tells the relocations it is sent ([`TappedServer`]), one whose
+//! acknowledgements of flush parts are lost ([`LostAcks`]), a link
 //! between two endpoints of this process ([`link_pair`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
@@ -80,6 +81,47 @@ impl Actor for DroppingServer {
             (Drops::TakeOvers, true) | (Drops::AllButTakeOvers, false) => drop(msg),
             _ => held.push(msg),
         }
+        Ok(())
+    }
+}
+
+/// A real server whose acknowledgements of flush parts are lost: each
+/// [`ServerMsg::Apply`] goes on to the server behind it (`inner`), which applies it, and
+/// the sender's reply is dropped unanswered (a server node killed after applying a part,
+/// before its answer left). Every other message goes on as it is.
+pub(crate) struct LostAcks;
+
+impl Actor for LostAcks {
+    type Msg = ServerMsg;
+    type State = ActorRef<ServerMsg>;
+    type Arguments = ActorRef<ServerMsg>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        inner: ActorRef<ServerMsg>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(inner)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ServerMsg>,
+        msg: ServerMsg,
+        inner: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let msg = match msg {
+            ServerMsg::Apply { updates, part, .. } => {
+                let (reply, _) = tokio::sync::oneshot::channel();
+                ServerMsg::Apply {
+                    updates,
+                    part,
+                    reply,
+                }
+            }
+            other => other,
+        };
+        let _ = inner.send_message(msg);
         Ok(())
     }
 }

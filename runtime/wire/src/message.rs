@@ -113,6 +113,18 @@ pub struct ShardPlace {
     pub server: u32,
 }
 
+/// A flush part a server applied itself (`node_id` and `flush_id` of its
+/// [`Message::Apply`]: the node and the part's number there), and the server's save epoch
+/// then: listed in a checkpoint save's answer ([`SaveResult::Ok`]) and told to the nodes
+/// with the save ([`Message::RowsSaved`]).
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct AppliedPartWire {
+    pub node: u32,
+    pub seq: u64,
+    pub epoch: u64,
+}
+
 /// A [`Message::TakeOverShard`] that re-creates a failed server's shard from the running
 /// checkpoint: the first part of recovery `generation` to arrive drops whatever rows of
 /// the shard (of `num_shards`) the server still holds, so it ends with exactly the restored
@@ -436,6 +448,9 @@ pub enum SaveResult {
         /// The server's save epoch this save opened: how many saves it has taken, this one
         /// included (see [`Message::Applied`]).
         epoch: u64,
+        /// The flush parts the server applied since its save `recorded_epoch` of the
+        /// request (in the answer's first part).
+        applied: Vec<AppliedPartWire>,
     },
     Err(String),
 }
@@ -511,7 +526,9 @@ pub enum Message {
         parts: u32,
     },
     /// node → server node: apply one flush's aggregated deltas for `server`'s shards, all of
-    /// them or none. `(node_id, flush_id)` identifies the batch (for exactly-once apply).
+    /// them or none. `(node_id, flush_id)` identifies the batch: for a part that is not
+    /// staged, the node that made it and its number there (`u64::MAX`: no id), which the
+    /// server lists in its next checkpoint save's answer ([`AppliedPartWire`]).
     /// With `staged` (a job that recovers worker nodes) the server only keeps the deltas as
     /// the staged part `(node_id, flush_id)` until the master commits it
     /// ([`Message::CommitFlush`]) or drops it ([`Message::DropStaged`]).
@@ -655,12 +672,14 @@ pub enum Message {
     /// master → server node: make the current values of `keys` their saved values and send
     /// them back (a checkpoint round's last step). Answered with [`Message::Saved`]. Part
     /// `part` of `parts` of the keys, as for [`Message::Get`]: one save once every part is in.
+    /// `recorded_epoch`: the server's newest save the master's image holds (0: none).
     CheckpointSave {
         request_id: u64,
         server: u32,
         keys: Vec<ParamKeyWire>,
         part: u32,
         parts: u32,
+        recorded_epoch: u64,
     },
     /// server node → master: part `part` of `parts` of the answer to
     /// [`Message::CheckpointSave`]. The saved rows go in parts of a bounded size, in key
@@ -744,11 +763,14 @@ pub enum Message {
     // ---- exact lost updates of a dead server ----
     /// master → node: a checkpoint round's save on `server` (its save epoch `epoch`) is in
     /// the checkpoint's image: the node may forget what it keeps of the deltas `server`
-    /// applied to `keys` before that save.
+    /// applied to `keys` before that save. `applied` (in the first message of a save): the
+    /// flush parts `server` applied before that save, whose rows among `keys` a node that
+    /// still holds such a part unacknowledged must not send again.
     RowsSaved {
         server: u32,
         epoch: u64,
         keys: Vec<ParamKeyWire>,
+        applied: Vec<AppliedPartWire>,
     },
     /// master → node: `server` died; what did it acknowledge to this node since each row's
     /// last save? Answered with [`Message::LostUpdates`].
@@ -816,12 +838,16 @@ impl Message {
                 ..
             } => state.len(),
             Message::Saved {
-                result: SaveResult::Ok {
-                    saved, not_owned, ..
-                },
+                result:
+                    SaveResult::Ok {
+                        saved,
+                        not_owned,
+                        applied,
+                        ..
+                    },
                 ..
-            } => keyed(saved) + not_owned.len() * PER_ROW,
-            Message::RowsSaved { keys, .. } => keys.len() * PER_ROW,
+            } => keyed(saved) + (not_owned.len() + applied.len()) * PER_ROW,
+            Message::RowsSaved { keys, applied, .. } => (keys.len() + applied.len()) * PER_ROW,
             Message::LostUpdates {
                 result: LostUpdatesResult::Ok(rows),
                 ..
@@ -1254,6 +1280,7 @@ mod tests {
                         saved: rows(n, values),
                         not_owned: rows(n, 1).into_iter().map(|(k, _)| k).collect(),
                         epoch: 3,
+                        applied: Vec::new(),
                     },
                     part: 1,
                     parts: 2,

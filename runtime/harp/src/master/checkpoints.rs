@@ -29,7 +29,9 @@ use super::MasterMsg;
 use crate::app::App;
 use crate::error::HarpError;
 use crate::scar::{CheckpointStats, FaultTiming, Injection, Recovery, ScarOptions};
-use crate::server::checkpoint_round::{checkpoint_round_except, InTransit, RoundOutcome};
+use crate::server::checkpoint_round::{
+    checkpoint_round_except, InTransit, RoundOutcome, ServerSave,
+};
 use crate::server::ServerMsg;
 use harp_core::scar::{due, CheckpointSelector};
 use harp_core::{shard_of, KeyMap, ParamKey, RowData, ServerId, ShardId};
@@ -119,10 +121,7 @@ impl<A: App> super::MasterState<A> {
     /// A checkpoint round ended: what it saved goes into the image. Returns each server's
     /// save epoch and the keys it saved (empty when the round failed). A failed save of a
     /// server that is no longer the job's is not counted ([`without_departed`]).
-    pub(super) fn checkpoint_round_ended(
-        &mut self,
-        done: RoundDone,
-    ) -> Vec<(ServerId, u64, Vec<ParamKey>)> {
+    pub(super) fn checkpoint_round_ended(&mut self, done: RoundDone) -> Vec<ServerSave> {
         let done = without_departed(done, &self.servers);
         match self.checkpoint.as_mut() {
             Some(checkpoint) => checkpoint.round_done(done),
@@ -168,6 +167,12 @@ pub(crate) struct RunningCheckpoint {
     waiting: Option<(u64, Vec<Injection>)>,
     /// The iteration of the last round that ended.
     last_round: Option<u64>,
+    /// Each server's newest save in the image (its save epoch): told to it with the next
+    /// save, whose answer then lists no flush part applied before it.
+    recorded: BTreeMap<ServerId, u64>,
+    /// Failed servers whose shards were re-created from the image: a save of theirs that
+    /// comes in later (a round that ran across the failure) is not kept.
+    lost: std::collections::BTreeSet<ServerId>,
 }
 
 /// What to do with the faults due at an iteration.
@@ -202,6 +207,8 @@ impl RunningCheckpoint {
             faults,
             waiting: None,
             last_round: None,
+            recorded: BTreeMap::new(),
+            lost: Default::default(),
         })
     }
 
@@ -309,10 +316,12 @@ impl RunningCheckpoint {
             return None;
         };
         let fraction = self.options.fraction;
+        let recorded = self.recorded.clone();
         Some(async move {
             let started = Instant::now();
             let result =
-                checkpoint_round_except(&servers, &mut selector, fraction, &in_transit).await;
+                checkpoint_round_except(&servers, &mut selector, fraction, &in_transit, &recorded)
+                    .await;
             RoundDone {
                 iteration,
                 selector,
@@ -322,9 +331,9 @@ impl RunningCheckpoint {
         })
     }
 
-    /// A round ended: keep what it saved. Returns each server's save epoch and the keys it
-    /// saved, now in the image (empty when the round failed).
-    pub(crate) fn round_done(&mut self, done: RoundDone) -> Vec<(ServerId, u64, Vec<ParamKey>)> {
+    /// A round ended: keep what it saved. Returns each server's save, now in the image
+    /// (none when the round failed; none of a server recovered meanwhile).
+    pub(crate) fn round_done(&mut self, done: RoundDone) -> Vec<ServerSave> {
         self.selector = Some(done.selector);
         self.last_round = self.last_round.max(Some(done.iteration));
         match done.result {
@@ -343,8 +352,9 @@ impl RunningCheckpoint {
                     took_ms = done.started.elapsed().as_millis() as u64,
                     "checkpoint round"
                 );
-                self.keep(outcome.saved, &outcome.epochs);
-                outcome.epochs
+                let (saved, server_saves) = self.without_lost(outcome.saved, outcome.server_saves);
+                self.keep(saved, &server_saves);
+                server_saves
             }
             Err(error) => {
                 self.stats.rounds_failed += 1;
@@ -362,17 +372,50 @@ impl RunningCheckpoint {
             rows = outcome.saved.len(),
             "running checkpoint seeded with the resumed rows"
         );
-        self.keep(outcome.saved, &outcome.epochs);
+        self.keep(outcome.saved, &outcome.server_saves);
+    }
+
+    /// `server` failed and its shards are re-created from the image as it is now: its saves
+    /// that come in later are left out of the image ([`Self::round_done`]).
+    pub(crate) fn server_lost(&mut self, server: ServerId) {
+        self.lost.insert(server);
+        self.recorded.remove(&server);
+    }
+
+    /// `saved` and `server_saves` without the saves of servers recovered meanwhile: the
+    /// recovery restored their shards from the image before those saves came in, so they
+    /// describe rows that live elsewhere now.
+    fn without_lost(
+        &self,
+        mut saved: crate::server::SavedRows,
+        mut server_saves: Vec<ServerSave>,
+    ) -> (crate::server::SavedRows, Vec<ServerSave>) {
+        if server_saves.iter().all(|s| !self.lost.contains(&s.server)) {
+            return (saved, server_saves);
+        }
+        let mut left_out = std::collections::BTreeSet::new();
+        server_saves.retain(|s| {
+            let lost = self.lost.contains(&s.server);
+            if lost {
+                tracing::warn!(server = %s.server, rows = s.keys.len(), "a checkpoint save of a server recovered since is not kept");
+                left_out.extend(s.keys.iter().copied());
+            }
+            !lost
+        });
+        saved.retain(|(key, _)| !left_out.contains(key));
+        (saved, server_saves)
     }
 
     /// Puts saved rows into the image, with the server and save epoch of each.
-    fn keep(&mut self, saved: crate::server::SavedRows, epochs: &[(ServerId, u64, Vec<ParamKey>)]) {
+    fn keep(&mut self, saved: crate::server::SavedRows, server_saves: &[ServerSave]) {
         self.image.extend(saved);
         self.stats.rows_held = self.image.len();
-        for (server, epoch, keys) in epochs {
-            for key in keys {
-                self.saved_at.insert(*key, (*server, *epoch));
+        for save in server_saves {
+            for key in &save.keys {
+                self.saved_at.insert(*key, (save.server, save.epoch));
             }
+            let recorded = self.recorded.entry(save.server).or_default();
+            *recorded = (*recorded).max(save.epoch);
         }
     }
 
@@ -581,6 +624,38 @@ mod tests {
         ckpt.round_done(without_departed(done, &servers));
         assert_eq!(ckpt.stats().saves_failed, 1, "{:?}", ckpt.stats());
         server.stop(None);
+    }
+
+    /// A round that ran across a server's failure: that server's save came in after its
+    /// shards were re-created from the image, so it is not kept (those rows live elsewhere
+    /// now, at their restored values). A kept save is the epoch the next round tells its
+    /// server the image holds.
+    #[tokio::test]
+    async fn a_save_of_a_server_recovered_meanwhile_is_not_kept() {
+        let mut ckpt = running(8, 0.25);
+        let key = |row| ParamKey::new(harp_core::TableId(0), row);
+        let round = ckpt
+            .iteration_completed(2, (Vec::new(), InTransit::default()))
+            .expect("due at 2");
+        let mut done = round.await;
+        let save = |server, epoch, row| ServerSave {
+            server: ServerId(server),
+            epoch,
+            keys: vec![key(row)],
+            applied: Vec::new(),
+        };
+        let value = Arc::new(RowData::F32(vec![1.0]));
+        done.result = Ok(RoundOutcome {
+            saved: vec![(key(0), value.clone()), (key(1), value)],
+            server_saves: vec![save(0, 3, 0), save(1, 5, 1)],
+            ..RoundOutcome::default()
+        });
+        ckpt.server_lost(ServerId(1));
+        let kept = ckpt.round_done(done);
+        assert_eq!(kept, vec![save(0, 3, 0)]);
+        assert_eq!(ckpt.saved_at(key(0)), Some((ServerId(0), 3)));
+        assert!(ckpt.saved(key(1)).is_none() && ckpt.saved_at(key(1)).is_none());
+        assert_eq!(ckpt.recorded, BTreeMap::from([(ServerId(0), 3)]));
     }
 
     #[test]

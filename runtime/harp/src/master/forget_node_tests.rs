@@ -7,7 +7,8 @@
 use super::test_master::{crash, real_servers, start_master, JobEnd, Running};
 use super::{MasterMsg, RouteTarget, ScaleReport};
 use crate::error::HarpError;
-use crate::server::ServerMsg;
+use crate::server::checkpoint_round::ServerSave;
+use crate::server::{AppliedPart, PartId, ServerMsg};
 use crate::test_support::link_pair;
 use harp_core::{ParamKey, ServerId, TableId, WorkerId};
 use harp_net::Incoming;
@@ -151,7 +152,8 @@ async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() 
 
 /// A round's saves reach a node process in parts of keys, so that no save is too large for
 /// one message (600 000 keys were about 9.6 MB of keys in one message, and a save of more
-/// than about 4 million was refused by the link, silently).
+/// than about 4 million was refused by the link, silently). The flush parts the save lists
+/// as applied go once, with the first part.
 #[tokio::test]
 async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
     let mut pair = link_pair().await;
@@ -160,9 +162,20 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
         link: pair.dialer.0.clone(),
     };
     let keys: Vec<ParamKey> = (0..600_000).map(|r| ParamKey::new(TableId(2), r)).collect();
-    route.tell(&super::rows_saved_messages(ServerId(3), 7, &keys));
+    let applied = vec![AppliedPart {
+        part: PartId { node: 1, seq: 40 },
+        epoch: 6,
+    }];
+    let save = ServerSave {
+        server: ServerId(3),
+        epoch: 7,
+        keys: keys.clone(),
+        applied,
+    };
+    route.tell(&super::rows_saved_messages(&save));
     let mut told = Vec::new();
     let mut sizes = Vec::new();
+    let mut applied_told = Vec::new();
     while told.len() < keys.len() {
         let wait = tokio::time::timeout(Duration::from_secs(10), pair.acceptor.1.recv());
         match wait.await.expect("every part arrives") {
@@ -170,7 +183,9 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
                 server: 3,
                 epoch: 7,
                 keys: part,
+                applied,
             })) => {
+                applied_told.push(applied.len());
                 sizes.push(part.len());
                 told.extend(part.into_iter().map(ParamKey::from));
             }
@@ -182,6 +197,7 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
     let per_part = harp_wire::KEYS_PER_PART;
     assert_eq!(sizes, [per_part, per_part, keys.len() - 2 * per_part]);
     assert_eq!(told, keys);
+    assert_eq!(applied_told, [1, 0, 0]);
 }
 
 /// A node that left while its worker still hosted an executor (a leave moves them away

@@ -51,6 +51,7 @@ use crate::control::EventSink;
 use crate::error::HarpError;
 use crate::node::ParamStore;
 use crate::scar::{CheckpointStats, ScarOptions, ServerRecovery};
+use crate::server::checkpoint_round::ServerSave;
 use crate::server::{ServerMsg, ShardMoved};
 use crate::table::TableSet;
 use crate::worker::{ReleasedExecutor, TaskEnvelope, WorkerMsg};
@@ -278,20 +279,27 @@ impl RouteTarget {
     }
 }
 
-/// `server`'s save at epoch `epoch` of `keys` is in the checkpoint's image: a node process
-/// may forget the deltas it keeps of what `server` applied to them before it
-/// (`node/lost_ledger.rs`). The keys go in parts of [`harp_wire::KEYS_PER_PART`], each a
-/// message of its own, so no save is too large for one message.
-pub(crate) fn rows_saved_messages(
-    server: ServerId,
-    epoch: u64,
-    keys: &[harp_core::ParamKey],
-) -> Vec<harp_wire::Message> {
-    keys.chunks(harp_wire::KEYS_PER_PART)
+/// A server's save (its epoch, its keys) is in the checkpoint's image: a node process may
+/// forget the deltas it keeps of what the server applied to them before it
+/// (`node/lost_ledger.rs`), and drops those rows from the flush parts it still holds that
+/// the save lists as applied (`server/applied_parts.rs`). The keys go in parts of
+/// [`harp_wire::KEYS_PER_PART`], each a message of its own, so no save is too large for
+/// one message; the applied parts go with the first (a save of no key that lists applied
+/// parts is one message too).
+pub(crate) fn rows_saved_messages(save: &ServerSave) -> Vec<harp_wire::Message> {
+    let mut applied = crate::remote::codec::applied_to_wire(&save.applied);
+    let mut chunks: Vec<&[harp_core::ParamKey]> =
+        save.keys.chunks(harp_wire::KEYS_PER_PART).collect();
+    if chunks.is_empty() && !applied.is_empty() {
+        chunks.push(&[]);
+    }
+    chunks
+        .into_iter()
         .map(|part| harp_wire::Message::RowsSaved {
-            server: server.0,
-            epoch,
+            server: save.server.0,
+            epoch: save.epoch,
             keys: part.iter().map(|k| (*k).into()).collect(),
+            applied: std::mem::take(&mut applied),
         })
         .collect()
 }
@@ -918,9 +926,9 @@ impl<A: App> Actor for MasterActor<A> {
                 // Nodes of a job that recovers workers keep no ledger (staged parts are
                 // applied at their commit): nothing to tell them.
                 if state.worker_recovery.is_none() {
-                    for (server, epoch, keys) in saves {
+                    for save in saves {
                         // Made once for every node.
-                        let told = rows_saved_messages(server, epoch, &keys);
+                        let told = rows_saved_messages(&save);
                         for route in &state.routes {
                             route.tell(&told);
                         }

@@ -187,6 +187,10 @@ impl<A: App> MasterState<A> {
     ) -> Result<(), HarpError> {
         let started = Instant::now();
         self.recoverable(server)?;
+        if let Some(checkpoint) = self.checkpoint.as_mut() {
+            // Its saves that come in from now on are not kept: the image is read now.
+            checkpoint.server_lost(server);
+        }
         let Some(checkpoint) = self.checkpoint.as_ref() else {
             return Err(HarpError::Unrecoverable {
                 server,

@@ -8,8 +8,9 @@
 //! [`ParamStore::awaiting_lost_servers`]): a read or a flush part that its server did not
 //! answer waits until the master has rerouted the keys' shards to the servers that
 //! re-created them, then goes there. A flush keeps a copy of each server's part until it is
-//! acknowledged, so an update the failed server never acknowledged is sent again to the new
-//! owner instead of being lost. The node tells the master when its traffic starts waiting
+//! acknowledged ([`unacked`]), so an update the failed server never acknowledged is sent
+//! again to the new owner instead of being lost, less the rows a checkpoint save holds
+//! that the master said came after the server applied the part. The node tells the master when its traffic starts waiting
 //! ([`ParamStore::on_server_awaited`]): where the server's node is alive and only the link
 //! between the two broke, no reroute comes, and the master evicts one of the two nodes
 //! (`remote/eviction.rs`) or ends the job.
@@ -26,12 +27,13 @@ mod cache;
 pub(crate) mod lost_ledger;
 mod routing;
 mod stats;
+mod unacked;
 
 pub(crate) use routing::Routing;
 pub use stats::NodeStats;
 
 use crate::error::HarpError;
-use crate::server::{AppliedAt, ServerMsg};
+use crate::server::{AppliedAt, AppliedPart, PartId, ServerMsg};
 use crate::table::{TableSet, UpdateRule};
 use cache::{KeptRows, ParamCache, Visitor};
 use dashmap::DashMap;
@@ -39,9 +41,11 @@ use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Versi
 use lost_ledger::LostLedger;
 use stats::NodeCounters;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use unacked::Unacked;
 
 /// How long a read or a flush waits for a server's answer before the task fails with
 /// [`HarpError::RequestTimedOut`]. Servers answer at once (they never wait on versions), so
@@ -66,10 +70,15 @@ impl FlushMode {
     fn message(
         self,
         updates: Vec<(ParamKey, RowData)>,
+        part: PartId,
         reply: oneshot::Sender<Result<AppliedAt, HarpError>>,
     ) -> ServerMsg {
         match self {
-            FlushMode::Apply => ServerMsg::Apply { updates, reply },
+            FlushMode::Apply => ServerMsg::Apply {
+                updates,
+                part: Some(part),
+                reply,
+            },
             FlushMode::Stage { node, flush } => ServerMsg::Stage {
                 node,
                 flush,
@@ -105,6 +114,13 @@ pub(crate) struct ParamStore {
     /// What each server acknowledged since each row's last save (node processes of a job
     /// with server recovery).
     lost_ledger: Option<Mutex<LostLedger>>,
+    /// This node's id in the job: the first half of its flush parts' ids.
+    node_id: u32,
+    /// The number of the next flush part this node sends.
+    next_part: AtomicU64,
+    /// Parts sent and not acknowledged yet, kept to be sent again ([`unacked`]; with
+    /// [`Self::awaiting_lost_servers`]).
+    unacked: Mutex<Unacked>,
     pub(crate) counters: NodeCounters,
 }
 
@@ -123,8 +139,17 @@ impl ParamStore {
             servers_awaited: Mutex::default(),
             server_awaited_hook: None,
             lost_ledger: None,
+            node_id: 0,
+            next_part: AtomicU64::new(0),
+            unacked: Mutex::default(),
             counters: NodeCounters::default(),
         }
+    }
+
+    /// The same store, naming its flush parts after node `node_id` (a node process).
+    pub(crate) fn with_node_id(mut self, node_id: u32) -> Self {
+        self.node_id = node_id;
+        self
     }
 
     /// The same store, keeping what each server acknowledged since each row's last save so
@@ -135,8 +160,23 @@ impl ParamStore {
         self
     }
 
-    /// A checkpoint's save of `keys` on `server` at save epoch `epoch` is in its image.
-    pub(crate) fn rows_saved(&self, server: ServerId, epoch: u64, keys: &[ParamKey]) {
+    /// A checkpoint's save of `keys` on `server` at save epoch `epoch` is in its image, and
+    /// before it `server` had applied the flush parts `applied` (every node's): the parts of
+    /// this node among them that are still unacknowledged will not carry those rows again.
+    pub(crate) fn rows_saved(
+        &self,
+        server: ServerId,
+        epoch: u64,
+        keys: &[ParamKey],
+        applied: &[AppliedPart],
+    ) {
+        if self.await_lost_servers {
+            let mine = applied
+                .iter()
+                .filter(|p| p.part.node == self.node_id)
+                .map(|p| (p.part.seq, p.epoch));
+            self.unacked_lock().saved(server, epoch, keys, mine);
+        }
         if let Some(ledger) = &self.lost_ledger {
             let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
             ledger.rows_saved(server, epoch, keys);
@@ -382,15 +422,17 @@ impl ParamStore {
         loop {
             let (acked, unanswered) = self.flush_once(pending, mode).await?;
             holders.extend(acked);
-            let Some(&server) = unanswered.keys().next() else {
+            let Some(&(server, _)) = unanswered.first() else {
                 break;
             };
-            let updates: Vec<(ParamKey, RowData)> = unanswered.into_values().flatten().collect();
-            let keys: Vec<ParamKey> = updates.iter().map(|(k, _)| *k).collect();
-            if !self
+            let keys = self.unacked_keys(&unanswered);
+            let rerouted = self
                 .wait_rerouted_away(server, &keys, recovery_deadline)
-                .await
-            {
+                .await;
+            // Taken only now: the saves the master told of meanwhile (before the reroute,
+            // on the same stream) dropped the rows they hold of parts the server applied.
+            let updates = self.take_unacked(unanswered.iter().map(|(_, seq)| *seq));
+            if !rerouted {
                 return Err(HarpError::ServerUnreachable(server));
             }
             NodeCounters::add(&self.counters.requests_resent, 1);
@@ -417,15 +459,18 @@ impl ParamStore {
     }
 
     /// One attempt of [`Self::flush`]: the servers that acknowledged their part, and the
-    /// parts to send again. Without server recovery any failure is the error; with it, the
-    /// parts whose server did not answer are handed back to be sent again.
+    /// parts to send again (`(server, part number)`, held in [`Self::unacked`]). Without
+    /// server recovery any failure is the error; with it, the parts whose server did not
+    /// answer are handed back to be sent again.
     async fn flush_once(
         &self,
         batches: Batches,
         mode: FlushMode,
-    ) -> Result<(Vec<ServerId>, Batches), HarpError> {
+    ) -> Result<(Vec<ServerId>, Vec<(ServerId, u64)>), HarpError> {
+        let keep = self.await_lost_servers;
         let mut replies = Vec::with_capacity(batches.len());
-        let mut unanswered = Batches::new();
+        let mut unanswered = Vec::new();
+        let mut sent_parts = Vec::with_capacity(batches.len());
         {
             let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
             // A server's part larger than a message may carry goes as several, each
@@ -436,30 +481,44 @@ impl ParamStore {
                     .map(move |part| (server, part))
             });
             for (server, updates) in parts {
-                let kept = self.await_lost_servers.then(|| updates.clone());
+                let seq = self.next_part.fetch_add(1, Ordering::Relaxed);
+                if keep {
+                    self.unacked_lock().keep(seq, server, updates.clone(), None);
+                    sent_parts.push(seq);
+                }
+                let part = PartId {
+                    node: self.node_id,
+                    seq,
+                };
                 let (tx, rx) = oneshot::channel();
                 let sent = routing
                     .servers
                     .get(&server)
-                    .map(|actor| actor.send_message(mode.message(updates, tx)));
-                match (sent, kept) {
-                    (Some(Ok(())), kept) => replies.push((server, rx, kept)),
-                    (_, Some(kept)) => unanswered.entry(server).or_default().extend(kept),
-                    (_, None) => return Err(HarpError::ServerUnreachable(server)),
+                    .map(|actor| actor.send_message(mode.message(updates, part, tx)));
+                match sent {
+                    Some(Ok(())) => replies.push((server, seq, rx)),
+                    _ if keep => unanswered.push((server, seq)),
+                    _ => return Err(HarpError::ServerUnreachable(server)),
                 }
             }
         }
         // One deadline for the whole flush: the replies arrive in parallel.
         let deadline = tokio::time::Instant::now() + self.request_deadline;
         let mut acked = Vec::with_capacity(replies.len());
-        for (server, rx, kept) in replies {
+        for (server, seq, rx) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(Ok(epoch))) => {
                     // The copy kept for a resend is not needed any more: the ledger takes it
                     // (unless the server was declared dead meanwhile: then it goes again).
-                    if let (FlushMode::Apply, Some(part)) = (mode, kept) {
+                    let kept = if keep {
+                        self.unacked_lock().take(seq)
+                    } else {
+                        None
+                    };
+                    if let (FlushMode::Apply, Some((_, part))) = (mode, kept) {
                         if let Err(part) = self.ledger_acknowledged(server, epoch, part) {
-                            unanswered.entry(server).or_default().extend(part);
+                            self.unacked_lock().keep(seq, server, part, epoch);
+                            unanswered.push((server, seq));
                             continue;
                         }
                     }
@@ -467,14 +526,14 @@ impl ParamStore {
                 }
                 Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
+                    self.take_unacked(sent_parts);
                     return Err(e);
                 }
-                Ok(Err(_)) => match kept {
-                    Some(kept) => unanswered.entry(server).or_default().extend(kept),
-                    None => return Err(HarpError::ServerUnreachable(server)),
-                },
+                Ok(Err(_)) if keep => unanswered.push((server, seq)),
+                Ok(Err(_)) => return Err(HarpError::ServerUnreachable(server)),
                 Err(_) => {
                     NodeCounters::add(&self.counters.requests_timed_out, 1);
+                    self.take_unacked(sent_parts);
                     return Err(HarpError::RequestTimedOut {
                         server,
                         request: "flush",
@@ -484,6 +543,29 @@ impl ParamStore {
             }
         }
         Ok((acked, unanswered))
+    }
+
+    fn unacked_lock(&self) -> std::sync::MutexGuard<'_, Unacked> {
+        self.unacked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The keys of the unacknowledged parts `parts` (`(server, part number)`).
+    fn unacked_keys(&self, parts: &[(ServerId, u64)]) -> Vec<ParamKey> {
+        let unacked = self.unacked_lock();
+        parts
+            .iter()
+            .flat_map(|(_, seq)| unacked.keys(*seq))
+            .collect()
+    }
+
+    /// Takes the parts numbered `seqs` out of the unacknowledged ones: what is left of
+    /// their deltas.
+    fn take_unacked(&self, seqs: impl IntoIterator<Item = u64>) -> Vec<(ParamKey, RowData)> {
+        let mut unacked = self.unacked_lock();
+        seqs.into_iter()
+            .filter_map(|seq| unacked.take(seq))
+            .flat_map(|(_, updates)| updates)
+            .collect()
     }
 
     /// A server joined: reads and flushes may be routed to it.
@@ -755,6 +837,65 @@ mod tests {
         // The later report has nothing of the refused part.
         let again = store.lost_updates(ServerId(0)).unwrap();
         assert_eq!(again, report);
+        assert_eq!(store.stats().requests_resent, 1);
+    }
+
+    /// A server applied a part, and a checkpoint save of one of its rows came after, but
+    /// the acknowledgement never left (the server was killed): the shard comes back from
+    /// the image, which holds that row's delta already, so only the other row goes again.
+    /// Sent whole (before the saves listed the parts they hold), row `a` counted twice.
+    #[tokio::test]
+    async fn a_part_applied_and_saved_whose_acknowledgement_was_lost_is_not_applied_twice() {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        let (a, b) = (key, ParamKey::new(key.table, 5));
+        // Server 0 applies what it is sent, and its answers are lost.
+        let (lossy, _) = Actor::spawn(None, crate::test_support::LostAcks, s0.clone())
+            .await
+            .unwrap();
+        store.add_server(ServerId(0), lossy);
+        store.record(a, RowData::F32(vec![1.0, 2.0])).unwrap();
+        store.record(b, RowData::F32(vec![3.0, 4.0])).unwrap();
+        let flushing = crate::spawn::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        while dump(&s0).await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A checkpoint save of row `a` after the apply: the image holds a = (1, 2).
+        let (reply, answer) = oneshot::channel();
+        let request = crate::server::CheckpointRequest::Save {
+            keys: vec![a],
+            recorded: 0,
+            reply,
+        };
+        s0.send_message(ServerMsg::Checkpoint(request)).unwrap();
+        let save = answer.await.unwrap().unwrap();
+        assert_eq!(save.applied.len(), 1, "the save lists the part: {save:?}");
+        // The master tells the node, then server 0 dies and its shard is re-created on
+        // server 1 from the image: row `a` at its saved value, row `b` never saved.
+        store.rows_saved(ServerId(0), save.epoch, &[a], &save.applied);
+        crash(&s0).await;
+        let (reply, restored) = oneshot::channel();
+        let updates = vec![(a, RowData::F32(vec![1.0, 2.0]))];
+        let restore = ServerMsg::Apply {
+            updates,
+            part: None,
+            reply,
+        };
+        s1.send_message(restore).unwrap();
+        restored.await.unwrap().unwrap();
+        assert!(!flushing.is_finished(), "the part waits for the reroute");
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        store.forget_server(ServerId(0));
+        flushing.await.unwrap().unwrap();
+        let mut rows = dump(&s1).await;
+        rows.sort_by_key(|(k, _)| *k);
+        let want = vec![
+            (a, RowData::F32(vec![1.0, 2.0])),
+            (b, RowData::F32(vec![3.0, 4.0])),
+        ];
+        assert_eq!(rows, want);
         assert_eq!(store.stats().requests_resent, 1);
     }
 

@@ -379,7 +379,8 @@ async fn start_node<A: App>(
             shard_map,
             servers: servers.clone(),
         },
-    );
+    )
+    .with_node_id(me);
     // With SCAR's running checkpoint the master recovers failed servers: a flush part or a
     // read a failed server left unanswered goes to its shards' new owners, and what each
     // server acknowledged since each row's last save is kept for the report of its loss
@@ -1185,9 +1186,11 @@ async fn serve_master<A: App>(
                 server,
                 epoch,
                 keys,
+                applied,
             } => {
                 let keys: Vec<harp_core::ParamKey> = keys.into_iter().map(Into::into).collect();
-                store.rows_saved(ServerId(server), epoch, &keys);
+                let applied = super::codec::applied_from_wire(&applied);
+                store.rows_saved(ServerId(server), epoch, &keys, &applied);
             }
             Message::LostUpdatesQuery { request_id, server } => {
                 let link = master_link.clone();

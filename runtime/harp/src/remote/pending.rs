@@ -10,8 +10,8 @@ use crate::server::{AppliedAt, DistancesReply, SaveAnswer, SaveReply};
 use dashmap::DashMap;
 use harp_core::{ParamKey, RowData};
 use harp_wire::{
-    DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult, Message, ParamKeyWire,
-    ReleaseResult, RowWire, RowsResult, SaveResult,
+    AppliedPartWire, DistancesResult, ExecutorSaveResult, HandOffResult, LostUpdatesResult,
+    Message, ParamKeyWire, ReleaseResult, RowWire, RowsResult, SaveResult,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,13 +51,18 @@ pub(crate) enum Pending {
 /// The answer of a save whose parts are all in: the rows of every part, in order (ascending
 /// by key), the first part's keys not owned, and the save's epoch.
 fn save_answer(parts: Vec<SavedPart>) -> SaveAnswer {
-    let epoch = parts.first().map_or(0, |(_, _, epoch)| *epoch);
+    let (epoch, applied) = parts
+        .first()
+        .map_or((0, Vec::new()), |(_, _, epoch, applied)| {
+            (*epoch, super::codec::applied_from_wire(applied))
+        });
     let mut answer = SaveAnswer {
         saved: Vec::new(),
         not_owned: Vec::new(),
         epoch,
+        applied,
     };
-    for (saved, not_owned, _) in parts {
+    for (saved, not_owned, _, _) in parts {
         answer.saved.extend(
             saved
                 .into_iter()
@@ -79,9 +84,14 @@ pub(crate) type RowsReply = oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>
 /// Where a dump's rows go.
 pub(crate) type DumpReply = oneshot::Sender<Vec<(ParamKey, RowData)>>;
 
-/// One part of a checkpoint save's answer: its rows, the keys not owned (the first part's)
-/// and the save's epoch.
-pub(crate) type SavedPart = (Vec<(ParamKeyWire, RowWire)>, Vec<ParamKeyWire>, u64);
+/// One part of a checkpoint save's answer: its rows, the keys not owned (the first part's),
+/// the save's epoch and the flush parts applied before it (the first part's).
+pub(crate) type SavedPart = (
+    Vec<(ParamKeyWire, RowWire)>,
+    Vec<ParamKeyWire>,
+    u64,
+    Vec<AppliedPartWire>,
+);
 
 /// For [`PendingReplies::answer_in_parts`]: where a waiter of kind `$kind` (an
 /// [`InParts`]) keeps the parts received so far, and its sender once it is taken out.
@@ -257,7 +267,8 @@ impl PendingReplies {
                         saved,
                         not_owned,
                         epoch,
-                    } => Ok((saved, not_owned, epoch)),
+                        applied,
+                    } => Ok((saved, not_owned, epoch, applied)),
                     SaveResult::Err(e) => Err(Err(HarpError::Remote(e))),
                 };
                 let kind = in_parts!(Pending::Saved);

@@ -3,7 +3,7 @@
 //! to a remote peer exactly as they talk to a local one (one transport trait, two
 //! implementations: channels in process, these proxies across processes).
 
-use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes};
+use super::codec::{from_bytes, rows_from_wire, rows_to_wire, to_bytes, NO_PART_ID};
 use super::pending::{Pending, PendingReplies};
 use super::row_parts::{
     answer_distances, answer_rows, answer_save, keys_in_parts, reset_in_parts, send_dump, InParts,
@@ -13,7 +13,7 @@ use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
-use crate::server::{CheckpointRequest, ServerMsg, ShardMoved, ShardRows};
+use crate::server::{CheckpointRequest, PartId, ServerMsg, ShardMoved, ShardRows};
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
@@ -140,9 +140,17 @@ impl Actor for ServerProxy {
                     }
                 }
             }
-            ServerMsg::Apply { updates, reply } => {
+            ServerMsg::Apply {
+                updates,
+                part,
+                reply,
+            } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
-                let flush = (state.node, request_id, false);
+                // The part's own id (a forwarded part keeps its sender's).
+                let flush = match part {
+                    Some(part) => (part.node, part.seq, false),
+                    None => (state.node, NO_PART_ID, false),
+                };
                 send_flush_part(state, flush, updates, request_id);
             }
             ServerMsg::Stage {
@@ -272,7 +280,11 @@ pub(crate) fn forward_on_link(
                 vec![Message::CheckpointDistances { request_id, server }],
             )
         }
-        ServerMsg::Checkpoint(CheckpointRequest::Save { keys, reply }) => {
+        ServerMsg::Checkpoint(CheckpointRequest::Save {
+            keys,
+            recorded,
+            reply,
+        }) => {
             let request_id = pending.register(Pending::Saved(InParts::new(reply)));
             let keys = keys.into_iter().map(Into::into).collect();
             let server = server.0;
@@ -282,6 +294,7 @@ pub(crate) fn forward_on_link(
                 keys,
                 part,
                 parts,
+                recorded_epoch: recorded,
             });
             (request_id, parts)
         }
@@ -616,7 +629,15 @@ pub(crate) fn serve_server_request(
                     reply,
                 }
             } else {
-                ServerMsg::Apply { updates, reply }
+                let part = (flush_id != NO_PART_ID).then_some(PartId {
+                    node: node_id,
+                    seq: flush_id,
+                });
+                ServerMsg::Apply {
+                    updates,
+                    part,
+                    reply,
+                }
             };
             if server.send_message(request).is_err() {
                 return false;
@@ -714,6 +735,7 @@ pub(crate) fn serve_server_request(
             keys,
             part,
             parts,
+            recorded_epoch,
             ..
         } => {
             let Some(keys) = keys_in_parts.add(request_id, part, parts, keys) else {
@@ -721,7 +743,11 @@ pub(crate) fn serve_server_request(
             };
             let (reply, rx) = oneshot::channel();
             let keys = keys.into_iter().map(Into::into).collect();
-            let request = CheckpointRequest::Save { keys, reply };
+            let request = CheckpointRequest::Save {
+                keys,
+                recorded: recorded_epoch,
+                reply,
+            };
             if server.send_message(ServerMsg::Checkpoint(request)).is_err() {
                 return false;
             }

@@ -137,9 +137,9 @@ pub(crate) async fn answer_distances(
 }
 
 /// Answers the checkpoint save `request_id` with a server's `answer`, or why not: every
-/// part with the save's epoch, the first with the keys not owned.
+/// part with the save's epoch, the first with the keys not owned and the flush parts applied.
 pub(crate) async fn answer_save(link: &Link, request_id: u64, answer: Result<SaveAnswer, String>) {
-    let (saved, mut not_owned, epoch) = match answer {
+    let (saved, mut not_owned, epoch, mut applied) = match answer {
         Ok(answer) => {
             let saved: Vec<(ParamKeyWire, RowWire)> = answer
                 .saved
@@ -148,9 +148,10 @@ pub(crate) async fn answer_save(link: &Link, request_id: u64, answer: Result<Sav
                 .collect();
             let not_owned: Vec<ParamKeyWire> =
                 answer.not_owned.into_iter().map(Into::into).collect();
-            (Ok(saved), not_owned, answer.epoch)
+            let applied = super::codec::applied_to_wire(&answer.applied);
+            (Ok(saved), not_owned, answer.epoch, applied)
         }
-        Err(why) => (Err(why), Vec::new(), 0),
+        Err(why) => (Err(why), Vec::new(), 0, Vec::new()),
     };
     let part = |part, parts, saved| Message::Saved {
         request_id,
@@ -158,6 +159,7 @@ pub(crate) async fn answer_save(link: &Link, request_id: u64, answer: Result<Sav
             saved,
             not_owned: std::mem::take(&mut not_owned),
             epoch,
+            applied: std::mem::take(&mut applied),
         },
         part,
         parts,
@@ -433,12 +435,16 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_save_answer_larger_than_a_message_arrives_whole_with_its_epoch() {
+    async fn a_save_answer_larger_than_a_message_arrives_whole_with_its_epoch_and_applied_parts() {
         let mut link = linked().await;
         let rows = more_than_a_message();
         let (tx, rx) = oneshot::channel();
         let id = link.asker.register(Pending::Saved(InParts::new(tx)));
         let not_owned = vec![ParamKey::new(TableId(1), 99)];
+        let applied = vec![crate::server::AppliedPart {
+            part: crate::server::PartId { node: 2, seq: 11 },
+            epoch: 6,
+        }];
         let answer = SaveAnswer {
             saved: rows
                 .iter()
@@ -446,10 +452,12 @@ mod tests {
                 .collect(),
             not_owned: not_owned.clone(),
             epoch: 7,
+            applied: applied.clone(),
         };
         answer_save(link.answerer(), id, Ok(answer)).await;
         let got = link.answer_of(rx).await.expect("the save");
         assert_eq!((got.epoch, got.not_owned), (7, not_owned));
+        assert_eq!(got.applied, applied);
         let got: Vec<(ParamKey, RowData)> =
             got.saved.iter().map(|(k, r)| (*k, (**r).clone())).collect();
         assert!(got == rows, "every saved row, ascending by key");

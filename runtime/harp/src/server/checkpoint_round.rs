@@ -29,7 +29,7 @@
 //! server's save also reports the save epoch it opened ([`RoundOutcome::epochs`]), which
 //! the master keeps beside its image and tells the nodes (`node/lost_ledger.rs`).
 
-use super::{CheckpointRequest, SaveAnswer, SavedRows, ServerMsg};
+use super::{AppliedPart, CheckpointRequest, SaveAnswer, SavedRows, ServerMsg};
 use crate::error::HarpError;
 use harp_core::scar::{selection_count, CheckpointSelector, ScarError};
 use harp_core::{shard_of, CoreError, ParamKey, ServerId, ShardId};
@@ -51,9 +51,20 @@ pub(crate) struct RoundOutcome {
     /// Servers that saved nothing: left out of the round (they could not report their
     /// distances) or whose save failed.
     pub failed: Vec<(ServerId, HarpError)>,
-    /// Each server that saved rows: the save epoch the save opened and the keys it saved
-    /// (ascending), so that nodes can forget the deltas those saves hold.
-    pub epochs: Vec<(ServerId, u64, Vec<ParamKey>)>,
+    /// Each server that saved rows: what it saved, so that nodes can forget the deltas
+    /// those saves hold.
+    pub server_saves: Vec<ServerSave>,
+}
+
+/// One server's save in a round: the save epoch it opened, the keys it saved (ascending),
+/// and the flush parts it applied since its last save the master recorded
+/// ([`super::applied_parts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ServerSave {
+    pub server: ServerId,
+    pub epoch: u64,
+    pub keys: Vec<ParamKey>,
+    pub applied: Vec<AppliedPart>,
 }
 
 impl RoundOutcome {
@@ -96,15 +107,26 @@ pub(crate) async fn checkpoint_round(
     selector: &mut CheckpointSelector,
     fraction: f64,
 ) -> Result<RoundOutcome, HarpError> {
-    checkpoint_round_except(servers, selector, fraction, &InTransit::default()).await
+    let nothing_recorded = BTreeMap::new();
+    checkpoint_round_except(
+        servers,
+        selector,
+        fraction,
+        &InTransit::default(),
+        &nothing_recorded,
+    )
+    .await
 }
 
-/// [`checkpoint_round`], leaving out what the new owners of shards `in_transit` report.
+/// [`checkpoint_round`], leaving out what the new owners of shards `in_transit` report;
+/// `recorded`: each server's newest save in the master's image (absent: none), which its
+/// save answer then lists no applied part before.
 pub(crate) async fn checkpoint_round_except(
     servers: &[(ServerId, ActorRef<ServerMsg>)],
     selector: &mut CheckpointSelector,
     fraction: f64,
     in_transit: &InTransit,
+    recorded: &BTreeMap<ServerId, u64>,
 ) -> Result<RoundOutcome, HarpError> {
     selection_count(0, fraction).map_err(selection_error)?;
 
@@ -158,7 +180,12 @@ pub(crate) async fn checkpoint_round_except(
         }
         let (id, server) = &servers[index];
         let (reply, answer) = oneshot::channel();
-        let request = ServerMsg::Checkpoint(CheckpointRequest::Save { keys, reply });
+        let recorded = recorded.get(id).copied().unwrap_or(0);
+        let request = ServerMsg::Checkpoint(CheckpointRequest::Save {
+            keys,
+            recorded,
+            reply,
+        });
         match server.send_message(request) {
             Ok(()) => saving.push((*id, answer)),
             Err(_) => outcome
@@ -172,12 +199,18 @@ pub(crate) async fn checkpoint_round_except(
                 saved,
                 not_owned,
                 epoch,
+                applied,
             })) => {
                 if !not_owned.is_empty() {
                     tracing::debug!(server = %id, keys = not_owned.len(), "checkpoint keys no longer on the server that reported them");
                 }
                 let keys = saved.iter().map(|(key, _)| *key).collect();
-                outcome.epochs.push((id, epoch, keys));
+                outcome.server_saves.push(ServerSave {
+                    server: id,
+                    epoch,
+                    keys,
+                    applied,
+                });
                 outcome.saved.extend(saved);
             }
             Ok(Err(e)) => outcome.failed.push((id, e)),
@@ -259,7 +292,7 @@ fn selection_error(error: ScarError) -> HarpError {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::server::ServerActor;
+    use crate::server::{PartId, ServerActor};
     use crate::table::{initial_row, Init, TableSet, UpdateRule};
     use harp_core::scar::{distance, Norm, Selection, SplitMix64};
     use harp_core::{shard_of, RowData, TableId};
@@ -285,7 +318,11 @@ pub(super) mod tests {
     ) {
         let (reply, answer) = oneshot::channel();
         server
-            .send_message(ServerMsg::Apply { updates, reply })
+            .send_message(ServerMsg::Apply {
+                updates,
+                part: None,
+                reply,
+            })
             .unwrap();
         answer.await.unwrap().unwrap();
     }
@@ -309,7 +346,11 @@ pub(super) mod tests {
         keys: Vec<ParamKey>,
     ) -> SaveAnswer {
         let (reply, answer) = oneshot::channel();
-        let request = CheckpointRequest::Save { keys, reply };
+        let request = CheckpointRequest::Save {
+            keys,
+            recorded: 0,
+            reply,
+        };
         server.send_message(ServerMsg::Checkpoint(request)).unwrap();
         answer.await.unwrap().unwrap()
     }
@@ -588,35 +629,56 @@ pub(super) mod tests {
     }
 
     /// The save epoch: a part applied at epoch `a` is in a row's save at epoch `e` exactly
-    /// when `a < e`; each save opens the next epoch, and the round reports it per server.
+    /// when `a < e`; each save opens the next epoch, and the round reports it per server,
+    /// with the named parts applied since the server's last save the master recorded.
     #[tokio::test]
     async fn applies_are_acknowledged_with_the_save_epoch_each_save_opens() {
         let set = one_table();
         let servers = spawn_servers(2, &set).await;
         let key = ParamKey::new(TableId(0), 0);
         let (id, s0) = &servers[shard_of(key, 2).0 as usize];
-        let applied_at = |server: ActorRef<ServerMsg>| async move {
+        let part = |seq| PartId { node: 7, seq };
+        let applied_at = |server: ActorRef<ServerMsg>, seq| async move {
             let (reply, answer) = oneshot::channel();
             let delta = vec![(key, RowData::F32(vec![1.0, 1.0]))];
             server
                 .send_message(ServerMsg::Apply {
                     updates: delta,
+                    part: Some(part(seq)),
                     reply,
                 })
                 .unwrap();
             answer.await.unwrap().unwrap()
         };
-        assert_eq!(applied_at(s0.clone()).await, Some(0));
-        assert_eq!(save(s0, vec![key]).await.epoch, 1);
-        assert_eq!(applied_at(s0.clone()).await, Some(1));
-        assert_eq!(applied_at(s0.clone()).await, Some(1));
+        assert_eq!(applied_at(s0.clone(), 0).await, Some(0));
+        let first = save(s0, vec![key]).await;
+        assert_eq!(first.epoch, 1);
+        let at = |seq, epoch| AppliedPart {
+            part: part(seq),
+            epoch,
+        };
+        assert_eq!(first.applied, vec![at(0, 0)]);
+        assert_eq!(applied_at(s0.clone(), 1).await, Some(1));
+        assert_eq!(applied_at(s0.clone(), 2).await, Some(1));
         let mut selector = CheckpointSelector::new(Selection::Full);
-        let outcome = checkpoint_round(&servers, &mut selector, 1.0)
+        // The master's image holds save 1, whose answer listed part 0.
+        let recorded = BTreeMap::from([(*id, 1)]);
+        let no_transit = InTransit::default();
+        let outcome = checkpoint_round_except(&servers, &mut selector, 1.0, &no_transit, &recorded)
             .await
             .unwrap();
         // The other server holds no row: it saved nothing and reports no epoch.
-        assert_eq!(outcome.epochs, vec![(*id, 2, vec![key])]);
-        assert_eq!(applied_at(s0.clone()).await, Some(2));
+        let save_2 = ServerSave {
+            server: *id,
+            epoch: 2,
+            keys: vec![key],
+            applied: vec![at(1, 1), at(2, 1)],
+        };
+        assert_eq!(outcome.server_saves, vec![save_2]);
+        assert_eq!(applied_at(s0.clone(), 3).await, Some(2));
+        // Save 2's answer was lost: the next save lists its parts again.
+        let third = save(s0, vec![key]).await;
+        assert_eq!(third.applied, vec![at(1, 1), at(2, 1), at(3, 2)]);
     }
 
     /// A shard whose hand-off is not confirmed: its new owner's rows of it are no
@@ -642,9 +704,11 @@ pub(super) mod tests {
             BTreeMap::from([(ShardId(1), ServerId(1)), (ShardId(0), ServerId(1))]),
         );
         let mut selector = CheckpointSelector::new(Selection::Full);
-        let outcome = checkpoint_round_except(&servers, &mut selector, 1.0, &in_transit)
-            .await
-            .unwrap();
+        let no_record = BTreeMap::new();
+        let outcome =
+            checkpoint_round_except(&servers, &mut selector, 1.0, &in_transit, &no_record)
+                .await
+                .unwrap();
         let saved: Vec<ParamKey> = outcome.saved.iter().map(|(k, _)| *k).collect();
         assert_eq!(saved, on(0));
         assert_eq!(outcome.candidates, on(0).len());

@@ -42,6 +42,7 @@
 //! applied only when the master commits it ([`ServerMsg::Commit`], once however often it is
 //! asked); a dead node's uncommitted parts are dropped ([`ServerMsg::DropStaged`]).
 
+mod applied_parts;
 pub(crate) mod checkpoint_round;
 #[cfg(test)]
 mod restore_tests;
@@ -54,6 +55,7 @@ mod stranded_tests;
 
 use crate::error::HarpError;
 use crate::table::TableSet;
+pub(crate) use applied_parts::{AppliedPart, PartId};
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use saved::SavedRows;
@@ -93,8 +95,11 @@ pub(crate) enum ServerMsg {
         reply: oneshot::Sender<Result<Vec<Arc<RowData>>, HarpError>>,
     },
     /// Apply one flush's deltas for this server's shards, all of them before replying.
+    /// `part` names the part (noted with the save epoch for the next checkpoint save's
+    /// answer: [`applied_parts`]).
     Apply {
         updates: Vec<(ParamKey, RowData)>,
+        part: Option<PartId>,
         reply: ApplyReply,
     },
     /// Keep one flush's deltas as the part `(node, flush)` until the master commits or drops
@@ -194,9 +199,11 @@ pub(crate) enum CheckpointRequest {
     /// listed.
     Distances { reply: DistancesReply },
     /// Make the current values of `keys` their saved values and return them. Nothing is
-    /// saved if a key names an unknown table.
+    /// saved if a key names an unknown table. `recorded`: the newest save of this server
+    /// the master's image holds (0: none), whose answer listed the parts applied before it.
     Save {
         keys: Vec<ParamKey>,
+        recorded: u64,
         reply: SaveReply,
     },
 }
@@ -307,6 +314,9 @@ pub(crate) struct SaveAnswer {
     pub not_owned: Vec<ParamKey>,
     /// The save epoch this save opened (the server's count of saves, this one included).
     pub epoch: u64,
+    /// The flush parts this server applied since the save `recorded` of the request, with
+    /// their epochs (all below `epoch`): this save holds their deltas for its keys.
+    pub applied: Vec<AppliedPart>,
 }
 
 pub(crate) struct ServerActor;
@@ -332,6 +342,8 @@ pub(crate) struct ServerState {
     staging: staging::Staging,
     /// Checkpoint saves taken (the save epoch; see the module doc).
     saves: u64,
+    /// Flush parts applied here since the last save the master recorded.
+    applied: applied_parts::AppliedParts,
     /// The latest recovery generation that re-created each shard here ([`Restore`]).
     restores: HashMap<ShardId, u64>,
 }
@@ -429,17 +441,27 @@ impl ServerState {
                 });
                 let _ = reply.send(distances);
             }
-            CheckpointRequest::Save { keys, reply } => {
+            CheckpointRequest::Save {
+                keys,
+                recorded,
+                reply,
+            } => {
                 let (here, mut not_owned): (Vec<ParamKey>, Vec<ParamKey>) =
                     keys.into_iter().partition(|key| self.owns(*key));
                 not_owned.sort_unstable();
                 not_owned.dedup();
                 let answer = self.store.checkpoint_save(&here).map(|saved| {
                     self.saves += 1;
+                    let dropped = self.applied.dropped();
+                    let applied = self.applied.answer(recorded);
+                    if dropped > 0 && applied.len() == applied_parts::APPLIED_PARTS_KEPT {
+                        tracing::debug!(server = %self.id, dropped, "more flush parts applied between two recorded saves than are kept");
+                    }
                     SaveAnswer {
                         saved,
                         not_owned,
                         epoch: self.saves,
+                        applied,
                     }
                 });
                 let _ = reply.send(answer);
@@ -566,7 +588,7 @@ impl ServerState {
     /// given away, as [`Self::apply`] does); answers at once otherwise.
     fn commit(&mut self, node: u32, flush: u64, reply: ApplyReply) {
         match self.staging.commit(node, flush) {
-            Some(updates) => self.apply(updates, reply),
+            Some(updates) => self.apply(updates, None, reply),
             None => {
                 let _ = reply.send(Ok(None));
             }
@@ -574,6 +596,13 @@ impl ServerState {
     }
 
     /// Applies one delta here; a refused one is counted, logged and kept as the first error.
+    /// Notes that part `part_id` had keys (`any`) applied here, at the current save epoch.
+    fn note_applied(&mut self, part_id: Option<PartId>, any: bool) {
+        if let (Some(part), true) = (part_id, any) {
+            self.applied.applied(part, self.saves);
+        }
+    }
+
     fn apply_here(&mut self, key: ParamKey, delta: &RowData, first_error: &mut Option<HarpError>) {
         if let Err(e) = self.store.apply(key, delta) {
             tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
@@ -581,18 +610,27 @@ impl ServerState {
         }
     }
 
-    fn apply(&mut self, updates: Vec<(ParamKey, RowData)>, reply: ApplyReply) {
+    /// Applies flush part `part_id` (`None`: a part nobody sends again): its keys here at
+    /// once, the others forwarded to their shards' new owners under the same id.
+    fn apply(
+        &mut self,
+        updates: Vec<(ParamKey, RowData)>,
+        part_id: Option<PartId>,
+        reply: ApplyReply,
+    ) {
         let mut first_error = None;
         if self.holds_every_shard() {
             // The common case: every key is here.
             for (key, delta) in &updates {
                 self.apply_here(*key, delta, &mut first_error);
             }
+            self.note_applied(part_id, !updates.is_empty());
             let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
             return;
         }
         let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
+        self.note_applied(part_id, !local.is_empty());
         for i in local {
             if let Some((key, delta)) = slots[i].take() {
                 self.apply_here(key, &delta, &mut first_error);
@@ -607,10 +645,12 @@ impl ServerState {
             let again = matches!(to, Away::Send(_)).then(|| sub.clone());
             let message = ServerMsg::Apply {
                 updates: sub,
+                part: part_id,
                 reply: tx,
             };
-            let part = self.send_away(to, message, rx, |reply| ServerMsg::Apply {
+            let part = self.send_away(to, message, rx, move |reply| ServerMsg::Apply {
                 updates: again.unwrap_or_default(),
+                part: part_id,
                 reply,
             });
             waits.push(part);
@@ -657,6 +697,7 @@ impl Actor for ServerActor {
             crashed: false,
             staging: staging::Staging::default(),
             saves: 0,
+            applied: Default::default(),
             restores: HashMap::new(),
         })
     }
@@ -673,7 +714,11 @@ impl Actor for ServerActor {
         }
         match msg {
             ServerMsg::Get { keys, reply } => state.get(keys, reply),
-            ServerMsg::Apply { updates, reply } => state.apply(updates, reply),
+            ServerMsg::Apply {
+                updates,
+                part,
+                reply,
+            } => state.apply(updates, part, reply),
             ServerMsg::Stage {
                 node,
                 flush,

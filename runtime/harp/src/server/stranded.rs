@@ -165,7 +165,11 @@ impl ServerState {
         }
         match request {
             ServerMsg::Get { keys, reply } => self.get(keys, reply),
-            ServerMsg::Apply { updates, reply } => self.apply(updates, reply),
+            ServerMsg::Apply {
+                updates,
+                part,
+                reply,
+            } => self.apply(updates, part, reply),
             other => {
                 tracing::debug!(server = %self.id, "only reads and updates are asked again");
                 drop(other);

@@ -56,7 +56,11 @@ fn send_apply(
 ) -> oneshot::Receiver<Result<AppliedAt, HarpError>> {
     let (reply, answer) = oneshot::channel();
     server
-        .send_message(ServerMsg::Apply { updates, reply })
+        .send_message(ServerMsg::Apply {
+            updates,
+            part: None,
+            reply,
+        })
         .unwrap();
     answer
 }

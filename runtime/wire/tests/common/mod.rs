@@ -20,6 +20,14 @@ pub fn arb_key() -> impl Strategy<Value = ParamKeyWire> {
     (any::<u16>(), any::<u64>()).prop_map(|(table, row)| ParamKeyWire { table, row })
 }
 
+pub fn arb_applied_part() -> impl Strategy<Value = AppliedPartWire> {
+    (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(node, seq, epoch)| AppliedPartWire {
+        node,
+        seq,
+        epoch,
+    })
+}
+
 pub fn arb_row() -> impl Strategy<Value = RowWire> {
     prop_oneof![
         vec(any::<u32>().prop_map(f32::from_bits), 0..24).prop_map(RowWire::F32),
@@ -457,28 +465,38 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u32>(),
             vec(arb_key(), 0..16),
-            (any::<u32>(), any::<u32>()),
+            (any::<u32>(), any::<u32>(), any::<u64>()),
         )
             .prop_map(
-                |(request_id, server, keys, (part, parts))| Message::CheckpointSave {
-                    request_id,
-                    server,
-                    keys,
-                    part,
-                    parts,
+                |(request_id, server, keys, (part, parts, recorded_epoch))| {
+                    Message::CheckpointSave {
+                        request_id,
+                        server,
+                        keys,
+                        part,
+                        parts,
+                        recorded_epoch,
+                    }
                 },
             )
             .boxed(),
         (
             any::<u64>(),
             prop_oneof![
-                (arb_updates(), vec(arb_key(), 0..8), any::<u64>()).prop_map(
-                    |(saved, not_owned, epoch)| SaveResult::Ok {
-                        saved,
-                        not_owned,
-                        epoch
-                    }
-                ),
+                (
+                    arb_updates(),
+                    vec(arb_key(), 0..8),
+                    any::<u64>(),
+                    vec(arb_applied_part(), 0..8)
+                )
+                    .prop_map(|(saved, not_owned, epoch, applied)| {
+                        SaveResult::Ok {
+                            saved,
+                            not_owned,
+                            epoch,
+                            applied,
+                        }
+                    }),
                 arb_string().prop_map(SaveResult::Err),
             ],
             any::<u32>(),
@@ -554,11 +572,17 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 executor,
             })
             .boxed(),
-        (any::<u32>(), any::<u64>(), vec(arb_key(), 0..8))
-            .prop_map(|(server, epoch, keys)| Message::RowsSaved {
+        (
+            any::<u32>(),
+            any::<u64>(),
+            vec(arb_key(), 0..8),
+            vec(arb_applied_part(), 0..8),
+        )
+            .prop_map(|(server, epoch, keys, applied)| Message::RowsSaved {
                 server,
                 epoch,
                 keys,
+                applied,
             })
             .boxed(),
         (any::<u64>(), any::<u32>())

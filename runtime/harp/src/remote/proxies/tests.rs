@@ -84,7 +84,11 @@ fn apply(proxy: &ActorRef<ServerMsg>) {
     let (reply, _) = oneshot::channel();
     let updates = large_part();
     proxy
-        .send_message(ServerMsg::Apply { updates, reply })
+        .send_message(ServerMsg::Apply {
+            updates,
+            part: None,
+            reply,
+        })
         .unwrap();
 }
 

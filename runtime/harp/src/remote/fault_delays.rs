@@ -24,6 +24,22 @@ pub const HAND_OFF_ANSWER_DELAY_VAR: &str = "HARP_FAULT_HAND_OFF_ANSWER_DELAY_MS
 /// strike the job while a node that gave all its load away has not departed yet.
 pub const DRAIN_ANSWER_DELAY_VAR: &str = "HARP_FAULT_DRAIN_ANSWER_DELAY_MS";
 
+/// A node with a server sends its answer to each flush part (not staged) it applied for
+/// one node, the first that sent it one, this long late, and answers the others at once (so
+/// their completions, and the job's checkpoint rounds, go on): a node killed meanwhile dies
+/// with parts applied, and saved by a round, that their sender never heard of (they must
+/// not count twice).
+pub const APPLY_ANSWER_DELAY_VAR: &str = "HARP_FAULT_APPLY_ANSWER_DELAY_MS";
+
+/// [`APPLY_ANSWER_DELAY_VAR`]'s delay for a part that node `node` sent (read once: it is
+/// asked for every flush part).
+pub(crate) fn apply_answer_delay(node: u32) -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    static DELAYED_NODE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let delay = (*DELAY.get_or_init(|| fault_delay(APPLY_ANSWER_DELAY_VAR)))?;
+    (*DELAYED_NODE.get_or_init(|| node) == node).then_some(delay)
+}
+
 /// The delay `var` (one of the variables above) asks for, if any.
 pub(crate) fn fault_delay(var: &str) -> Option<Duration> {
     let value = std::env::var(var).ok()?;

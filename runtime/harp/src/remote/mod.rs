@@ -60,7 +60,8 @@ mod scale_client;
 mod state_transfer;
 
 pub use fault_delays::{
-    DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
+    APPLY_ANSWER_DELAY_VAR, DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR,
+    STAGED_REPORT_DELAY_VAR,
 };
 pub use listen_addr::{check_bind_reaches, default_bind, dialable};
 pub use master_side::{

@@ -642,11 +642,17 @@ pub(crate) fn serve_server_request(
             if server.send_message(request).is_err() {
                 return false;
             }
+            let delay = (!staged)
+                .then(|| super::fault_delays::apply_answer_delay(node_id))
+                .flatten();
             crate::spawn::spawn(async move {
                 let (error, save_epoch) = match server_answer(rx).await {
                     Ok(epoch) => (None, epoch),
                     Err(e) => (Some(e), None),
                 };
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await; // fault injection
+                }
                 let _ = link.send(&Message::Applied {
                     request_id,
                     error,

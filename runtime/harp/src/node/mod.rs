@@ -70,13 +70,13 @@ impl FlushMode {
     fn message(
         self,
         updates: Vec<(ParamKey, RowData)>,
-        part: PartId,
+        part: Option<PartId>,
         reply: oneshot::Sender<Result<AppliedAt, HarpError>>,
     ) -> ServerMsg {
         match self {
             FlushMode::Apply => ServerMsg::Apply {
                 updates,
-                part: Some(part),
+                part,
                 reply,
             },
             FlushMode::Stage { node, flush } => ServerMsg::Stage {
@@ -486,10 +486,11 @@ impl ParamStore {
                     self.unacked_lock().keep(seq, server, updates.clone(), None);
                     sent_parts.push(seq);
                 }
-                let part = PartId {
+                // Named only where it may be sent again: servers note named parts alone.
+                let part = keep.then_some(PartId {
                     node: self.node_id,
                     seq,
-                };
+                });
                 let (tx, rx) = oneshot::channel();
                 let sent = routing
                     .servers

@@ -17,9 +17,11 @@
 //! the image already has of it. A part applied at epoch `a` is in a row saved at epoch `e`
 //! exactly when `a < e` (`server/mod.rs`, "Save epochs").
 //!
-//! **Bounded.** Only the newest [`APPLIED_PARTS_KEPT`] parts are kept: the parts whose
-//! acknowledgement can be lost are the last ones a server applied before it died, and a
-//! job without checkpoint rounds confirms nothing, so the oldest are dropped first.
+//! **Bounded.** Only parts with an id are noted, and a node names its plain parts only in
+//! a job that sends unacknowledged ones again (`ParamStore::awaiting_lost_servers`: a job
+//! with SCAR's running checkpoint; a job that recovers worker nodes stages its parts
+//! instead). Only the newest [`APPLIED_PARTS_KEPT`] are kept: the parts whose
+//! acknowledgement can be lost are the last ones a server applied before it died.
 
 use std::collections::VecDeque;
 

@@ -23,7 +23,8 @@
 //! AdaGrad does not sum into the lost value). A part acknowledged without an epoch (staged
 //! for a worker-recovery job, or partly forwarded to a shard's new owner by a move) makes
 //! the server's record inexact, and the node says so instead of answering a wrong sum.
-//! Unacknowledged parts are not kept: the node sends them again to the shards' new owners.
+//! Unacknowledged parts are not kept here: the node sends them again to the shards' new
+//! owners, less the rows a save after the part's apply holds (`node/unacked.rs`).
 //!
 //! **Fenced at the report.** A server the master declared dead may still answer (cut off
 //! from the master only): once the node reported its record for the recovery

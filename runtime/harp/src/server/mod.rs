@@ -454,6 +454,7 @@ impl ServerState {
                     self.saves += 1;
                     let dropped = self.applied.dropped();
                     let applied = self.applied.answer(recorded);
+                    // Full and dropping: parts older than these may be in this save unlisted.
                     if dropped > 0 && applied.len() == applied_parts::APPLIED_PARTS_KEPT {
                         tracing::debug!(server = %self.id, dropped, "more flush parts applied between two recorded saves than are kept");
                     }

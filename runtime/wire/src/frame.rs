@@ -499,6 +499,8 @@ mod tests {
             node_id: 2,
             flush_id: 3,
             staged: false,
+            held_from: 2,
+            forwarded: false,
             updates: vec![
                 (
                     ParamKeyWire { table: 1, row: 9 },

@@ -33,8 +33,8 @@ pub use handshake::{check_hello, check_welcome, hello, refusal, PROTOCOL_VERSION
 pub use message::{
     AppliedPartWire, ArchivedMessage, Assignment, CompletionWire, DistancesResult,
     ExecutorSaveResult, HandOffResult, Hello, JobId, JobInfoWire, LostUpdatesResult, Message,
-    MessageKind, NodeRole, OptStateWire, ParamKeyWire, Placement, ReleaseResult, RestoreWire,
-    RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace, ShardRowWire, StateFetch,
-    StoppedWire, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
+    MessageKind, NodeRole, OptStateWire, ParamKeyWire, PartKeysWire, Placement, ReleaseResult,
+    RestoreWire, RowWire, RowsResult, SaveResult, ServerPlace, ShardPlace, ShardRowWire,
+    StateFetch, StoppedWire, TaskEnvelope, Welcome, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
 };
 pub use parts::{split_rows, KEYS_PER_PART, PART_BYTES};

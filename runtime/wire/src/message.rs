@@ -125,6 +125,16 @@ pub struct AppliedPartWire {
     pub epoch: u64,
 }
 
+/// A flush part (`node`, `seq`: as [`AppliedPartWire`]) and the keys of it a server
+/// applied, carried with a moved shard's rows ([`Message::TakeOverShard`]).
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct PartKeysWire {
+    pub node: u32,
+    pub seq: u64,
+    pub keys: Vec<ParamKeyWire>,
+}
+
 /// A [`Message::TakeOverShard`] that re-creates a failed server's shard from the running
 /// checkpoint: the first part of recovery `generation` to arrive drops whatever rows of
 /// the shard (of `num_shards`) the server still holds, so it ends with exactly the restored
@@ -532,12 +542,19 @@ pub enum Message {
     /// With `staged` (a job that recovers worker nodes) the server only keeps the deltas as
     /// the staged part `(node_id, flush_id)` until the master commits it
     /// ([`Message::CommitFlush`]) or drops it ([`Message::DropStaged`]).
+    /// `held_from`: the oldest part number the node still holds unacknowledged when it sent
+    /// this one (a server forgets the parts of that node numbered below it that it got
+    /// forwarded); `forwarded`: a server sends the part on, for a shard it gave away (the
+    /// receiver remembers which of its keys it applied, so that the same part sent again by
+    /// the node is not applied twice).
     Apply {
         request_id: u64,
         server: u32,
         node_id: u32,
         flush_id: u64,
         staged: bool,
+        held_from: u64,
+        forwarded: bool,
         updates: Vec<(ParamKeyWire, RowWire)>,
     },
     /// server node → node: the answer to [`Message::Apply`]; `error` is `None` when applied
@@ -637,6 +654,10 @@ pub enum Message {
         shard: u32,
         rows: Vec<ShardRowWire>,
         restore: Option<RestoreWire>,
+        /// The flush parts forwarded to the old owner whose keys of this shard it applied
+        /// and whose node may still send them again (a move; in the first message of a
+        /// shard sent in several).
+        parts: Vec<PartKeysWire>,
     },
     /// new server node → old server node: the rows of a [`Message::TakeOverShard`] are in.
     TookOver { request_id: u64 },
@@ -870,7 +891,10 @@ impl Message {
                 .iter()
                 .map(|(_, r)| r.as_ref().map_or(0, RowWire::value_bytes) + PER_ROW)
                 .sum(),
-            Message::TakeOverShard { rows, .. } => rows.iter().map(ShardRowWire::bytes).sum(),
+            Message::TakeOverShard { rows, parts, .. } => {
+                let parts: usize = parts.iter().map(|p| (p.keys.len() + 1) * PER_ROW).sum();
+                rows.iter().map(ShardRowWire::bytes).sum::<usize>() + parts
+            }
             _ => 0,
         };
         body + 256
@@ -1266,6 +1290,8 @@ mod tests {
                     node_id: 2,
                     flush_id: 3,
                     staged: n % 2 == 0,
+                    held_from: 1,
+                    forwarded: n % 3 == 0,
                     updates: rows(n, values),
                 },
                 Message::Rows {

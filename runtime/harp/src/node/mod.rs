@@ -33,7 +33,7 @@ pub(crate) use routing::Routing;
 pub use stats::NodeStats;
 
 use crate::error::HarpError;
-use crate::server::{AppliedAt, AppliedPart, PartId, ServerMsg};
+use crate::server::{AppliedAt, AppliedPart, PartId, PartTag, ServerMsg};
 use crate::table::{TableSet, UpdateRule};
 use cache::{KeptRows, ParamCache, Visitor};
 use dashmap::DashMap;
@@ -41,11 +41,10 @@ use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId, UpdateLog, Versi
 use lost_ledger::LostLedger;
 use stats::NodeCounters;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
-use unacked::Unacked;
+use unacked::{HeldPart, Unacked};
 
 /// How long a read or a flush waits for a server's answer before the task fails with
 /// [`HarpError::RequestTimedOut`]. Servers answer at once (they never wait on versions), so
@@ -57,6 +56,10 @@ pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 pub(crate) const SERVER_RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
 type Batches = BTreeMap<ServerId, Vec<(ParamKey, RowData)>>;
+
+/// Flush parts on their way: the server, the part's number if it is held already (one sent
+/// again; `None`: a new part, numbered when it is sent), and its deltas.
+type Outgoing = Vec<(ServerId, Option<u64>, Vec<(ParamKey, RowData)>)>;
 
 /// How a flush's parts go to their servers: applied at once, or staged as flush `flush` of
 /// node `node` until the master commits it.
@@ -70,7 +73,7 @@ impl FlushMode {
     fn message(
         self,
         updates: Vec<(ParamKey, RowData)>,
-        part: Option<PartId>,
+        part: Option<PartTag>,
         reply: oneshot::Sender<Result<AppliedAt, HarpError>>,
     ) -> ServerMsg {
         match self {
@@ -116,8 +119,6 @@ pub(crate) struct ParamStore {
     lost_ledger: Option<Mutex<LostLedger>>,
     /// This node's id in the job: the first half of its flush parts' ids.
     node_id: u32,
-    /// The number of the next flush part this node sends.
-    next_part: AtomicU64,
     /// Parts sent and not acknowledged yet, kept to be sent again ([`unacked`]; with
     /// [`Self::awaiting_lost_servers`]).
     unacked: Mutex<Unacked>,
@@ -140,7 +141,6 @@ impl ParamStore {
             server_awaited_hook: None,
             lost_ledger: None,
             node_id: 0,
-            next_part: AtomicU64::new(0),
             unacked: Mutex::default(),
             counters: NodeCounters::default(),
         }
@@ -417,26 +417,35 @@ impl ParamStore {
     async fn flush(&self, batches: Batches, mode: FlushMode) -> Result<Vec<ServerId>, HarpError> {
         let rows: usize = batches.values().map(Vec::len).sum();
         let recovery_deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
-        let mut pending = batches;
+        // A server's part larger than a message may carry goes as several, each
+        // acknowledged (and recorded in the ledger at its save epoch) on its own.
+        let mut pending: Outgoing = batches
+            .into_iter()
+            .flat_map(|(server, updates)| {
+                harp_wire::split_rows(updates, |(_, delta)| delta.bytes())
+                    .into_iter()
+                    .map(move |part| (server, None, part))
+            })
+            .collect();
         let mut holders = Vec::new();
         loop {
             let (acked, unanswered) = self.flush_once(pending, mode).await?;
             holders.extend(acked);
-            let Some(&(server, _)) = unanswered.first() else {
+            let Some(&(_, server)) = unanswered.first() else {
                 break;
             };
             let keys = self.unacked_keys(&unanswered);
             let rerouted = self
                 .wait_rerouted_away(server, &keys, recovery_deadline)
                 .await;
-            // Taken only now: the saves the master told of meanwhile (before the reroute,
-            // on the same stream) dropped the rows they hold of parts the server applied.
-            let updates = self.take_unacked(unanswered.iter().map(|(_, seq)| *seq));
             if !rerouted {
+                self.drop_unacked(&unanswered);
                 return Err(HarpError::ServerUnreachable(server));
             }
             NodeCounters::add(&self.counters.requests_resent, 1);
-            pending = self.group_by_server(updates);
+            // Split only now: the saves the master told of meanwhile (before the reroute,
+            // on the same stream) dropped the rows they hold of parts the server applied.
+            pending = self.reroute_unacked(&unanswered);
         }
         NodeCounters::add(&self.counters.flushes, 1);
         NodeCounters::add(&self.counters.rows_flushed, rows as u64);
@@ -445,60 +454,62 @@ impl ParamStore {
         Ok(holders)
     }
 
-    /// Groups updates by the server their shard routes to now.
-    fn group_by_server(&self, updates: Vec<(ParamKey, RowData)>) -> Batches {
+    /// The unacknowledged parts `parts` go again, each under its own number, split by the
+    /// servers their shards route to now (held meanwhile: [`Unacked::reroute`]).
+    fn reroute_unacked(&self, parts: &[HeldPart]) -> Outgoing {
         let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
-        let mut batches = Batches::new();
-        for (key, delta) in updates {
-            batches
-                .entry(routing.route(key).0)
-                .or_default()
-                .push((key, delta));
-        }
-        batches
+        self.unacked_lock()
+            .reroute(parts, |key| routing.route(key).0)
+            .into_iter()
+            .map(|((seq, server), updates)| (server, Some(seq), updates))
+            .collect()
     }
 
     /// One attempt of [`Self::flush`]: the servers that acknowledged their part, and the
-    /// parts to send again (`(server, part number)`, held in [`Self::unacked`]). Without
-    /// server recovery any failure is the error; with it, the parts whose server did not
-    /// answer are handed back to be sent again.
+    /// parts to send again (held in [`Self::unacked`]). Without server recovery any
+    /// failure is the error; with it, the parts whose server did not answer are handed
+    /// back to be sent again.
     async fn flush_once(
         &self,
-        batches: Batches,
+        parts: Outgoing,
         mode: FlushMode,
-    ) -> Result<(Vec<ServerId>, Vec<(ServerId, u64)>), HarpError> {
+    ) -> Result<(Vec<ServerId>, Vec<HeldPart>), HarpError> {
         let keep = self.await_lost_servers;
-        let mut replies = Vec::with_capacity(batches.len());
+        let mut replies = Vec::with_capacity(parts.len());
         let mut unanswered = Vec::new();
-        let mut sent_parts = Vec::with_capacity(batches.len());
+        let mut sent_parts = Vec::with_capacity(parts.len());
         {
             let routing = self.routing.read().unwrap_or_else(|p| p.into_inner());
-            // A server's part larger than a message may carry goes as several, each
-            // acknowledged (and recorded in the ledger at its save epoch) on its own.
-            let parts = batches.into_iter().flat_map(|(server, updates)| {
-                harp_wire::split_rows(updates, |(_, delta)| delta.bytes())
-                    .into_iter()
-                    .map(move |part| (server, part))
-            });
-            for (server, updates) in parts {
-                let seq = self.next_part.fetch_add(1, Ordering::Relaxed);
-                if keep {
-                    self.unacked_lock().keep(seq, server, updates.clone(), None);
-                    sent_parts.push(seq);
-                }
+            for (server, held, updates) in parts {
                 // Named only where it may be sent again: servers note named parts alone.
-                let part = keep.then_some(PartId {
-                    node: self.node_id,
-                    seq,
+                // A new part is numbered and kept in one step (see `unacked`).
+                let tag = keep.then(|| {
+                    let mut unacked = self.unacked_lock();
+                    let seq = match held {
+                        Some(seq) => seq,
+                        None => unacked.keep_new(server, updates.clone()),
+                    };
+                    PartTag {
+                        id: PartId {
+                            node: self.node_id,
+                            seq,
+                        },
+                        held_from: unacked.held_from(),
+                        forwarded: false,
+                    }
                 });
+                let seq = tag.map_or(0, |tag| tag.id.seq);
+                if keep {
+                    sent_parts.push((seq, server));
+                }
                 let (tx, rx) = oneshot::channel();
                 let sent = routing
                     .servers
                     .get(&server)
-                    .map(|actor| actor.send_message(mode.message(updates, part, tx)));
+                    .map(|actor| actor.send_message(mode.message(updates, tag, tx)));
                 match sent {
                     Some(Ok(())) => replies.push((server, seq, rx)),
-                    _ if keep => unanswered.push((server, seq)),
+                    _ if keep => unanswered.push((seq, server)),
                     _ => return Err(HarpError::ServerUnreachable(server)),
                 }
             }
@@ -509,32 +520,22 @@ impl ParamStore {
         for (server, seq, rx) in replies {
             match tokio::time::timeout_at(deadline, rx).await {
                 Ok(Ok(Ok(epoch))) => {
-                    // The copy kept for a resend is not needed any more: the ledger takes it
-                    // (unless the server was declared dead meanwhile: then it goes again).
-                    let kept = if keep {
-                        self.unacked_lock().take(seq)
-                    } else {
-                        None
-                    };
-                    if let (FlushMode::Apply, Some((_, part))) = (mode, kept) {
-                        if let Err(part) = self.ledger_acknowledged(server, epoch, part) {
-                            self.unacked_lock().keep(seq, server, part, epoch);
-                            unanswered.push((server, seq));
-                            continue;
-                        }
+                    if keep && !self.acknowledged((seq, server), mode, epoch) {
+                        unanswered.push((seq, server));
+                        continue;
                     }
                     acked.push(server)
                 }
                 Ok(Ok(Err(e))) => {
                     NodeCounters::add(&self.counters.updates_rejected, 1);
-                    self.take_unacked(sent_parts);
+                    self.drop_unacked(&sent_parts);
                     return Err(e);
                 }
-                Ok(Err(_)) if keep => unanswered.push((server, seq)),
+                Ok(Err(_)) if keep => unanswered.push((seq, server)),
                 Ok(Err(_)) => return Err(HarpError::ServerUnreachable(server)),
                 Err(_) => {
                     NodeCounters::add(&self.counters.requests_timed_out, 1);
-                    self.take_unacked(sent_parts);
+                    self.drop_unacked(&sent_parts);
                     return Err(HarpError::RequestTimedOut {
                         server,
                         request: "flush",
@@ -546,27 +547,43 @@ impl ParamStore {
         Ok((acked, unanswered))
     }
 
+    /// Part `part` was acknowledged as applied at `epoch`: the copy kept for a resend is
+    /// not needed any more, and the ledger takes it. False when the server was declared
+    /// dead meanwhile: then the part stays held, to go again. One step under the lock, so
+    /// the part never leaves the held ones while it may still go ([`Unacked::held_from`]).
+    fn acknowledged(&self, part: HeldPart, mode: FlushMode, epoch: AppliedAt) -> bool {
+        let mut unacked = self.unacked_lock();
+        let Some(updates) = unacked.take(part) else {
+            return true;
+        };
+        if !matches!(mode, FlushMode::Apply) {
+            return true;
+        }
+        match self.ledger_acknowledged(part.1, epoch, updates) {
+            Ok(()) => true,
+            Err(updates) => {
+                unacked.keep(part, updates, epoch);
+                false
+            }
+        }
+    }
+
     fn unacked_lock(&self) -> std::sync::MutexGuard<'_, Unacked> {
         self.unacked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The keys of the unacknowledged parts `parts` (`(server, part number)`).
-    fn unacked_keys(&self, parts: &[(ServerId, u64)]) -> Vec<ParamKey> {
+    /// The keys of the unacknowledged parts `parts`.
+    fn unacked_keys(&self, parts: &[HeldPart]) -> Vec<ParamKey> {
         let unacked = self.unacked_lock();
-        parts
-            .iter()
-            .flat_map(|(_, seq)| unacked.keys(*seq))
-            .collect()
+        parts.iter().flat_map(|part| unacked.keys(*part)).collect()
     }
 
-    /// Takes the parts numbered `seqs` out of the unacknowledged ones: what is left of
-    /// their deltas.
-    fn take_unacked(&self, seqs: impl IntoIterator<Item = u64>) -> Vec<(ParamKey, RowData)> {
+    /// Drops the unacknowledged parts `parts` (their flush failed).
+    fn drop_unacked(&self, parts: &[HeldPart]) {
         let mut unacked = self.unacked_lock();
-        seqs.into_iter()
-            .filter_map(|seq| unacked.take(seq))
-            .flat_map(|(_, updates)| updates)
-            .collect()
+        for part in parts {
+            unacked.take(*part);
+        }
     }
 
     /// A server joined: reads and flushes may be routed to it.
@@ -898,6 +915,60 @@ mod tests {
         ];
         assert_eq!(rows, want);
         assert_eq!(store.stats().requests_resent, 1);
+    }
+
+    /// A part sent to a server that had given its shard away is forwarded to the new
+    /// owner, which applies it; the old owner dies before relaying the answer. The node
+    /// sends the part again, now straight to the new owner, which knows it applied those
+    /// keys (under the part's own number) and skips them. Sent under a new number, or
+    /// unrecorded, the rows counted twice.
+    #[tokio::test]
+    async fn a_part_forwarded_by_a_server_that_died_before_answering_is_not_applied_twice() {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        let (a, b) = (key, ParamKey::new(key.table, 5));
+        // Server 0 gives the one shard to server 1; the node does not know yet.
+        let (reply, moved) = oneshot::channel();
+        s0.send_message(ServerMsg::HandOff {
+            shard: ShardId(0),
+            num_shards: 1,
+            to_id: ServerId(1),
+            to: s1.clone(),
+            reply,
+        })
+        .unwrap();
+        moved.await.unwrap().unwrap();
+        // Server 0's answers are lost: it forwards the part, server 1 applies it, and
+        // the answer never reaches the node.
+        let (lossy, _) = Actor::spawn(None, crate::test_support::LostAcks, s0.clone())
+            .await
+            .unwrap();
+        store.add_server(ServerId(0), lossy);
+        store.record(a, RowData::F32(vec![1.0, 2.0])).unwrap();
+        store.record(b, RowData::F32(vec![3.0, 4.0])).unwrap();
+        let flushing = crate::spawn::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        while dump(&s1).await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        crash(&s0).await;
+        assert!(!flushing.is_finished(), "the part waits for the reroute");
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        store.forget_server(ServerId(0));
+        flushing.await.unwrap().unwrap();
+        assert_eq!(store.stats().requests_resent, 1);
+        let mut rows = dump(&s1).await;
+        rows.sort_by_key(|(k, _)| *k);
+        let want = vec![
+            (a, RowData::F32(vec![1.0, 2.0])),
+            (b, RowData::F32(vec![3.0, 4.0])),
+        ];
+        assert_eq!(rows, want);
+        // Acknowledged, the part is no longer held: the next one releases its record.
+        store.record(a, RowData::F32(vec![1.0, 1.0])).unwrap();
+        store.apply(store.drain_log()).await.unwrap();
+        assert_eq!(store.unacked_lock().held_from(), 2);
     }
 
     #[tokio::test]

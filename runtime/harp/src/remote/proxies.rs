@@ -13,7 +13,7 @@ use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;
-use crate::server::{CheckpointRequest, PartId, ServerMsg, ShardMoved, ShardRows};
+use crate::server::{CheckpointRequest, PartId, PartTag, ServerMsg, ShardMoved, ShardRows};
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_core::{ParamKey, RowData, ServerId};
 use harp_net::{Incoming, Link};
@@ -147,11 +147,23 @@ impl Actor for ServerProxy {
             } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
                 // The part's own id (a forwarded part keeps its sender's).
-                let flush = match part {
-                    Some(part) => (part.node, part.seq, false),
-                    None => (state.node, NO_PART_ID, false),
+                let header = match part {
+                    Some(tag) => PartHeader {
+                        node_id: tag.id.node,
+                        flush_id: tag.id.seq,
+                        staged: false,
+                        held_from: tag.held_from,
+                        forwarded: tag.forwarded,
+                    },
+                    None => PartHeader {
+                        node_id: state.node,
+                        flush_id: NO_PART_ID,
+                        staged: false,
+                        held_from: 0,
+                        forwarded: false,
+                    },
                 };
-                send_flush_part(state, flush, updates, request_id);
+                send_flush_part(state, header, updates, request_id);
             }
             ServerMsg::Stage {
                 node,
@@ -160,7 +172,14 @@ impl Actor for ServerProxy {
                 reply,
             } => {
                 let request_id = state.pending.register(Pending::Applied(reply));
-                send_flush_part(state, (node, flush, true), updates, request_id);
+                let header = PartHeader {
+                    node_id: node,
+                    flush_id: flush,
+                    staged: true,
+                    held_from: 0,
+                    forwarded: false,
+                };
+                send_flush_part(state, header, updates, request_id);
             }
             ServerMsg::Commit { reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(
@@ -223,7 +242,16 @@ impl Actor for ServerProxy {
     }
 }
 
-/// Sends one flush part (`(node, flush id, staged)`) to the proxy's server as request
+/// How a flush part is named on the wire (the header fields of [`Message::Apply`]).
+struct PartHeader {
+    node_id: u32,
+    flush_id: u64,
+    staged: bool,
+    held_from: u64,
+    forwarded: bool,
+}
+
+/// Sends one flush part (named by `header`) to the proxy's server as request
 /// `request_id`. Large parts go on their own stream, so reads are not held up behind them,
 /// except while shard rows sent in order are not confirmed: the part may carry updates the
 /// old owner forwards for that shard, which must not overtake its rows, so it goes on the
@@ -231,16 +259,18 @@ impl Actor for ServerProxy {
 /// reply is dropped).
 fn send_flush_part(
     state: &ServerProxyState,
-    (node_id, flush_id, staged): (u32, u64, bool),
+    header: PartHeader,
     updates: Vec<(ParamKey, RowData)>,
     request_id: u64,
 ) {
     let message = Message::Apply {
         request_id,
         server: state.server.0,
-        node_id,
-        flush_id,
-        staged,
+        node_id: header.node_id,
+        flush_id: header.flush_id,
+        staged: header.staged,
+        held_from: header.held_from,
+        forwarded: header.forwarded,
         updates: rows_to_wire(updates),
     };
     if state.unconfirmed_rows.load(Ordering::Acquire) > 0 {
@@ -347,6 +377,7 @@ fn take_over_on_link(
         generation: r.generation,
         num_shards: r.num_shards,
     });
+    let mut forwarded_parts = rows.parts_to_wire();
     let rows = rows.to_wire();
     let parts = match unconfirmed {
         Some(_) => vec![rows],
@@ -363,6 +394,8 @@ fn take_over_on_link(
             shard: shard.0,
             rows,
             restore,
+            // All in the first message: the shard's rows are in only once every part is.
+            parts: std::mem::take(&mut forwarded_parts),
         });
     }
     let (link, pending) = (link.clone(), pending.clone());
@@ -616,6 +649,8 @@ pub(crate) fn serve_server_request(
             node_id,
             flush_id,
             staged,
+            held_from,
+            forwarded,
             updates,
             ..
         } => {
@@ -629,9 +664,13 @@ pub(crate) fn serve_server_request(
                     reply,
                 }
             } else {
-                let part = (flush_id != NO_PART_ID).then_some(PartId {
-                    node: node_id,
-                    seq: flush_id,
+                let part = (flush_id != NO_PART_ID).then_some(PartTag {
+                    id: PartId {
+                        node: node_id,
+                        seq: flush_id,
+                    },
+                    held_from,
+                    forwarded,
                 });
                 ServerMsg::Apply {
                     updates,
@@ -704,12 +743,13 @@ pub(crate) fn serve_server_request(
             shard,
             rows,
             restore,
+            parts,
         } => {
             let (ack, acked) = oneshot::channel();
             // Arrived: whatever came after it on the link is handled after it here.
             let take_over = ServerMsg::TakeOver {
                 shard: harp_core::ShardId(shard),
-                rows: ShardRows::from_wire(rows),
+                rows: ShardRows::from_wire(rows).with_parts(ShardRows::parts_from_wire(parts)),
                 ack,
                 in_order: true,
                 restore: restore.map(|r| crate::server::Restore {

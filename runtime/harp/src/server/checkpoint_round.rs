@@ -292,7 +292,7 @@ fn selection_error(error: ScarError) -> HarpError {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::server::{PartId, ServerActor};
+    use crate::server::{PartId, PartTag, ServerActor};
     use crate::table::{initial_row, Init, TableSet, UpdateRule};
     use harp_core::scar::{distance, Norm, Selection, SplitMix64};
     use harp_core::{shard_of, RowData, TableId};
@@ -644,7 +644,11 @@ pub(super) mod tests {
             server
                 .send_message(ServerMsg::Apply {
                     updates: delta,
-                    part: Some(part(seq)),
+                    part: Some(PartTag {
+                        id: part(seq),
+                        held_from: 0,
+                        forwarded: false,
+                    }),
                     reply,
                 })
                 .unwrap();

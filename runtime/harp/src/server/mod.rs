@@ -41,9 +41,16 @@
 //! ([`ServerMsg::Stage`], kept by [`staging`] under the sending node and its flush) and
 //! applied only when the master commits it ([`ServerMsg::Commit`], once however often it is
 //! asked); a dead node's uncommitted parts are dropped ([`ServerMsg::DropStaged`]).
+//!
+//! A part forwarded to a shard's new owner is remembered there, with the keys applied, for
+//! as long as its node may send it again ([`forwarded_parts`]): the same part sent again is
+//! applied only for the keys not applied yet.
 
 mod applied_parts;
 pub(crate) mod checkpoint_round;
+mod forwarded_parts;
+#[cfg(test)]
+mod forwarded_parts_tests;
 #[cfg(test)]
 mod restore_tests;
 mod saved;
@@ -56,6 +63,7 @@ mod stranded_tests;
 use crate::error::HarpError;
 use crate::table::TableSet;
 pub(crate) use applied_parts::{AppliedPart, PartId};
+pub(crate) use forwarded_parts::PartTag;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use saved::SavedRows;
@@ -96,10 +104,11 @@ pub(crate) enum ServerMsg {
     },
     /// Apply one flush's deltas for this server's shards, all of them before replying.
     /// `part` names the part (noted with the save epoch for the next checkpoint save's
-    /// answer: [`applied_parts`]).
+    /// answer: [`applied_parts`]; keys of it applied here already are skipped:
+    /// [`forwarded_parts`]).
     Apply {
         updates: Vec<(ParamKey, RowData)>,
-        part: Option<PartId>,
+        part: Option<PartTag>,
         reply: ApplyReply,
     },
     /// Keep one flush's deltas as the part `(node, flush)` until the master commits or drops
@@ -344,6 +353,8 @@ pub(crate) struct ServerState {
     saves: u64,
     /// Flush parts applied here since the last save the master recorded.
     applied: applied_parts::AppliedParts,
+    /// Forwarded flush parts their nodes may send again, and the keys applied here.
+    forwarded_parts: forwarded_parts::ForwardedParts,
     /// The latest recovery generation that re-created each shard here ([`Restore`]).
     restores: HashMap<ShardId, u64>,
 }
@@ -391,6 +402,8 @@ impl ServerState {
         }
         self.restores.insert(shard, restore.generation);
         let stale = self.store.take_shard(shard, restore.num_shards);
+        // The image's rows replace them: no key of the shard was applied here any more.
+        self.forwarded_parts.take_shard(shard, restore.num_shards);
         if stale.len() > 0 {
             tracing::warn!(server = %self.id, %shard, rows = stale.len(), "dropped the rows a failed server's hand-off left here; the shard is re-created from the running checkpoint");
         }
@@ -611,27 +624,70 @@ impl ServerState {
         }
     }
 
-    /// Applies flush part `part_id` (`None`: a part nobody sends again): its keys here at
-    /// once, the others forwarded to their shards' new owners under the same id.
+    /// Skips the keys of part `tag` applied here already ([`forwarded_parts`]), and forgets
+    /// the parts its node will not send again: how many keys it skipped.
+    fn skip_applied(
+        &mut self,
+        tag: Option<PartTag>,
+        updates: &mut Vec<(ParamKey, RowData)>,
+    ) -> usize {
+        let Some(tag) = tag else {
+            return 0;
+        };
+        self.forwarded_parts.release(tag.id.node, tag.held_from);
+        let skipped = self.forwarded_parts.skip_applied(tag.id, updates);
+        if skipped > 0 {
+            tracing::info!(server = %self.id, node = tag.id.node, part = tag.id.seq, skipped, "a flush part sent again carried keys forwarded here and applied already; those are skipped");
+        }
+        skipped
+    }
+
+    /// Remembers the keys of forwarded part `tag` applied here ([`forwarded_parts`]).
+    fn note_forwarded<'k>(
+        &mut self,
+        tag: Option<PartTag>,
+        keys: impl Iterator<Item = &'k ParamKey>,
+    ) {
+        if let Some(tag) = tag.filter(|tag| tag.forwarded) {
+            let dropped = self.forwarded_parts.dropped();
+            self.forwarded_parts.applied(tag.id, keys.copied());
+            if self.forwarded_parts.dropped() > dropped {
+                tracing::warn!(server = %self.id, kept = forwarded_parts::FORWARDED_PARTS_KEPT, "more forwarded flush parts wait for their nodes than are kept: the oldest is forgotten, and a node that sends it again gets it applied twice");
+            }
+        }
+    }
+
+    /// Applies flush part `tag` (`None`: a part nobody sends again): its keys here at once
+    /// (less those applied already), the others forwarded to their shards' new owners under
+    /// the same id. A part some of whose keys were skipped is answered without an epoch.
     fn apply(
         &mut self,
-        updates: Vec<(ParamKey, RowData)>,
-        part_id: Option<PartId>,
+        mut updates: Vec<(ParamKey, RowData)>,
+        tag: Option<PartTag>,
         reply: ApplyReply,
     ) {
         let mut first_error = None;
+        let skipped = self.skip_applied(tag, &mut updates);
+        let part_id = tag.map(|tag| tag.id);
+        let epoch = (skipped == 0).then_some(self.saves);
         if self.holds_every_shard() {
             // The common case: every key is here.
             for (key, delta) in &updates {
                 self.apply_here(*key, delta, &mut first_error);
             }
             self.note_applied(part_id, !updates.is_empty());
-            let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
+            self.note_forwarded(tag, updates.iter().map(|(key, _)| key));
+            let _ = reply.send(first_error.map_or(Ok(epoch), Err));
             return;
         }
         let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
         self.note_applied(part_id, !local.is_empty());
+        let applied_keys: Vec<ParamKey> = local
+            .iter()
+            .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key))
+            .collect();
+        self.note_forwarded(tag, applied_keys.iter());
         for i in local {
             if let Some((key, delta)) = slots[i].take() {
                 self.apply_here(key, &delta, &mut first_error);
@@ -644,20 +700,21 @@ impl ServerState {
                 idxs.iter().filter_map(|&i| slots[i].take()).collect();
             // Kept only while a part goes to another server (during a move).
             let again = matches!(to, Away::Send(_)).then(|| sub.clone());
+            let forwarded = tag.map(PartTag::forwarded);
             let message = ServerMsg::Apply {
                 updates: sub,
-                part: part_id,
+                part: forwarded,
                 reply: tx,
             };
             let part = self.send_away(to, message, rx, move |reply| ServerMsg::Apply {
                 updates: again.unwrap_or_default(),
-                part: part_id,
+                part: forwarded,
                 reply,
             });
             waits.push(part);
         }
         if waits.is_empty() {
-            let _ = reply.send(first_error.map_or(Ok(Some(self.saves)), Err));
+            let _ = reply.send(first_error.map_or(Ok(epoch), Err));
             return;
         }
         let (id, myself) = (self.id, self.myself.clone());
@@ -699,6 +756,7 @@ impl Actor for ServerActor {
             staging: staging::Staging::default(),
             saves: 0,
             applied: Default::default(),
+            forwarded_parts: Default::default(),
             restores: HashMap::new(),
         })
     }
@@ -769,7 +827,8 @@ impl Actor for ServerActor {
                     return Ok(());
                 }
                 state.num_shards = num_shards;
-                let rows = state.store.take_shard(shard, num_shards);
+                let parts = state.forwarded_parts.take_shard(shard, num_shards);
+                let rows = state.store.take_shard(shard, num_shards).with_parts(parts);
                 let moved = ShardMoved {
                     rows: rows.len(),
                     bytes: rows.bytes(),
@@ -786,7 +845,8 @@ impl Actor for ServerActor {
                 };
                 if let Err(e) = to.send_message(take_over) {
                     // The new owner's actor is gone: keep the rows and refuse the move.
-                    if let ractor::MessagingErr::SendErr(ServerMsg::TakeOver { rows, .. }) = e {
+                    if let ractor::MessagingErr::SendErr(ServerMsg::TakeOver { mut rows, .. }) = e {
+                        state.forwarded_parts.insert(rows.take_parts());
                         state.store.insert_shard(rows);
                         let _ = reply.send(Err(HarpError::ServerUnreachable(to_id)));
                     } else {
@@ -856,7 +916,7 @@ impl Actor for ServerActor {
             }
             ServerMsg::TakeOver {
                 shard,
-                rows,
+                mut rows,
                 ack,
                 in_order,
                 restore,
@@ -866,6 +926,7 @@ impl Actor for ServerActor {
                     state.drop_before_restore(shard, restore);
                 }
                 state.forwarded.remove(&shard);
+                state.forwarded_parts.insert(rows.take_parts());
                 state.store.insert_shard(rows);
                 state.unstrand(&myself, shard);
                 let _ = ack.send(());

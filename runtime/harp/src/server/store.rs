@@ -8,6 +8,8 @@
 //! moves a shard's saved rows with its rows ([`ShardStore::take_shard`],
 //! [`ShardStore::insert_shard`]), so a shard's saved values are always where its rows are.
 
+use super::applied_parts::PartId;
+use super::forwarded_parts::MovedPartKeys;
 use super::saved::{SavedCopy, SavedRows};
 use crate::error::HarpError;
 use crate::table::{initial_row, TableSet, TableSpec, UpdateRule};
@@ -55,9 +57,49 @@ pub(crate) struct ShardRows {
     rows: Vec<(ParamKey, StoredRow)>,
     /// Saved values of the rows that have one (every key is one of `rows`).
     saved: SavedRows,
+    /// A move's: the forwarded parts whose keys of the shard the old owner applied
+    /// (`server/forwarded_parts.rs`); none for a shard restored from the checkpoint.
+    parts: MovedPartKeys,
 }
 
 impl ShardRows {
+    /// The same rows, with the record of forwarded parts applied to them.
+    pub(crate) fn with_parts(mut self, parts: MovedPartKeys) -> Self {
+        self.parts = parts;
+        self
+    }
+
+    /// Takes the record of forwarded parts applied to the rows out.
+    pub(crate) fn take_parts(&mut self) -> MovedPartKeys {
+        std::mem::take(&mut self.parts)
+    }
+
+    /// The record of forwarded parts as the wire carries it.
+    pub(crate) fn parts_to_wire(&self) -> Vec<harp_wire::PartKeysWire> {
+        self.parts
+            .iter()
+            .map(|(part, keys)| harp_wire::PartKeysWire {
+                node: part.node,
+                seq: part.seq,
+                keys: keys.iter().map(|key| (*key).into()).collect(),
+            })
+            .collect()
+    }
+
+    /// A record of forwarded parts that came over the wire.
+    pub(crate) fn parts_from_wire(parts: Vec<harp_wire::PartKeysWire>) -> MovedPartKeys {
+        parts
+            .into_iter()
+            .map(|part| {
+                let id = PartId {
+                    node: part.node,
+                    seq: part.seq,
+                };
+                (id, part.keys.into_iter().map(ParamKey::from).collect())
+            })
+            .collect()
+    }
+
     /// The rows as the wire carries them (to a server in another process), each with its
     /// saved value if it has one.
     pub(crate) fn to_wire(&self) -> Vec<harp_wire::ShardRowWire> {
@@ -111,7 +153,11 @@ impl ShardRows {
                 (key, row)
             })
             .collect();
-        Self { rows, saved }
+        Self {
+            rows,
+            saved,
+            parts: Vec::new(),
+        }
     }
 
     /// A shard re-created from SCAR's running checkpoint (partial recovery): each row at
@@ -132,7 +178,11 @@ impl ShardRows {
             };
             rows.push((*key, row));
         }
-        Ok(Self { rows, saved })
+        Ok(Self {
+            rows,
+            saved,
+            parts: Vec::new(),
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -320,7 +370,11 @@ impl ShardStore {
             .collect();
         rows.sort_unstable_by_key(|(k, _)| *k);
         let saved = self.saved.take_shard(shard, num_shards);
-        ShardRows { rows, saved }
+        ShardRows {
+            rows,
+            saved,
+            parts: Vec::new(),
+        }
     }
 
     /// Sets the value of `key` (fault injection): to `value`, or to its initial value when

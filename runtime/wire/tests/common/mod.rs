@@ -237,17 +237,27 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u32>(),
             any::<u32>(),
-            (any::<u64>(), any::<bool>()),
+            (any::<u64>(), any::<bool>(), any::<u64>(), any::<bool>()),
             arb_updates(),
         )
             .prop_map(
-                |(request_id, server, node_id, (flush_id, staged), updates)| Message::Apply {
+                |(
                     request_id,
                     server,
                     node_id,
-                    flush_id,
-                    staged,
+                    (flush_id, staged, held_from, forwarded),
                     updates,
+                )| {
+                    Message::Apply {
+                        request_id,
+                        server,
+                        node_id,
+                        flush_id,
+                        staged,
+                        held_from,
+                        forwarded,
+                        updates,
+                    }
                 },
             )
             .boxed(),
@@ -407,8 +417,21 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
             ),
         )
             .prop_flat_map(|(request_id, shard, rows)| {
-                proptest::option::of((any::<u64>(), any::<u32>())).prop_map(move |restore| {
-                    Message::TakeOverShard {
+                let parts = proptest::collection::vec(
+                    (
+                        any::<u32>(),
+                        any::<u64>(),
+                        proptest::collection::vec(arb_key(), 0..3),
+                    )
+                        .prop_map(|(node, seq, keys)| PartKeysWire {
+                            node,
+                            seq,
+                            keys,
+                        }),
+                    0..3,
+                );
+                (proptest::option::of((any::<u64>(), any::<u32>())), parts).prop_map(
+                    move |(restore, parts)| Message::TakeOverShard {
                         request_id,
                         shard,
                         rows: rows.clone(),
@@ -416,8 +439,9 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                             generation,
                             num_shards,
                         }),
-                    }
-                })
+                        parts,
+                    },
+                )
             })
             .boxed(),
         any::<u64>()

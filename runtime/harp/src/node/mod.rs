@@ -10,7 +10,9 @@
 //! re-created them, then goes there. A flush keeps a copy of each server's part until it is
 //! acknowledged ([`unacked`]), so an update the failed server never acknowledged is sent
 //! again to the new owner instead of being lost, less the rows a checkpoint save holds
-//! that the master said came after the server applied the part. The node tells the master when its traffic starts waiting
+//! that the master said came after the server applied the part. It goes again under its
+//! own number, so a server that applied keys of it forwarded by the failed one skips them
+//! (`server/forwarded_parts.rs`). The node tells the master when its traffic starts waiting
 //! ([`ParamStore::on_server_awaited`]): where the server's node is alive and only the link
 //! between the two broke, no reroute comes, and the master evicts one of the two nodes
 //! (`remote/eviction.rs`) or ends the job.

@@ -784,9 +784,10 @@ pub enum Message {
     // ---- exact lost updates of a dead server ----
     /// master → node: a checkpoint round's save on `server` (its save epoch `epoch`) is in
     /// the checkpoint's image: the node may forget what it keeps of the deltas `server`
-    /// applied to `keys` before that save. `applied` (in the first message of a save): the
-    /// flush parts `server` applied before that save, whose rows among `keys` a node that
-    /// still holds such a part unacknowledged must not send again.
+    /// applied to `keys` before that save. `applied` (in a first message of a save, with
+    /// no keys, and only the node's own): the flush parts `server` applied before that
+    /// save, whose rows among the save's keys a node that still holds such a part
+    /// unacknowledged must not send again.
     RowsSaved {
         server: u32,
         epoch: u64,

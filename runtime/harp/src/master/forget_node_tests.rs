@@ -153,7 +153,7 @@ async fn a_node_that_left_is_forgotten_and_one_that_still_holds_shards_is_not() 
 /// A round's saves reach a node process in parts of keys, so that no save is too large for
 /// one message (600 000 keys were about 9.6 MB of keys in one message, and a save of more
 /// than about 4 million was refused by the link, silently). The flush parts the save lists
-/// as applied go once, with the first part.
+/// as applied go once, before the keys, and only the node's own.
 #[tokio::test]
 async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
     let mut pair = link_pair().await;
@@ -162,21 +162,22 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
         link: pair.dialer.0.clone(),
     };
     let keys: Vec<ParamKey> = (0..600_000).map(|r| ParamKey::new(TableId(2), r)).collect();
-    let applied = vec![AppliedPart {
-        part: PartId { node: 1, seq: 40 },
+    let part = |node, seq| AppliedPart {
+        part: PartId { node, seq },
         epoch: 6,
-    }];
+    };
+    let applied = vec![part(1, 40), part(2, 40), part(1, 41)];
     let save = ServerSave {
         server: ServerId(3),
         epoch: 7,
         keys: keys.clone(),
         applied,
     };
-    route.tell(&super::rows_saved_messages(&save));
+    route.tell_save(&super::SaveTold::new(&save));
     let mut told = Vec::new();
     let mut sizes = Vec::new();
     let mut applied_told = Vec::new();
-    while told.len() < keys.len() {
+    while told.len() < keys.len() || applied_told.is_empty() {
         let wait = tokio::time::timeout(Duration::from_secs(10), pair.acceptor.1.recv());
         match wait.await.expect("every part arrives") {
             Some(Ok(Message::RowsSaved {
@@ -185,7 +186,8 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
                 keys: part,
                 applied,
             })) => {
-                applied_told.push(applied.len());
+                applied_told.push(applied.iter().map(|p| p.seq).collect::<Vec<_>>());
+                assert!(applied.iter().all(|p| p.node == 1), "{applied:?}");
                 sizes.push(part.len());
                 told.extend(part.into_iter().map(ParamKey::from));
             }
@@ -195,9 +197,13 @@ async fn the_saves_a_node_is_told_of_go_in_parts_of_keys() {
         }
     }
     let per_part = harp_wire::KEYS_PER_PART;
-    assert_eq!(sizes, [per_part, per_part, keys.len() - 2 * per_part]);
+    assert_eq!(sizes, [0, per_part, per_part, keys.len() - 2 * per_part]);
     assert_eq!(told, keys);
-    assert_eq!(applied_told, [1, 0, 0]);
+    let none = Vec::new();
+    assert_eq!(
+        applied_told,
+        [vec![40, 41], none.clone(), none.clone(), none]
+    );
 }
 
 /// A node that left while its worker still hosted an executor (a leave moves them away

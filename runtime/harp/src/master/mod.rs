@@ -63,7 +63,7 @@ use inject::Injected;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use recovery::Acknowledged;
 use recovery::{Recovered, RecoveryReply};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -253,9 +253,8 @@ impl RouteTarget {
         }
     }
 
-    /// Sends a node process `messages` (those [`rows_saved_messages`] makes, or that a
-    /// server left). Nodes in this process keep no ledger (an in-process failure is
-    /// injected, and its values at the failure are read from the server) and hold no links.
+    /// Sends a node process `messages` (e.g. that a server left). Nodes in this process
+    /// hold no links.
     fn tell(&self, messages: &[harp_wire::Message]) {
         if let RouteTarget::Remote { link, .. } = self {
             for message in messages {
@@ -264,6 +263,28 @@ impl RouteTarget {
                 }
             }
         }
+    }
+
+    /// Tells a node process of a save in the image ([`SaveTold`]): first the parts of it
+    /// the save lists as applied, if any, then the saved keys. Nodes in this process keep
+    /// no ledger (an in-process failure is injected, and its values at the failure are read
+    /// from the server) and send no part again.
+    fn tell_save(&self, told: &SaveTold) {
+        let RouteTarget::Remote { node, link } = self else {
+            return;
+        };
+        if let Some(applied) = told.applied.get(node) {
+            let message = harp_wire::Message::RowsSaved {
+                server: told.server,
+                epoch: told.epoch,
+                keys: Vec::new(),
+                applied: applied.clone(),
+            };
+            if link.send(&message).is_err() {
+                return; // a node that is gone no longer keeps anything
+            }
+        }
+        self.tell(&told.keys);
     }
 
     /// `server` failed and routes nothing any more (its shards were rerouted first).
@@ -284,24 +305,39 @@ impl RouteTarget {
 /// (`node/lost_ledger.rs`), and drops those rows from the flush parts it still holds that
 /// the save lists as applied (`server/applied_parts.rs`). The keys go in parts of
 /// [`harp_wire::KEYS_PER_PART`], each a message of its own, so no save is too large for
-/// one message; the applied parts go with the first (a save of no key that lists applied
-/// parts is one message too).
-pub(crate) fn rows_saved_messages(save: &ServerSave) -> Vec<harp_wire::Message> {
-    let mut applied = crate::remote::codec::applied_to_wire(&save.applied);
-    let mut chunks: Vec<&[harp_core::ParamKey]> =
-        save.keys.chunks(harp_wire::KEYS_PER_PART).collect();
-    if chunks.is_empty() && !applied.is_empty() {
-        chunks.push(&[]);
+/// one message, made once for every node; each node gets only its own applied parts, in a
+/// message of their own before the keys ([`RouteTarget::tell_save`]).
+pub(crate) struct SaveTold {
+    server: u32,
+    epoch: u64,
+    keys: Vec<harp_wire::Message>,
+    applied: HashMap<u32, Vec<harp_wire::AppliedPartWire>>,
+}
+
+impl SaveTold {
+    pub(crate) fn new(save: &ServerSave) -> Self {
+        let (server, epoch) = (save.server.0, save.epoch);
+        let keys = save
+            .keys
+            .chunks(harp_wire::KEYS_PER_PART)
+            .map(|part| harp_wire::Message::RowsSaved {
+                server,
+                epoch,
+                keys: part.iter().map(|k| (*k).into()).collect(),
+                applied: Vec::new(),
+            })
+            .collect();
+        let mut applied: HashMap<u32, Vec<harp_wire::AppliedPartWire>> = HashMap::new();
+        for part in crate::remote::codec::applied_to_wire(&save.applied) {
+            applied.entry(part.node).or_default().push(part);
+        }
+        SaveTold {
+            server,
+            epoch,
+            keys,
+            applied,
+        }
     }
-    chunks
-        .into_iter()
-        .map(|part| harp_wire::Message::RowsSaved {
-            server: save.server.0,
-            epoch: save.epoch,
-            keys: part.iter().map(|k| (*k).into()).collect(),
-            applied: std::mem::take(&mut applied),
-        })
-        .collect()
 }
 
 /// What the master hands back when the job ends.
@@ -927,10 +963,9 @@ impl<A: App> Actor for MasterActor<A> {
                 // applied at their commit): nothing to tell them.
                 if state.worker_recovery.is_none() {
                     for save in saves {
-                        // Made once for every node.
-                        let told = rows_saved_messages(&save);
+                        let told = SaveTold::new(&save);
                         for route in &state.routes {
-                            route.tell(&told);
+                            route.tell_save(&told);
                         }
                     }
                 }

@@ -163,8 +163,9 @@ impl ParamStore {
     }
 
     /// A checkpoint's save of `keys` on `server` at save epoch `epoch` is in its image, and
-    /// before it `server` had applied the flush parts `applied` (every node's): the parts of
-    /// this node among them that are still unacknowledged will not carry those rows again.
+    /// before it `server` had applied the flush parts `applied` (the master sends each node
+    /// its own; another node's are ignored): the parts of this node among them that are
+    /// still unacknowledged will not carry those rows again.
     pub(crate) fn rows_saved(
         &self,
         server: ServerId,
@@ -179,7 +180,9 @@ impl ParamStore {
                 .map(|p| (p.part.seq, p.epoch));
             self.unacked_lock().saved(server, epoch, keys, mine);
         }
-        if let Some(ledger) = &self.lost_ledger {
+        // A message of applied parts alone (the keys follow in their own) tells the
+        // ledger nothing: it would only merge every row's older sums one time more.
+        if let (Some(ledger), false) = (&self.lost_ledger, keys.is_empty()) {
             let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
             ledger.rows_saved(server, epoch, keys);
         }

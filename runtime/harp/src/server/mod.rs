@@ -683,11 +683,13 @@ impl ServerState {
         let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
         self.note_applied(part_id, !local.is_empty());
-        let applied_keys: Vec<ParamKey> = local
-            .iter()
-            .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key))
-            .collect();
-        self.note_forwarded(tag, applied_keys.iter());
+        if tag.is_some_and(|tag| tag.forwarded) {
+            let applied_keys: Vec<ParamKey> = local
+                .iter()
+                .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key))
+                .collect();
+            self.note_forwarded(tag, applied_keys.iter());
+        }
         for i in local {
             if let Some((key, delta)) = slots[i].take() {
                 self.apply_here(key, &delta, &mut first_error);

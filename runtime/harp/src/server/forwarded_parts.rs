@@ -103,10 +103,20 @@ impl ForwardedParts {
         before - updates.len()
     }
 
-    /// This server applied `keys` of forwarded part `part`.
+    /// This server applied `keys` of forwarded part `part` (none: nothing to remember).
     pub(crate) fn applied(&mut self, part: PartId, keys: impl IntoIterator<Item = ParamKey>) {
+        let mut keys = keys.into_iter().peekable();
+        if keys.peek().is_none() {
+            return;
+        }
         self.parts.entry(part).or_default().extend(keys);
         self.bound();
+    }
+
+    /// Parts remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.parts.len()
     }
 
     /// Takes out the keys of `shard` (of `num_shards`), which moves away with them.
@@ -221,6 +231,13 @@ mod tests {
         let mut at_old = part(&rows);
         assert_eq!(old.skip_applied(id(1, 9), &mut at_old), others.len());
         assert_eq!(rows_of(&at_old), of_shard);
+    }
+
+    #[test]
+    fn a_part_none_of_whose_keys_were_applied_here_is_not_remembered() {
+        let mut record = ForwardedParts::default();
+        record.applied(id(1, 2), []);
+        assert_eq!(record.len(), 0);
     }
 
     #[test]

@@ -108,6 +108,35 @@ async fn a_part_sent_again_skips_the_keys_its_shard_applied_wherever_the_shard_m
     assert_eq!(row(s2, moved).await, Some(RowData::F32(vec![2.0, 2.0])));
 }
 
+/// A part forwarded along a chain of moves (0 gave shard 0 to 1, 1 gave it on to 2, the
+/// node still sends to 0) is applied and remembered where the shard is, and a key of
+/// another shard is applied by the first server itself. Sent again to the shard's owner,
+/// the shard's key is skipped.
+#[tokio::test]
+async fn a_part_forwarded_along_a_chain_is_remembered_where_it_was_applied() {
+    let (tables, table) = tables();
+    let servers = spawn_servers(3, &tables).await;
+    let [(_, s0), (_, s1), (_, s2)] = &servers[..] else {
+        unreachable!()
+    };
+    let (moved, stays) = (in_shard(table, 0), in_shard(table, 1));
+    hand_off(s0, 0, (1, s1)).await;
+    hand_off(s1, 0, (2, s2)).await;
+    let part = vec![(moved, ones()), (stays, ones())];
+    assert_eq!(apply_part(s0, part, part_9()).await, None);
+    assert_eq!(row(s2, moved).await, Some(ones()));
+    assert_eq!(row(s0, stays).await, Some(ones()));
+    // Sent again: to 2 for the moved shard (skipped), to 0 for the other (not forwarded
+    // there, so not remembered: a server that applied a part itself and lives answered it).
+    assert_eq!(apply_part(s2, vec![(moved, ones())], part_9()).await, None);
+    assert_eq!(row(s2, moved).await, Some(ones()), "applied once");
+    assert_eq!(
+        apply_part(s0, vec![(stays, ones())], part_9()).await,
+        Some(0)
+    );
+    assert_eq!(row(s0, stays).await, Some(RowData::F32(vec![2.0, 2.0])));
+}
+
 /// A shard re-created from the running checkpoint holds the image's rows, not what was
 /// applied before: a part sent again is applied to them whole.
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! drops the shard rows handed to it (a server node that died with them), a real server
 //! behind a tap that tells the relocations it is sent ([`TappedServer`]), one whose
 //! acknowledgements of flush parts are lost ([`LostAcks`]), a link
-//! between two endpoints of this process ([`link_pair`]), and the
+//! between two endpoints of this process ([`link_pair`]), a shard hand-off that waits
+//! for its answer ([`hand_off`]), flush parts of one-value rows ([`rows`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
 
@@ -253,5 +254,45 @@ pub(crate) async fn link_pair() -> LinkPair {
         dialer,
         acceptor,
         _endpoints: (dialing, accepting),
+    }
+}
+
+/// Hands `shard` (of `num_shards`) from `from` to server `to` and waits until the new owner
+/// holds the rows.
+pub(crate) async fn hand_off(
+    from: &ActorRef<ServerMsg>,
+    (shard, num_shards): (u32, u32),
+    to: (u32, &ActorRef<ServerMsg>),
+) {
+    let (reply, moved) = tokio::sync::oneshot::channel();
+    from.send_message(ServerMsg::HandOff {
+        shard: harp_core::ShardId(shard),
+        num_shards,
+        to_id: harp_core::ServerId(to.0),
+        to: to.1.clone(),
+        reply,
+    })
+    .unwrap();
+    moved.await.unwrap().unwrap();
+}
+
+/// Flush parts of table 0 whose rows each hold one value, named by row.
+pub(crate) mod rows {
+    use harp_core::{ParamKey, RowData, TableId};
+
+    pub(crate) fn key(row: u64) -> ParamKey {
+        ParamKey::new(TableId(0), row)
+    }
+
+    /// A part adding 1 to each of `rows`.
+    pub(crate) fn part(rows: &[u64]) -> Vec<(ParamKey, RowData)> {
+        rows.iter()
+            .map(|r| (key(*r), RowData::F32(vec![1.0])))
+            .collect()
+    }
+
+    /// The rows a part carries, in order.
+    pub(crate) fn rows_of(updates: &[(ParamKey, RowData)]) -> Vec<u64> {
+        updates.iter().map(|(k, _)| k.row).collect()
     }
 }

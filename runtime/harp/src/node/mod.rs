@@ -863,6 +863,56 @@ mod tests {
         assert_eq!(store.stats().requests_resent, 1);
     }
 
+    /// Rows `a` = (1, 2) and `b` = (3, 4), as [`flush_through_lost_acks`] sends them.
+    fn two_rows(a: ParamKey, b: ParamKey) -> Vec<(ParamKey, RowData)> {
+        vec![
+            (a, RowData::F32(vec![1.0, 2.0])),
+            (b, RowData::F32(vec![3.0, 4.0])),
+        ]
+    }
+
+    /// Sends server 0's traffic through [`crate::test_support::LostAcks`] (it applies what
+    /// it gets, its answers are lost), and flushes [`two_rows`]; returns the flush once
+    /// `applied_on` holds both rows.
+    async fn flush_through_lost_acks(
+        store: &Arc<ParamStore>,
+        s0: &ActorRef<ServerMsg>,
+        applied_on: &ActorRef<ServerMsg>,
+        (a, b): (ParamKey, ParamKey),
+    ) -> tokio::task::JoinHandle<Result<(), HarpError>> {
+        let (lossy, _) = Actor::spawn(None, crate::test_support::LostAcks, s0.clone())
+            .await
+            .unwrap();
+        store.add_server(ServerId(0), lossy);
+        for (key, delta) in two_rows(a, b) {
+            store.record(key, delta).unwrap();
+        }
+        let flushing = crate::spawn::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        while dump(applied_on).await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        flushing
+    }
+
+    /// Server 0 died: its shard goes to server 1, where the waiting `flushing` sends its
+    /// part again; server 1's rows once it ended, ascending.
+    async fn rerouted_to_server_1(
+        store: &ParamStore,
+        flushing: tokio::task::JoinHandle<Result<(), HarpError>>,
+        s1: &ActorRef<ServerMsg>,
+    ) -> Vec<(ParamKey, RowData)> {
+        assert!(!flushing.is_finished(), "the part waits for the reroute");
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        store.forget_server(ServerId(0));
+        flushing.await.unwrap().unwrap();
+        let mut rows = dump(s1).await;
+        rows.sort_by_key(|(k, _)| *k);
+        rows
+    }
+
     /// A server applied a part, and a checkpoint save of one of its rows came after, but
     /// the acknowledgement never left (the server was killed): the shard comes back from
     /// the image, which holds that row's delta already, so only the other row goes again.
@@ -872,19 +922,7 @@ mod tests {
         let (store, key, [s0, s1]) = store_on_two_servers(true).await;
         let (a, b) = (key, ParamKey::new(key.table, 5));
         // Server 0 applies what it is sent, and its answers are lost.
-        let (lossy, _) = Actor::spawn(None, crate::test_support::LostAcks, s0.clone())
-            .await
-            .unwrap();
-        store.add_server(ServerId(0), lossy);
-        store.record(a, RowData::F32(vec![1.0, 2.0])).unwrap();
-        store.record(b, RowData::F32(vec![3.0, 4.0])).unwrap();
-        let flushing = crate::spawn::spawn({
-            let store = store.clone();
-            async move { store.apply(store.drain_log()).await }
-        });
-        while dump(&s0).await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let flushing = flush_through_lost_acks(&store, &s0, &s0, (a, b)).await;
         // A checkpoint save of row `a` after the apply: the image holds a = (1, 2).
         let (reply, answer) = oneshot::channel();
         let request = crate::server::CheckpointRequest::Save {
@@ -908,17 +946,8 @@ mod tests {
         };
         s1.send_message(restore).unwrap();
         restored.await.unwrap().unwrap();
-        assert!(!flushing.is_finished(), "the part waits for the reroute");
-        store.reroute(ShardId(0), ServerId(1)).unwrap();
-        store.forget_server(ServerId(0));
-        flushing.await.unwrap().unwrap();
-        let mut rows = dump(&s1).await;
-        rows.sort_by_key(|(k, _)| *k);
-        let want = vec![
-            (a, RowData::F32(vec![1.0, 2.0])),
-            (b, RowData::F32(vec![3.0, 4.0])),
-        ];
-        assert_eq!(rows, want);
+        let rows = rerouted_to_server_1(&store, flushing, &s1).await;
+        assert_eq!(rows, two_rows(a, b));
         assert_eq!(store.stats().requests_resent, 1);
     }
 
@@ -932,44 +961,14 @@ mod tests {
         let (store, key, [s0, s1]) = store_on_two_servers(true).await;
         let (a, b) = (key, ParamKey::new(key.table, 5));
         // Server 0 gives the one shard to server 1; the node does not know yet.
-        let (reply, moved) = oneshot::channel();
-        s0.send_message(ServerMsg::HandOff {
-            shard: ShardId(0),
-            num_shards: 1,
-            to_id: ServerId(1),
-            to: s1.clone(),
-            reply,
-        })
-        .unwrap();
-        moved.await.unwrap().unwrap();
+        crate::test_support::hand_off(&s0, (0, 1), (1, &s1)).await;
         // Server 0's answers are lost: it forwards the part, server 1 applies it, and
         // the answer never reaches the node.
-        let (lossy, _) = Actor::spawn(None, crate::test_support::LostAcks, s0.clone())
-            .await
-            .unwrap();
-        store.add_server(ServerId(0), lossy);
-        store.record(a, RowData::F32(vec![1.0, 2.0])).unwrap();
-        store.record(b, RowData::F32(vec![3.0, 4.0])).unwrap();
-        let flushing = crate::spawn::spawn({
-            let store = store.clone();
-            async move { store.apply(store.drain_log()).await }
-        });
-        while dump(&s1).await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let flushing = flush_through_lost_acks(&store, &s0, &s1, (a, b)).await;
         crash(&s0).await;
-        assert!(!flushing.is_finished(), "the part waits for the reroute");
-        store.reroute(ShardId(0), ServerId(1)).unwrap();
-        store.forget_server(ServerId(0));
-        flushing.await.unwrap().unwrap();
+        let rows = rerouted_to_server_1(&store, flushing, &s1).await;
         assert_eq!(store.stats().requests_resent, 1);
-        let mut rows = dump(&s1).await;
-        rows.sort_by_key(|(k, _)| *k);
-        let want = vec![
-            (a, RowData::F32(vec![1.0, 2.0])),
-            (b, RowData::F32(vec![3.0, 4.0])),
-        ];
-        assert_eq!(rows, want);
+        assert_eq!(rows, two_rows(a, b));
         // Acknowledged, the part is no longer held: the next one releases its record.
         store.record(a, RowData::F32(vec![1.0, 1.0])).unwrap();
         store.apply(store.drain_log()).await.unwrap();

@@ -151,21 +151,7 @@ impl Unacked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use harp_core::TableId;
-
-    fn key(row: u64) -> ParamKey {
-        ParamKey::new(TableId(0), row)
-    }
-
-    fn part(rows: &[u64]) -> Vec<(ParamKey, RowData)> {
-        rows.iter()
-            .map(|r| (key(*r), RowData::F32(vec![1.0])))
-            .collect()
-    }
-
-    fn rows_of(updates: &[(ParamKey, RowData)]) -> Vec<u64> {
-        updates.iter().map(|(k, _)| k.row).collect()
-    }
+    use crate::test_support::rows::{key, part, rows_of};
 
     #[test]
     fn a_part_the_server_applied_before_a_save_loses_the_rows_that_save_holds() {

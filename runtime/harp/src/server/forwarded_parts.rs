@@ -163,24 +163,10 @@ impl ForwardedParts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use harp_core::TableId;
-
-    fn key(row: u64) -> ParamKey {
-        ParamKey::new(TableId(0), row)
-    }
+    use crate::test_support::rows::{key, part, rows_of};
 
     fn id(node: u32, seq: u64) -> PartId {
         PartId { node, seq }
-    }
-
-    fn part(rows: &[u64]) -> Vec<(ParamKey, RowData)> {
-        rows.iter()
-            .map(|r| (key(*r), RowData::F32(vec![1.0])))
-            .collect()
-    }
-
-    fn rows_of(updates: &[(ParamKey, RowData)]) -> Vec<u64> {
-        updates.iter().map(|(k, _)| k.row).collect()
     }
 
     #[test]

@@ -53,17 +53,32 @@ async fn apply_part(
     answer.await.unwrap().unwrap()
 }
 
+/// Hands shard `shard` of 2 from `from` to `to`.
 async fn hand_off(from: &ActorRef<ServerMsg>, shard: u32, to: (u32, &ActorRef<ServerMsg>)) {
-    let (reply, moved) = oneshot::channel();
-    from.send_message(ServerMsg::HandOff {
-        shard: ShardId(shard),
-        num_shards: 2,
-        to_id: ServerId(to.0),
-        to: to.1.clone(),
-        reply,
-    })
-    .unwrap();
-    moved.await.unwrap().unwrap();
+    crate::test_support::hand_off(from, (shard, 2), to).await;
+}
+
+/// `N` servers, numbered from 0.
+async fn servers<const N: usize>(tables: &Arc<TableSet>) -> [ActorRef<ServerMsg>; N] {
+    let spawned = spawn_servers(N as u32, tables).await;
+    let actors: Vec<ActorRef<ServerMsg>> = spawned.into_iter().map(|(_, s)| s).collect();
+    actors
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("spawn_servers makes N"))
+}
+
+/// Two servers; server 0 gave shard 0 to server 1 and then got part 9 with a key of it,
+/// which it forwarded there (applied there once): the servers and that key.
+async fn part_9_forwarded_to_server_1(
+    tables: &Arc<TableSet>,
+    table: harp_core::TableId,
+) -> ([ActorRef<ServerMsg>; 2], ParamKey) {
+    let [s0, s1] = servers(tables).await;
+    let key = in_shard(table, 0);
+    hand_off(&s0, 0, (1, &s1)).await;
+    apply_part(&s0, vec![(key, ones())], part_9()).await;
+    assert_eq!(row(&s1, key).await, Some(ones()));
+    ([s0, s1], key)
 }
 
 async fn row(server: &ActorRef<ServerMsg>, key: ParamKey) -> Option<RowData> {
@@ -81,10 +96,7 @@ async fn row(server: &ActorRef<ServerMsg>, key: ParamKey) -> Option<RowData> {
 #[tokio::test]
 async fn a_part_sent_again_skips_the_keys_its_shard_applied_wherever_the_shard_moved() {
     let (tables, table) = tables();
-    let servers = spawn_servers(3, &tables).await;
-    let [(_, s0), (_, s1), (_, s2)] = &servers[..] else {
-        unreachable!()
-    };
+    let [s0, s1, s2] = &servers(&tables).await;
     let (moved, stays) = (in_shard(table, 0), in_shard(table, 1));
     hand_off(s0, 0, (1, s1)).await;
     let first = vec![(moved, ones()), (stays, ones())];
@@ -115,10 +127,7 @@ async fn a_part_sent_again_skips_the_keys_its_shard_applied_wherever_the_shard_m
 #[tokio::test]
 async fn a_part_forwarded_along_a_chain_is_remembered_where_it_was_applied() {
     let (tables, table) = tables();
-    let servers = spawn_servers(3, &tables).await;
-    let [(_, s0), (_, s1), (_, s2)] = &servers[..] else {
-        unreachable!()
-    };
+    let [s0, s1, s2] = &servers(&tables).await;
     let (moved, stays) = (in_shard(table, 0), in_shard(table, 1));
     hand_off(s0, 0, (1, s1)).await;
     hand_off(s1, 0, (2, s2)).await;
@@ -142,37 +151,25 @@ async fn a_part_forwarded_along_a_chain_is_remembered_where_it_was_applied() {
 #[tokio::test]
 async fn a_shard_restored_from_the_checkpoint_forgets_the_parts_applied_before() {
     let (tables, table) = tables();
-    let servers = spawn_servers(2, &tables).await;
-    let [(_, s0), (_, s1)] = &servers[..] else {
-        unreachable!()
-    };
-    let key = in_shard(table, 0);
-    hand_off(s0, 0, (1, s1)).await;
-    apply_part(s0, vec![(key, ones())], part_9()).await;
-    assert_eq!(row(s1, key).await, Some(ones()));
+    let ([_, s1], key) = part_9_forwarded_to_server_1(&tables, table).await;
     // Recovery re-creates shard 0 on server 1 from an image without the part.
     let image = ShardRows::restored(&tables, Vec::new()).unwrap();
     let restore = Restore {
         generation: 1,
         num_shards: 2,
     };
-    take_over(s1, 0, image, Some(restore)).await;
-    assert_eq!(row(s1, key).await, None);
-    apply_part(s1, vec![(key, ones())], part_9()).await;
-    assert_eq!(row(s1, key).await, Some(ones()));
+    take_over(&s1, 0, image, Some(restore)).await;
+    assert_eq!(row(&s1, key).await, None);
+    apply_part(&s1, vec![(key, ones())], part_9()).await;
+    assert_eq!(row(&s1, key).await, Some(ones()));
 }
 
 /// A node that holds no part below `held_from` any more has its older records forgotten.
 #[tokio::test]
 async fn a_part_the_node_no_longer_holds_is_forgotten_by_the_next_one() {
     let (tables, table) = tables();
-    let servers = spawn_servers(2, &tables).await;
-    let [(_, s0), (_, s1)] = &servers[..] else {
-        unreachable!()
-    };
-    let key = in_shard(table, 0);
-    hand_off(s0, 0, (1, s1)).await;
-    apply_part(s0, vec![(key, ones())], part_9()).await;
+    let ([_, s1], key) = part_9_forwarded_to_server_1(&tables, table).await;
+    let s1 = &s1;
     let send_again = || apply_part(s1, vec![(key, ones())], part_9());
     // Still held by its node (`held_from` 9): skipped.
     send_again().await;

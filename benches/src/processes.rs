@@ -74,6 +74,10 @@ fn run_mlr(harp: &Path, args: &Args, shape: &[&str], metrics: &Path) -> Result<R
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let record: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("a bad line in {}: {line}", metrics.display()))?;
+        // Events (the job's counters at the end) are not epochs.
+        if record.get("event").is_some() {
+            continue;
+        }
         let field = |name: &str| {
             record[name]
                 .as_f64()

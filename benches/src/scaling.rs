@@ -228,7 +228,8 @@ fn epoch_ends(metrics: &Path) -> Result<Vec<f64>> {
     let mut ends = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let record: serde_json::Value = serde_json::from_str(line)?;
-        if record["event"] == "scale" {
+        // Events (scale, the job's counters at the end) are not epochs.
+        if record.get("event").is_some() {
             continue;
         }
         if let Some(e) = record["elapsed_s"].as_f64() {

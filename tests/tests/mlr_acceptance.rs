@@ -10,9 +10,23 @@ use std::path::Path;
 use harp_tests::{harp_binary, read_json_lines, run_cli, run_process, shared_data};
 
 /// Checks the shape of a metrics file of `epochs` epochs and returns the held-out accuracy
-/// of every epoch, in order.
+/// of every epoch, in order. The file ends with the job's counters, in which the servers
+/// applied every row the nodes flushed and served every row they fetched (no fault, no
+/// move: nothing forwarded, resent or refused).
 fn epoch_accuracies(metrics: &Path, epochs: u64) -> Vec<f64> {
-    let lines = read_json_lines(metrics);
+    let (events, lines): (Vec<_>, Vec<_>) =
+        (read_json_lines(metrics).into_iter()).partition(|line| line.get("event").is_some());
+    let counters = events.last().expect("the job's counters");
+    assert_eq!(counters["event"], "job_stats", "{counters}");
+    let (node, servers) = (&counters["node"], &counters["servers"]);
+    assert!(node["rows_flushed"].as_u64() > Some(0), "{counters}");
+    assert_eq!(
+        servers["updates_applied"], node["rows_flushed"],
+        "{counters}"
+    );
+    assert_eq!(servers["rows_read"], node["rows_fetched"], "{counters}");
+    assert_eq!(servers["updates_refused"], 0, "{counters}");
+    assert_eq!(counters["nodes_counted"], 1, "{counters}");
     assert_eq!(
         lines.len() as u64,
         epochs,

@@ -48,6 +48,20 @@ fn counter_across_three_processes_is_exact() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["exact"], true, "{}", out.describe());
     assert_eq!(records[0]["tasks"], 20000);
+    // The counters of every node process, summed: the servers applied every row the
+    // workers flushed and served every row they fetched.
+    let stats = &records[0]["stats"];
+    let (node, servers) = (&stats["node"], &stats["servers"]);
+    assert_eq!(stats["nodes_counted"], 2, "{stats}");
+    assert!(node["rows_flushed"].as_u64() > Some(0), "{stats}");
+    assert_eq!(servers["updates_applied"], node["rows_flushed"], "{stats}");
+    assert_eq!(servers["rows_read"], node["rows_fetched"], "{stats}");
+    let params = out.stderr.lines().find(|l| l.starts_with("params: "));
+    assert!(
+        params.is_some_and(|l| l.ends_with("(summed over 2 nodes)")),
+        "{}",
+        out.describe()
+    );
 }
 
 /// The best held-out accuracy over 10 epochs (the last epoch alone swings by a point or two
@@ -59,7 +73,9 @@ fn best_accuracy(args: &[&str]) -> f64 {
     all.extend_from_slice(&["--metrics-out", metrics.to_str().unwrap()]);
     let out = run_process(&harp(), all);
     assert!(out.status.success(), "{}", out.describe());
-    let records = read_json_lines(&metrics);
+    let records: Vec<_> = (read_json_lines(&metrics).into_iter())
+        .filter(|r| r.get("event").is_none())
+        .collect();
     assert_eq!(records.len(), 10, "{}", out.describe());
     records
         .iter()

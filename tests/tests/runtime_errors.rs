@@ -638,6 +638,8 @@ fn an_update_of_the_wrong_width_is_refused_and_counted() {
         "{error:?}"
     );
     assert!(outcome.stats.node.updates_rejected >= 1);
+    // Refused at the node: nothing of it reached a server.
+    assert_eq!(outcome.stats.servers.updates_refused, 0);
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod run_mf;
 mod run_mlr;
 mod scar_report;
 mod signals;
+mod traffic_report;
 
 use crate::metrics;
 
@@ -185,7 +186,9 @@ fn report_end(
     stats: &harp::JobStats,
     checkpoints: Option<&harp::ConsistentReport>,
     metrics: Option<&metrics::MetricsWriter>,
+    counters: traffic_report::CountersRecord,
 ) -> Result<()> {
+    traffic_report::report(stats, metrics, counters)?;
     scar_report::report(stats, metrics)?;
     if let Some(checkpoints) = checkpoints {
         checkpoints::report(checkpoints);

@@ -184,5 +184,10 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
             m.accuracy * 100.0
         );
     }
-    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        output.metrics(),
+        super::traffic_report::CountersRecord::Write,
+    )
 }

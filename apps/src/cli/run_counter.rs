@@ -94,7 +94,14 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
         tasks_per_s: outcome.driver.completed() as f64 / outcome.stats.elapsed_s.max(1e-9),
         stats: outcome.stats,
     };
-    super::report_end(&report.stats, checkpoints.as_ref(), output.metrics())?;
+    // The counter's one record carries every counter (`stats`).
+    let counters = super::traffic_report::CountersRecord::InTheAppsRecord;
+    super::report_end(
+        &report.stats,
+        checkpoints.as_ref(),
+        output.metrics(),
+        counters,
+    )?;
     if let Some(writer) = output.metrics() {
         writer.write(&report)?;
     }

@@ -160,7 +160,12 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         let words: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
         println!("topic {topic:>3}: {}", words.join(" "));
     }
-    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())?;
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        output.metrics(),
+        super::traffic_report::CountersRecord::Write,
+    )?;
     if args.check_counts {
         check_counts(&app, &outcome, output.metrics())?;
     }

@@ -150,5 +150,10 @@ pub fn run(args: MfCliArgs) -> Result<()> {
             m.iteration, outcome.stats.elapsed_s, m.train_rmse, m.test_rmse
         );
     }
-    super::report_end(&outcome.stats, checkpoints.as_ref(), output.metrics())
+    super::report_end(
+        &outcome.stats,
+        checkpoints.as_ref(),
+        output.metrics(),
+        super::traffic_report::CountersRecord::Write,
+    )
 }

@@ -5,6 +5,7 @@ use super::*;
 use crate::counter::CounterConfig;
 use harp::{
     CheckpointStats, FaultTiming, InjectionReport, LostValues, NodeStats, RowData, ServerRecovery,
+    ServerStats,
 };
 
 const SHARDS: u32 = 8;
@@ -20,6 +21,8 @@ fn stats(recoveries: Vec<ServerRecovery>, injections: Vec<InjectionReport>) -> J
         elapsed_s: 0.0,
         cached_rows: 0,
         node: NodeStats::default(),
+        servers: ServerStats::default(),
+        nodes_counted: 1,
         checkpoints: CheckpointStats::default(),
         recoveries,
         worker_recoveries: Vec::new(),

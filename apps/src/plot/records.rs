@@ -327,6 +327,8 @@ mod tests {
             r#"{"event":"resumed","from":{"seq":6,"dir":"d"}}"#,
             "\n",
             r#"{"event":"checkpoints","stats":{}}"#,
+            "\n",
+            r#"{"event":"job_stats","node":{},"servers":{},"nodes_counted":1}"#,
         ))
         .unwrap();
         let got: Vec<(At, &str, bool)> = run

@@ -91,8 +91,18 @@ pub struct JobStats {
     pub tasks_completed: u64,
     pub final_version: u64,
     pub elapsed_s: f64,
+    /// Rows held in the nodes' caches at the end (summed like `node`).
     pub cached_rows: usize,
+    /// The nodes' parameter traffic: in one process its one node's counters; across
+    /// processes the sum over the nodes counted (`nodes_counted`).
     pub node: NodeStats,
+    /// The servers' counters, summed: in one process every server live at the end (one a
+    /// fault injection crashed is left out); across processes those of the nodes counted.
+    pub servers: crate::server::ServerStats,
+    /// How many nodes' counters `node`, `servers` and `cached_rows` sum: 1 in one process;
+    /// across processes the nodes live at the end that answered (one that did not within
+    /// its wait is left out, and logged).
+    pub nodes_counted: u32,
     /// What SCAR's running checkpoint did (all zero without one).
     pub checkpoints: crate::scar::CheckpointStats,
     /// Every failed server recovered from, in order.
@@ -421,6 +431,8 @@ async fn run_job_body<A: App>(
         elapsed_s: started.elapsed().as_secs_f64(),
         cached_rows: store.cached_rows(),
         node: store.stats(),
+        servers: crate::server::sum_server_stats(store.servers()).await,
+        nodes_counted: 1,
         checkpoints: end.checkpoints,
         recoveries: end.recoveries,
         worker_recoveries: end.worker_recoveries,

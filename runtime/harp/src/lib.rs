@@ -66,4 +66,5 @@ pub use scar::{
     CheckpointStats, Fault, FaultTiming, Injection, InjectionReport, LostValues, Recovery,
     ScarOptions, ServerRecovery, WorkerRecovery,
 };
+pub use server::ServerStats;
 pub use table::{Element, Init, Table, TableSet, TableSpec, UpdateRule};

@@ -3,7 +3,8 @@
 //! behind a tap that tells the relocations it is sent ([`TappedServer`]), one whose
 //! acknowledgements of flush parts are lost ([`LostAcks`]), a link
 //! between two endpoints of this process ([`link_pair`]), a shard hand-off that waits
-//! for its answer ([`hand_off`]), flush parts of one-value rows ([`rows`]), and the
+//! for its answer ([`hand_off`]), flush parts of one-value rows ([`rows`]), a check that a
+//! counters type's `add` sums every field ([`adds_every_counter`]), and the
 //! smallest app ([`TestApp`], of any driver; [`OneIteration`]: its driver reports iteration 1
 //! and finishes; its executors do nothing).
 
@@ -294,5 +295,26 @@ pub(crate) mod rows {
     /// The rows a part carries, in order.
     pub(crate) fn rows_of(updates: &[(ParamKey, RowData)]) -> Vec<u64> {
         updates.iter().map(|(k, _)| k.row).collect()
+    }
+}
+
+/// Checks that `add` sums every counter of `T` (a struct of `u64` fields): a value whose
+/// fields are 1, 2, 3, ... added to itself must have every field doubled, so a field `add`
+/// leaves out fails, naming it.
+pub(crate) fn adds_every_counter<T>(add: impl Fn(&mut T, &T))
+where
+    T: Default + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut fields = serde_json::to_value(T::default()).unwrap();
+    let fields = fields.as_object_mut().unwrap();
+    for (n, value) in fields.values_mut().enumerate() {
+        *value = serde_json::json!(n as u64 + 1);
+    }
+    let one: T = serde_json::from_value(serde_json::Value::Object(fields.clone())).unwrap();
+    let mut sum: T = serde_json::from_value(serde_json::Value::Object(fields.clone())).unwrap();
+    add(&mut sum, &one);
+    let sum = serde_json::to_value(sum).unwrap();
+    for (name, value) in fields.iter() {
+        assert_eq!(sum[name].as_u64(), value.as_u64().map(|v| 2 * v), "{name}");
     }
 }

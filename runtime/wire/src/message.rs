@@ -817,6 +817,14 @@ pub enum Message {
         request_id: u64,
         result: ExecutorSaveResult,
     },
+
+    // ---- the job's end ----
+    /// master → node: send this node's counters (its parameter traffic, and its server's
+    /// if it has one). Answered with [`Message::Stats`].
+    StatsQuery { request_id: u64 },
+    /// node → master: the answer to [`Message::StatsQuery`]: the counters, encoded by the
+    /// runtime (opaque here, like task payloads; the protocol version pins their layout).
+    Stats { request_id: u64, counters: Vec<u8> },
 }
 
 impl RowWire {
@@ -959,6 +967,8 @@ impl Message {
             Message::LostUpdates { .. } => MessageKind::LostUpdates,
             Message::SaveExecutor { .. } => MessageKind::SaveExecutor,
             Message::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
+            Message::StatsQuery { .. } => MessageKind::StatsQuery,
+            Message::Stats { .. } => MessageKind::Stats,
         }
     }
 
@@ -1038,6 +1048,8 @@ impl ArchivedMessage {
             ArchivedMessage::LostUpdates { .. } => MessageKind::LostUpdates,
             ArchivedMessage::SaveExecutor { .. } => MessageKind::SaveExecutor,
             ArchivedMessage::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
+            ArchivedMessage::StatsQuery { .. } => MessageKind::StatsQuery,
+            ArchivedMessage::Stats { .. } => MessageKind::Stats,
         }
     }
 }
@@ -1113,11 +1125,13 @@ pub enum MessageKind {
     ServerLeft = 53,
     ShardRelocated = 54,
     ServerAwaited = 55,
+    StatsQuery = 56,
+    Stats = 57,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 55;
+    pub const COUNT: usize = 57;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -1176,6 +1190,8 @@ impl MessageKind {
         MessageKind::ServerLeft,
         MessageKind::ShardRelocated,
         MessageKind::ServerAwaited,
+        MessageKind::StatsQuery,
+        MessageKind::Stats,
     ];
 
     /// The kind a header byte names, if any.
@@ -1251,6 +1267,8 @@ impl MessageKind {
             MessageKind::ServerLeft => "server_left",
             MessageKind::ShardRelocated => "shard_relocated",
             MessageKind::ServerAwaited => "server_awaited",
+            MessageKind::StatsQuery => "stats_query",
+            MessageKind::Stats => "stats",
         }
     }
 }

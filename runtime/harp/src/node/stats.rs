@@ -18,7 +18,7 @@ pub(crate) struct NodeCounters {
 }
 
 /// A snapshot of a node's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeStats {
     /// Rows served from the node's cache.
     pub cache_hits: u64,
@@ -43,6 +43,22 @@ pub struct NodeStats {
     pub requests_resent: u64,
 }
 
+impl NodeStats {
+    /// Adds `other`'s counts to these (a job's sum over its nodes).
+    pub fn add(&mut self, other: &NodeStats) {
+        self.cache_hits += other.cache_hits;
+        self.cache_misses += other.cache_misses;
+        self.fetch_waits += other.fetch_waits;
+        self.rows_fetched += other.rows_fetched;
+        self.updates_recorded += other.updates_recorded;
+        self.updates_rejected += other.updates_rejected;
+        self.flushes += other.flushes;
+        self.rows_flushed += other.rows_flushed;
+        self.requests_timed_out += other.requests_timed_out;
+        self.requests_resent += other.requests_resent;
+    }
+}
+
 impl NodeCounters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -62,5 +78,15 @@ impl NodeCounters {
             requests_timed_out: r(&self.requests_timed_out),
             requests_resent: r(&self.requests_resent),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adding_sums_every_counter() {
+        crate::test_support::adds_every_counter(NodeStats::add);
     }
 }

@@ -19,7 +19,6 @@ use crate::job::{
     JobOutcome, JobStats, ParamDump,
 };
 use crate::master::{MasterActor, MasterArgs, MasterMsg, RouteTarget};
-use crate::node::NodeStats;
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
 use harp_core::{
     ExecutorId, ExecutorMap, MemberInfo, MembershipConfig, MembershipEvent, MembershipView, NodeId,
@@ -553,13 +552,20 @@ async fn run_across_body<A: App>(
             } else {
                 Ok(None)
             };
+            let elapsed_s = started.elapsed().as_secs_f64();
+            let nodes: Vec<_> = (live.iter())
+                .map(|(id, link, _, pending)| (*id, link, pending))
+                .collect();
+            let counted = super::job_counters::collect(&nodes).await;
             params.map(|params| JobOutcome {
                 stats: JobStats {
                     tasks_completed: end.tasks_completed,
                     final_version: end.final_version.0,
-                    elapsed_s: started.elapsed().as_secs_f64(),
-                    cached_rows: 0,
-                    node: NodeStats::default(),
+                    elapsed_s,
+                    cached_rows: counted.cached_rows as usize,
+                    node: counted.node,
+                    servers: counted.servers,
+                    nodes_counted: counted.nodes,
                     checkpoints: end.checkpoints,
                     recoveries: end.recoveries,
                     worker_recoveries: end.worker_recoveries,

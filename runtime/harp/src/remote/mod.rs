@@ -30,6 +30,8 @@
 //! (`SaveExecutor`/`ExecutorSaved`; a large state is parked on the node and the master
 //! fetches it, `state_transfer`), and the rows come from every server node (`Dump`, in
 //! parts: `row_parts`).
+//! At the job's end the master sums every live node's counters into `JobStats`
+//! (`StatsQuery`/`Stats`: `job_counters`).
 //! A resumed job assigns its workers no executors; the master puts the checkpoint's rows
 //! into the servers (`ResetRows`) and has each worker adopt its executors from their saved
 //! states (`AdoptExecutor`; a large state the master parks, and the node fetches it from
@@ -48,6 +50,7 @@ mod eviction;
 mod failures;
 mod fault_delays;
 mod identity;
+mod job_counters;
 mod listen_addr;
 mod master_side;
 mod master_start;

@@ -1224,6 +1224,14 @@ async fn serve_master<A: App>(
             Message::Refused { reason } => {
                 tracing::warn!(node = me, %reason, "the master did not let this node leave now; it keeps serving");
             }
+            Message::StatsQuery { request_id } => {
+                let (link, store) = (master_link.clone(), store.clone());
+                let server = local_server.cloned();
+                crate::spawn::spawn(async move {
+                    let counters = super::job_counters::of_this_node(&store, server.as_ref()).await;
+                    super::job_counters::answer(&link, request_id, &counters);
+                });
+            }
             Message::Dump { request_id, .. } => {
                 let Some(server) = local_server else { continue };
                 let (tx, rx) = tokio::sync::oneshot::channel();

@@ -46,6 +46,8 @@ pub(crate) enum Pending {
     Committed(oneshot::Sender<Result<AppliedAt, HarpError>>),
     /// A node's answer to `LostUpdatesQuery`, arriving in parts.
     LostUpdates(InParts<oneshot::Sender<LostUpdatesResult>, Vec<LostRowWire>>),
+    /// A node's answer to `StatsQuery`: its counters, encoded (`job_counters.rs`).
+    Stats(oneshot::Sender<Vec<u8>>),
 }
 
 /// The answer of a save whose parts are all in: the rows of every part, in order (ascending
@@ -227,6 +229,15 @@ impl PendingReplies {
             Message::ExecutorSaved { request_id, result } => {
                 if let Some((_, Pending::ExecutorSaved(tx))) = self.waiting.remove(&request_id) {
                     let _ = tx.send(result);
+                }
+                None
+            }
+            Message::Stats {
+                request_id,
+                counters,
+            } => {
+                if let Some((_, Pending::Stats(tx))) = self.waiting.remove(&request_id) {
+                    let _ = tx.send(counters);
                 }
                 None
             }

@@ -189,6 +189,11 @@ impl Actor for ServerProxy {
             ServerMsg::DropStaged { .. } => {
                 tracing::debug!("only the master drops staged flush parts");
             }
+            // Dropping the reply says so: a server node reports its counters with its
+            // node's (`Message::Stats`).
+            ServerMsg::Stats { .. } => {
+                tracing::debug!(server = %state.server, "a server of another process reports its counters with its node's");
+            }
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
             | ServerMsg::Reset { .. }) => {
@@ -586,7 +591,9 @@ impl Actor for ServerNodeProxy {
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)
             | ServerMsg::Reset { .. }) => forward_on_link(link, pending, *server, message),
-            ServerMsg::HandedOver { .. } | ServerMsg::Unanswered { .. } => {
+            ServerMsg::HandedOver { .. }
+            | ServerMsg::Unanswered { .. }
+            | ServerMsg::Stats { .. } => {
                 tracing::debug!(%server, "a request the master's server proxy does not carry");
             }
             ServerMsg::Relocated { shard, to_id, .. } => {

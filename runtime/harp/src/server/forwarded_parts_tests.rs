@@ -7,7 +7,7 @@ use super::restore_tests::take_over;
 use super::*;
 use crate::table::{Init, UpdateRule};
 
-fn tables() -> (Arc<TableSet>, harp_core::TableId) {
+pub(super) fn tables() -> (Arc<TableSet>, harp_core::TableId) {
     let mut tables = TableSet::new();
     let table = tables
         .dense_f32("w", 2, UpdateRule::Add, Init::Zeros)
@@ -16,19 +16,19 @@ fn tables() -> (Arc<TableSet>, harp_core::TableId) {
 }
 
 /// The first key of `table` in `shard` of 2.
-fn in_shard(table: harp_core::TableId, shard: u32) -> ParamKey {
+pub(super) fn in_shard(table: harp_core::TableId, shard: u32) -> ParamKey {
     (0..)
         .map(|row| ParamKey::new(table, row))
         .find(|k| shard_of(*k, 2) == ShardId(shard))
         .unwrap()
 }
 
-fn ones() -> RowData {
+pub(super) fn ones() -> RowData {
     RowData::F32(vec![1.0, 1.0])
 }
 
 /// Part 9 of node 4, as the node sends it (first or again).
-fn part_9() -> PartTag {
+pub(super) fn part_9() -> PartTag {
     PartTag {
         id: PartId { node: 4, seq: 9 },
         held_from: 9,
@@ -36,7 +36,7 @@ fn part_9() -> PartTag {
     }
 }
 
-async fn apply_part(
+pub(super) async fn apply_part(
     server: &ActorRef<ServerMsg>,
     updates: Vec<(ParamKey, RowData)>,
     tag: PartTag,
@@ -54,12 +54,16 @@ async fn apply_part(
 }
 
 /// Hands shard `shard` of 2 from `from` to `to`.
-async fn hand_off(from: &ActorRef<ServerMsg>, shard: u32, to: (u32, &ActorRef<ServerMsg>)) {
+pub(super) async fn hand_off(
+    from: &ActorRef<ServerMsg>,
+    shard: u32,
+    to: (u32, &ActorRef<ServerMsg>),
+) {
     crate::test_support::hand_off(from, (shard, 2), to).await;
 }
 
 /// `N` servers, numbered from 0.
-async fn servers<const N: usize>(tables: &Arc<TableSet>) -> [ActorRef<ServerMsg>; N] {
+pub(super) async fn servers<const N: usize>(tables: &Arc<TableSet>) -> [ActorRef<ServerMsg>; N] {
     let spawned = spawn_servers(N as u32, tables).await;
     let actors: Vec<ActorRef<ServerMsg>> = spawned.into_iter().map(|(_, s)| s).collect();
     actors

@@ -55,6 +55,9 @@ mod forwarded_parts_tests;
 mod restore_tests;
 mod saved;
 mod staging;
+mod stats;
+#[cfg(test)]
+mod stats_tests;
 mod store;
 mod stranded;
 #[cfg(test)]
@@ -67,6 +70,7 @@ pub(crate) use forwarded_parts::PartTag;
 use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use saved::SavedRows;
+pub use stats::ServerStats;
 use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use store::ShardRows;
@@ -133,6 +137,9 @@ pub(crate) enum ServerMsg {
     Dump {
         reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
     },
+    /// This server's counters ([`ServerStats`]). Only a server in this process answers: one
+    /// in another node process reports them with its node's (`Message::Stats`).
+    Stats { reply: oneshot::Sender<ServerStats> },
     /// Give `shard` (of `num_shards`) to server `to_id` (reached through `to`), then forward
     /// its traffic there. Answers once the new owner holds the rows.
     HandOff {
@@ -237,6 +244,38 @@ impl ServerMsg {
             "a crash by message is not carried between node processes: kill the node process instead"
         );
     }
+}
+
+/// How long [`sum_server_stats`] waits for a server's counters (a server in this process
+/// answers at once unless it is busy with a long request).
+const STATS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The sum of the counters of the servers in `servers` that answer (a server that stopped,
+/// failed by fault injection, or did not answer within [`STATS_WAIT`] is left out, and a
+/// warning names it). The requests go out together.
+pub(crate) async fn sum_server_stats(
+    servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
+) -> ServerStats {
+    let mut answers = Vec::new();
+    for (id, server) in servers {
+        let (reply, stats) = oneshot::channel();
+        if server.send_message(ServerMsg::Stats { reply }).is_ok() {
+            answers.push((id, stats));
+        }
+    }
+    let mut sum = ServerStats::default();
+    for (id, stats) in answers {
+        match tokio::time::timeout(STATS_WAIT, stats).await {
+            Ok(Ok(stats)) => sum.add(&stats),
+            Ok(Err(_)) => {
+                tracing::debug!(server = %id, "a server that stopped left its counters out of the job's")
+            }
+            Err(_) => {
+                tracing::warn!(server = %id, wait_s = STATS_WAIT.as_secs(), "a server did not send its counters in time: the job's leave them out")
+            }
+        }
+    }
+    sum
 }
 
 /// How long [`dump_servers`] waits for a server's rows (a server node's come over the
@@ -357,6 +396,9 @@ pub(crate) struct ServerState {
     forwarded_parts: forwarded_parts::ForwardedParts,
     /// The latest recovery generation that re-created each shard here ([`Restore`]).
     restores: HashMap<ShardId, u64>,
+    /// What this server counted ([`stats`]; the counters its parts keep are added when a
+    /// snapshot is taken: [`ServerState::stats`]).
+    counted: ServerStats,
 }
 
 /// Where a part of a request goes: to a server now, or held until a shard's rows are in.
@@ -390,15 +432,27 @@ impl AwayRef<'_> {
 }
 
 impl ServerState {
+    /// A snapshot of this server's counters.
+    fn stats(&self) -> ServerStats {
+        ServerStats {
+            updates_refused: self.store.rejected_updates(),
+            applied_parts_forgotten: self.applied.dropped(),
+            forwarded_parts_forgotten: self.forwarded_parts.dropped(),
+            ..self.counted
+        }
+    }
+
     /// The first part of a recovery's take-over of `shard` ([`Restore`]): drops the rows of
-    /// it this server still holds, and their saved values.
-    fn drop_before_restore(&mut self, shard: ShardId, restore: Restore) {
+    /// it this server still holds, and their saved values. Whether this was the first part
+    /// of that recovery's take-over here (a later part, or one of an older recovery, drops
+    /// nothing).
+    fn drop_before_restore(&mut self, shard: ShardId, restore: Restore) -> bool {
         let newer = self
             .restores
             .get(&shard)
             .is_none_or(|seen| *seen < restore.generation);
         if !newer || restore.num_shards == 0 {
-            return;
+            return false;
         }
         self.restores.insert(shard, restore.generation);
         let stale = self.store.take_shard(shard, restore.num_shards);
@@ -407,6 +461,7 @@ impl ServerState {
         if stale.len() > 0 {
             tracing::warn!(server = %self.id, %shard, rows = stale.len(), "dropped the rows a failed server's hand-off left here; the shard is re-created from the running checkpoint");
         }
+        true
     }
 
     /// Where the traffic of `key` goes: `None` for this server.
@@ -527,12 +582,14 @@ impl ServerState {
             self.split(keys.iter())
         };
         if away.is_empty() {
+            self.counted.rows_read += keys.len() as u64;
             let rows: Result<Vec<_>, _> = keys.iter().map(|k| self.store.get(*k)).collect();
             // A requester that went away no longer needs the answer.
             let _ = reply.send(rows.map_err(HarpError::from));
             return;
         }
         let mut out: Vec<Option<Arc<RowData>>> = vec![None; keys.len()];
+        self.counted.rows_read += local.len() as u64;
         for i in local {
             match self.store.get(keys[i]) {
                 Ok(row) => out[i] = Some(row),
@@ -546,6 +603,7 @@ impl ServerState {
         for (to, idxs) in away {
             let (tx, rx) = oneshot::channel();
             let sub: Vec<ParamKey> = idxs.iter().map(|&i| keys[i]).collect();
+            self.counted.reads_forwarded += sub.len() as u64;
             let again = sub.clone();
             let message = ServerMsg::Get {
                 keys: sub,
@@ -618,9 +676,12 @@ impl ServerState {
     }
 
     fn apply_here(&mut self, key: ParamKey, delta: &RowData, first_error: &mut Option<HarpError>) {
-        if let Err(e) = self.store.apply(key, delta) {
-            tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
-            first_error.get_or_insert(HarpError::from(e));
+        match self.store.apply(key, delta) {
+            Ok(()) => self.counted.updates_applied += 1,
+            Err(e) => {
+                tracing::warn!(server = %self.id, %key, error = %e, refused_total = self.store.rejected_updates(), "update refused");
+                first_error.get_or_insert(HarpError::from(e));
+            }
         }
     }
 
@@ -636,6 +697,7 @@ impl ServerState {
         };
         self.forwarded_parts.release(tag.id.node, tag.held_from);
         let skipped = self.forwarded_parts.skip_applied(tag.id, updates);
+        self.counted.resent_updates_skipped += skipped as u64;
         if skipped > 0 {
             tracing::info!(server = %self.id, node = tag.id.node, part = tag.id.seq, skipped, "a flush part sent again carried keys forwarded here and applied already; those are skipped");
         }
@@ -700,6 +762,7 @@ impl ServerState {
             let (tx, rx) = oneshot::channel();
             let sub: Vec<(ParamKey, RowData)> =
                 idxs.iter().filter_map(|&i| slots[i].take()).collect();
+            self.counted.updates_forwarded += sub.len() as u64;
             // Kept only while a part goes to another server (during a move).
             let again = matches!(to, Away::Send(_)).then(|| sub.clone());
             let forwarded = tag.map(PartTag::forwarded);
@@ -760,6 +823,7 @@ impl Actor for ServerActor {
             applied: Default::default(),
             forwarded_parts: Default::default(),
             restores: HashMap::new(),
+            counted: ServerStats::default(),
         })
     }
 
@@ -791,6 +855,7 @@ impl Actor for ServerActor {
             ServerMsg::Commit { node, flush, reply } => state.commit(node, flush, reply),
             ServerMsg::DropStaged { node } => {
                 let dropped = state.staging.drop_node(node);
+                state.counted.staged_parts_dropped += dropped as u64;
                 tracing::warn!(server = %state.id, node, dropped, kept = state.staging.len(), "dropped the flush parts a dead worker node left staged");
             }
             ServerMsg::Crash { reply } => {
@@ -891,6 +956,9 @@ impl Actor for ServerActor {
                 result,
                 reply,
             } => {
+                if result.is_ok() {
+                    state.counted.shards_handed_off += 1;
+                }
                 let unconfirmed = matches!(result, Err(HarpError::ShardInTransit { .. }));
                 if unconfirmed && state.forwarded.contains_key(&shard) {
                     state.strand(shard);
@@ -925,7 +993,9 @@ impl Actor for ServerActor {
             } => {
                 tracing::debug!(server = %state.id, %shard, rows = rows.len(), bytes = rows.bytes(), in_order, ?restore, "taking a shard over");
                 if let Some(restore) = restore {
-                    state.drop_before_restore(shard, restore);
+                    if state.drop_before_restore(shard, restore) {
+                        state.counted.shards_restored += 1;
+                    }
                 }
                 state.forwarded.remove(&shard);
                 state.forwarded_parts.insert(rows.take_parts());
@@ -939,6 +1009,9 @@ impl Actor for ServerActor {
             }
             ServerMsg::Dump { reply } => {
                 let _ = reply.send(state.store.dump());
+            }
+            ServerMsg::Stats { reply } => {
+                let _ = reply.send(state.stats());
             }
             ServerMsg::Drain { reply } => {
                 let _ = reply.send(());

@@ -286,8 +286,11 @@ impl ShardStore {
 
     /// Applies one aggregated delta under the table's rule.
     pub(crate) fn apply(&mut self, key: ParamKey, delta: &RowData) -> Result<(), CoreError> {
-        let rule = self.spec(key)?.rule;
-        let result = self.apply_rule(key, rule, delta);
+        // An unknown table is refused and counted like a bad delta.
+        let result = match self.spec(key).map(|spec| spec.rule) {
+            Ok(rule) => self.apply_rule(key, rule, delta),
+            Err(e) => Err(e),
+        };
         if result.is_err() {
             self.rejected_updates += 1;
         }
@@ -418,6 +421,7 @@ impl ShardStore {
 mod tests {
     use super::*;
     use crate::table::Init;
+    use harp_core::TableId;
     use harp_kernels::optim::Adam;
 
     fn store() -> (ShardStore, ParamKey, ParamKey) {
@@ -511,8 +515,10 @@ mod tests {
         s.apply(c, &RowData::I64(vec![1, 1])).unwrap();
         assert!(s.apply(c, &RowData::I64(vec![1])).is_err());
         assert!(s.apply(c, &RowData::F32(vec![1.0, 1.0])).is_err());
+        let unknown_table = ParamKey::new(TableId(99), 0);
+        assert!(s.apply(unknown_table, &RowData::I64(vec![1, 1])).is_err());
         assert_eq!(*s.get(c).unwrap(), RowData::I64(vec![3, 4]));
-        assert_eq!(s.rejected_updates(), 2);
+        assert_eq!(s.rejected_updates(), 3);
     }
 
     #[test]

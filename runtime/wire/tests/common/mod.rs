@@ -646,6 +646,15 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         )
             .prop_map(|(request_id, result)| Message::ExecutorSaved { request_id, result })
             .boxed(),
+        any::<u64>()
+            .prop_map(|request_id| Message::StatsQuery { request_id })
+            .boxed(),
+        (any::<u64>(), vec(any::<u8>(), 0..64))
+            .prop_map(|(request_id, counters)| Message::Stats {
+                request_id,
+                counters,
+            })
+            .boxed(),
     ])
 }
 

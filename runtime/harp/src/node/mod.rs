@@ -975,6 +975,23 @@ mod tests {
         assert_eq!(store.unacked_lock().held_from(), 2);
     }
 
+    /// Server 0 applies a part itself, its answer is lost, and it gives the part's shard to
+    /// server 1 before it dies: the shard's rows at server 1 hold the part. The node sends
+    /// the part again to server 1, which got the part's keys with the rows and skips them.
+    /// Without that record the rows counted twice.
+    #[tokio::test]
+    async fn a_part_applied_by_a_server_that_then_handed_its_shard_off_and_died_is_not_applied_twice(
+    ) {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        let (a, b) = (key, ParamKey::new(key.table, 5));
+        let flushing = flush_through_lost_acks(&store, &s0, &s0, (a, b)).await;
+        crate::test_support::hand_off(&s0, (0, 1), (1, &s1)).await;
+        crash(&s0).await;
+        let rows = rerouted_to_server_1(&store, flushing, &s1).await;
+        assert_eq!(store.stats().requests_resent, 1);
+        assert_eq!(rows, two_rows(a, b));
+    }
+
     #[tokio::test]
     async fn a_staged_flush_names_its_servers_and_applies_only_once_committed() {
         let (store, key, [s0, _]) = store_on_two_servers(false).await;

@@ -21,10 +21,10 @@
 //! (those of a move's few milliseconds), and at most [`FORWARDED_PARTS_KEPT`]; beyond that
 //! the lowest ids are dropped, and counted.
 //!
-//! Not covered: a part the old owner applied itself, whose rows then moved, and whose
-//! answer never left before the old owner died. The answer is queued before the move
-//! starts, and the move takes a round trip to the new owner and back before any node is
-//! told of it.
+//! A part the old owner applied itself, straight from its node, joins the record at the
+//! hand-off: the old owner kept its keys ([`direct_parts`](super::direct_parts)) and sends
+//! those of the shard with its rows ([`ForwardedParts::insert`]), so that part sent again
+//! (its answer never left before the old owner died) is not applied twice either.
 //!
 //! Pure: no IO, no clock.
 

@@ -1,6 +1,7 @@
 //! A forwarded part's record ([`forwarded_parts`]) at work in real servers: a part sent
-//! again skips the keys its shard applied already, wherever the shard moved since; a
-//! shard re-created from the running checkpoint forgets them; the record survives the wire.
+//! again skips the keys its shard applied already, wherever the shard moved since, whether
+//! the part came forwarded or straight to the old owner ([`direct_parts`]); a shard
+//! re-created from the running checkpoint forgets them; the record survives the wire.
 
 use super::checkpoint_round::tests::{dump, spawn_servers};
 use super::restore_tests::take_over;
@@ -148,6 +149,46 @@ async fn a_part_forwarded_along_a_chain_is_remembered_where_it_was_applied() {
         Some(0)
     );
     assert_eq!(row(s0, stays).await, Some(RowData::F32(vec![2.0, 2.0])));
+}
+
+/// Server 0 applied part 9 itself, straight from its node, then gave the part's shard to
+/// server 1, which gave it on to server 2; the answer never reached the node. Sent again
+/// to the shard's owner, the part's key of it is skipped there: the hand-offs carried it.
+/// Server 0 keeps the key of the shard it still holds.
+#[tokio::test]
+async fn a_part_the_old_owner_applied_itself_is_skipped_where_its_shard_went() {
+    let (tables, table) = tables();
+    let [s0, s1, s2] = &servers(&tables).await;
+    let (moved, stays) = (in_shard(table, 0), in_shard(table, 1));
+    let part = vec![(moved, ones()), (stays, ones())];
+    assert_eq!(apply_part(s0, part, part_9()).await, Some(0));
+    hand_off(s0, 0, (1, s1)).await;
+    hand_off(s1, 0, (2, s2)).await;
+    assert_eq!(apply_part(s2, vec![(moved, ones())], part_9()).await, None);
+    assert_eq!(row(s2, moved).await, Some(ones()), "applied once");
+    // Shard 1 moves too: its key of the part goes along.
+    hand_off(s0, 1, (1, s1)).await;
+    assert_eq!(apply_part(s1, vec![(stays, ones())], part_9()).await, None);
+    assert_eq!(row(s1, stays).await, Some(ones()), "applied once");
+}
+
+/// A shard re-created from the image where a part was applied lost what the part did to
+/// it: handed off later, it says nothing of the part, which sent again is applied.
+#[tokio::test]
+async fn a_shard_restored_where_a_part_was_applied_does_not_carry_the_part() {
+    let (tables, table) = tables();
+    let [s0, s1] = &servers(&tables).await;
+    let key = in_shard(table, 0);
+    apply_part(s0, vec![(key, ones())], part_9()).await;
+    let image = ShardRows::restored(&tables, Vec::new()).unwrap();
+    let restore = Restore {
+        generation: 1,
+        num_shards: 2,
+    };
+    take_over(s0, 0, image, Some(restore)).await;
+    hand_off(s0, 0, (1, s1)).await;
+    assert_eq!(apply_part(s1, vec![(key, ones())], part_9()).await, Some(0));
+    assert_eq!(row(s1, key).await, Some(ones()));
 }
 
 /// A shard re-created from the running checkpoint holds the image's rows, not what was

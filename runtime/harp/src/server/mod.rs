@@ -44,10 +44,13 @@
 //!
 //! A part forwarded to a shard's new owner is remembered there, with the keys applied, for
 //! as long as its node may send it again ([`forwarded_parts`]): the same part sent again is
-//! applied only for the keys not applied yet.
+//! applied only for the keys not applied yet. A part a server applied straight from its
+//! node is remembered the same way ([`direct_parts`]) and its keys of a shard handed off go
+//! with the shard's rows into the new owner's record.
 
 mod applied_parts;
 pub(crate) mod checkpoint_round;
+mod direct_parts;
 mod forwarded_parts;
 #[cfg(test)]
 mod forwarded_parts_tests;
@@ -394,6 +397,9 @@ pub(crate) struct ServerState {
     applied: applied_parts::AppliedParts,
     /// Forwarded flush parts their nodes may send again, and the keys applied here.
     forwarded_parts: forwarded_parts::ForwardedParts,
+    /// Named flush parts applied here straight from their nodes, and the keys applied
+    /// (they go with a shard handed off, into the new owner's `forwarded_parts`).
+    direct_parts: direct_parts::DirectParts,
     /// The latest recovery generation that re-created each shard here ([`Restore`]).
     restores: HashMap<ShardId, u64>,
     /// What this server counted ([`stats`]; the counters its parts keep are added when a
@@ -438,6 +444,7 @@ impl ServerState {
             updates_refused: self.store.rejected_updates(),
             applied_parts_forgotten: self.applied.dropped(),
             forwarded_parts_forgotten: self.forwarded_parts.dropped(),
+            direct_parts_forgotten: self.direct_parts.forgotten(),
             ..self.counted
         }
     }
@@ -458,6 +465,7 @@ impl ServerState {
         let stale = self.store.take_shard(shard, restore.num_shards);
         // The image's rows replace them: no key of the shard was applied here any more.
         self.forwarded_parts.take_shard(shard, restore.num_shards);
+        self.direct_parts.take_shard(shard, restore.num_shards);
         if stale.len() > 0 {
             tracing::warn!(server = %self.id, %shard, rows = stale.len(), "dropped the rows a failed server's hand-off left here; the shard is re-created from the running checkpoint");
         }
@@ -696,6 +704,7 @@ impl ServerState {
             return 0;
         };
         self.forwarded_parts.release(tag.id.node, tag.held_from);
+        self.direct_parts.release(tag.id.node, tag.held_from);
         let skipped = self.forwarded_parts.skip_applied(tag.id, updates);
         self.counted.resent_updates_skipped += skipped as u64;
         if skipped > 0 {
@@ -704,17 +713,24 @@ impl ServerState {
         skipped
     }
 
-    /// Remembers the keys of forwarded part `tag` applied here ([`forwarded_parts`]).
-    fn note_forwarded<'k>(
-        &mut self,
-        tag: Option<PartTag>,
-        keys: impl Iterator<Item = &'k ParamKey>,
-    ) {
-        if let Some(tag) = tag.filter(|tag| tag.forwarded) {
+    /// Remembers the keys of part `tag` applied here: a forwarded part's in
+    /// [`forwarded_parts`] (skipped if it comes again), one straight from its node in
+    /// [`direct_parts`] (sent with a shard handed off).
+    fn note_keys(&mut self, tag: Option<PartTag>, keys: impl Iterator<Item = ParamKey>) {
+        let Some(tag) = tag else {
+            return;
+        };
+        if tag.forwarded {
             let dropped = self.forwarded_parts.dropped();
-            self.forwarded_parts.applied(tag.id, keys.copied());
+            self.forwarded_parts.applied(tag.id, keys);
             if self.forwarded_parts.dropped() > dropped {
                 tracing::warn!(server = %self.id, kept = forwarded_parts::FORWARDED_PARTS_KEPT, "more forwarded flush parts wait for their nodes than are kept: the oldest is forgotten, and a node that sends it again gets it applied twice");
+            }
+        } else {
+            let forgotten = self.direct_parts.forgotten();
+            self.direct_parts.applied(tag.id, keys.collect());
+            if self.direct_parts.forgotten() > forgotten {
+                tracing::warn!(server = %self.id, kept = direct_parts::DIRECT_PART_KEYS_KEPT, "more keys of applied flush parts wait for their nodes than are kept: the oldest part is forgotten, and if its shard moves and its node sends it again, the new owner applies it twice");
             }
         }
     }
@@ -738,19 +754,19 @@ impl ServerState {
                 self.apply_here(*key, delta, &mut first_error);
             }
             self.note_applied(part_id, !updates.is_empty());
-            self.note_forwarded(tag, updates.iter().map(|(key, _)| key));
+            self.note_keys(tag, updates.into_iter().map(|(key, _)| key));
             let _ = reply.send(first_error.map_or(Ok(epoch), Err));
             return;
         }
         let (local, away) = self.split(updates.iter().map(|(k, _)| k));
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
         self.note_applied(part_id, !local.is_empty());
-        if tag.is_some_and(|tag| tag.forwarded) {
-            let applied_keys: Vec<ParamKey> = local
+        if tag.is_some() {
+            let applied_keys = local
                 .iter()
-                .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key))
-                .collect();
-            self.note_forwarded(tag, applied_keys.iter());
+                .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key));
+            let applied_keys: Vec<ParamKey> = applied_keys.collect();
+            self.note_keys(tag, applied_keys.into_iter());
         }
         for i in local {
             if let Some((key, delta)) = slots[i].take() {
@@ -822,6 +838,7 @@ impl Actor for ServerActor {
             saves: 0,
             applied: Default::default(),
             forwarded_parts: Default::default(),
+            direct_parts: Default::default(),
             restores: HashMap::new(),
             counted: ServerStats::default(),
         })
@@ -894,7 +911,10 @@ impl Actor for ServerActor {
                     return Ok(());
                 }
                 state.num_shards = num_shards;
-                let parts = state.forwarded_parts.take_shard(shard, num_shards);
+                // The parts its rows hold that a node may send again: those forwarded here
+                // and those applied here straight from their nodes.
+                let mut parts = state.forwarded_parts.take_shard(shard, num_shards);
+                parts.extend(state.direct_parts.take_shard(shard, num_shards));
                 let rows = state.store.take_shard(shard, num_shards).with_parts(parts);
                 let moved = ShardMoved {
                     rows: rows.len(),

@@ -40,6 +40,10 @@ pub struct ServerStats {
     /// Records of forwarded flush parts forgotten before their node moved past them (more
     /// waited than a server keeps): one of those sent again counts twice.
     pub forwarded_parts_forgotten: u64,
+    /// Records of flush parts applied here straight from their nodes forgotten before their
+    /// node moved past them (more keys waited than a server keeps): one of those whose
+    /// shard then moved, sent again, counts twice.
+    pub direct_parts_forgotten: u64,
 }
 
 impl ServerStats {
@@ -56,6 +60,7 @@ impl ServerStats {
         self.staged_parts_dropped += other.staged_parts_dropped;
         self.applied_parts_forgotten += other.applied_parts_forgotten;
         self.forwarded_parts_forgotten += other.forwarded_parts_forgotten;
+        self.direct_parts_forgotten += other.direct_parts_forgotten;
     }
 }
 

@@ -108,28 +108,55 @@ const AFTER_VERDICT: Duration = Duration::from_millis(200);
 /// and did not start (`multi_host.rs::a_node_joining_while_another_is_cut_off_...`, about
 /// one run in three).
 pub(crate) fn node_died<A: App>(ctx: &RosterContext<A>, node: u32, cause: &str) {
-    let mut roster = roster::lock(&ctx.roster);
-    let Some(entry) = roster.bury(node) else {
-        return; // it left the job, or this death was already handled
+    let logs = {
+        let mut roster = roster::lock(&ctx.roster);
+        let Some(entry) = roster.bury(node) else {
+            return; // it left the job, or this death was already handled
+        };
+        buried_node_died(ctx, node, entry, cause)
     };
-    buried_node_died(ctx, node, entry, cause);
+    logs.emit();
+}
+
+/// What handling a death has to log: written once the roster's lock is released, so that
+/// a slow log sink (a stderr pipe nobody reads) never holds the roster up.
+#[must_use]
+#[derive(Default)]
+struct DeathLogs(Vec<(u32, String, &'static str)>);
+
+impl DeathLogs {
+    fn warn(&mut self, node: u32, detail: String, what: &'static str) {
+        self.0.push((node, detail, what));
+    }
+
+    fn emit(self) {
+        for (node, detail, what) in self.0 {
+            tracing::warn!(node, %detail, "{what}");
+        }
+    }
 }
 
 /// [`node_died`] for a node already taken out of the roster (`entry`), called with the
-/// roster's lock held (nothing here waits or takes that lock), e.g. in the same critical
-/// section as the choice to evict it.
+/// roster's lock held (nothing here waits, logs or takes that lock), e.g. in the same
+/// critical section as the choice to evict it. The caller logs what it returns once the
+/// lock is released.
 fn buried_node_died<A: App>(
     ctx: &RosterContext<A>,
     node: u32,
     entry: roster::NodeEntry,
     cause: &str,
-) {
+) -> DeathLogs {
+    let mut logs = DeathLogs::default();
     let detail = format!("{cause}; it held {}", entry.holdings);
     // One rule for what the job survives, here and in the choice of whom to evict.
     let recovered = recovers(ctx).node(entry.roles);
     let worker_lost = entry.roles.worker && recovered;
     if worker_lost {
-        tracing::warn!(node, %detail, "a worker node died: re-creating its executors and running its uncommitted tasks again");
+        logs.warn(
+            node,
+            detail.clone(),
+            "a worker node died: re-creating its executors and running its uncommitted tasks again",
+        );
         // Before its awaited replies fail: the master then learns of the death before a
         // move's failed answer from that node, which it would otherwise read as a failure of
         // a live node (`master/moves_under_recovery.rs`).
@@ -148,11 +175,15 @@ fn buried_node_died<A: App>(
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
         // Later scale events leave it out.
         ctx.control.forget(Some(WorkerId(node)), None);
-        return;
+        return logs;
     }
     // A server-only node, or one with a worker and a server (both recovered).
     if recovered {
-        tracing::warn!(node, %detail, "a server node died: re-creating its shards from the running checkpoint");
+        logs.warn(
+            node,
+            detail,
+            "a server node died: re-creating its shards from the running checkpoint",
+        );
         // Nodes that join later must not dial it.
         let _ = ctx.master.send_message(MasterMsg::ForgetNode(node));
         // Later scale events leave it out (the master starts none until its shards are
@@ -166,7 +197,7 @@ fn buried_node_died<A: App>(
                 acknowledged: None,
                 reply: None,
             });
-            return;
+            return logs;
         }
         let roster = ctx.roster.clone();
         let master = ctx.master.clone();
@@ -179,7 +210,7 @@ fn buried_node_died<A: App>(
                 reply: None,
             });
         });
-        return;
+        return logs;
     }
     let hint = if entry.roles.worker && !ctx.worker_recovery {
         "; --recover-workers (ClusterOptions::worker_recovery) lets the job survive losing a worker node"
@@ -193,6 +224,7 @@ fn buried_node_died<A: App>(
         detail: format!("{detail}{hint}"),
     };
     let _ = ctx.master.send_message(MasterMsg::Failed(error));
+    logs
 }
 
 /// Ends the job with `failure`, which node `node` raised (`message`) because it lost
@@ -250,7 +282,7 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
     // gone. Chosen apart, two verdicts each kept "another worker" alive and evicted both
     // worker nodes, and the job ended with no worker left. (The death's messages to the
     // master go in it too: see `node_died`.)
-    let cut_off = {
+    let (cut_off, evicted) = {
         let mut roster = roster::lock(&ctx.roster);
         // Gone since the wait ended (evicted for another broken link, say): its recovery or
         // its leave reroutes the traffic. And nodes close their links when the job ends.
@@ -264,18 +296,27 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
             .is_none()
             .then(|| eviction::choose(pair, &roster.broken_links, &live, recovers(&ctx)))
             .flatten();
-        if let Some((victim, entry)) = victim.and_then(|v| Some((v, roster.bury(v)?))) {
-            let other = if victim == node { server } else { node };
-            tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
-            let cause = format!(
-                "evicted: its link to node {other} broke while both still reached the master \
-                 (a network partition between them, {detail})"
-            );
-            buried_node_died(&ctx, victim, entry, &cause);
-            return;
+        match victim.and_then(|v| Some((v, roster.bury(v)?))) {
+            Some((victim, entry)) => {
+                let other = if victim == node { server } else { node };
+                let cause = format!(
+                    "evicted: its link to node {other} broke while both still reached the \
+                     master (a network partition between them, {detail})"
+                );
+                (
+                    None,
+                    Some((victim, buried_node_died(&ctx, victim, entry, &cause))),
+                )
+            }
+            None => (cut_off, None),
         }
-        cut_off
     };
+    // Logged now that the roster's lock is released.
+    if let Some((victim, logs)) = evicted {
+        tracing::warn!(node, peer = server, victim, %detail, "two live nodes lost the link between them: evicting one of them");
+        logs.emit();
+        return;
+    }
     if let Some(isolated) = cut_off {
         let detail = format!(
             "{detail}; node {isolated} (a server only) lost its links to every worker node \

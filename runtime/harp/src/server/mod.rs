@@ -754,7 +754,8 @@ impl ServerState {
                 self.apply_here(*key, delta, &mut first_error);
             }
             self.note_applied(part_id, !updates.is_empty());
-            self.note_keys(tag, updates.into_iter().map(|(key, _)| key));
+            // A fresh, exactly sized list: the part's own buffer is three times larger.
+            self.note_keys(tag, updates.iter().map(|(key, _)| *key));
             let _ = reply.send(first_error.map_or(Ok(epoch), Err));
             return;
         }

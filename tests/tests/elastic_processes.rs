@@ -124,6 +124,15 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
     let report = records.last().unwrap();
     assert_eq!(report["exact"], true, "{report}");
     assert_eq!(report["tasks"], 60000);
+    // The counters of every node that joined (those that left sent theirs as they went).
+    // Nothing failed: the servers applied every row the workers flushed and served every
+    // row they fetched, wherever the shards had moved meanwhile.
+    let stats = &report["stats"];
+    let (node, servers) = (&stats["node"], &stats["servers"]);
+    assert_eq!(stats["nodes_counted"], next_id, "{stats}");
+    assert_eq!(servers["updates_applied"], node["rows_flushed"], "{stats}");
+    assert_eq!(servers["rows_read"], node["rows_fetched"], "{stats}");
+    assert!(servers["shards_handed_off"].as_u64() > Some(0), "{stats}");
     // One line per scale event, and one for node 1 joining before the random ones.
     let events: Vec<_> = records.iter().filter(|r| r["event"] == "scale").collect();
     assert_eq!(events.len(), EVENTS + 1, "one metrics line per scale event");

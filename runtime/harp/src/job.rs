@@ -91,7 +91,7 @@ pub struct JobStats {
     pub tasks_completed: u64,
     pub final_version: u64,
     pub elapsed_s: f64,
-    /// Rows held in the nodes' caches at the end (summed like `node`).
+    /// Rows held in the caches of the nodes live at the end (summed over them).
     pub cached_rows: usize,
     /// The nodes' parameter traffic: in one process its one node's counters; across
     /// processes the sum over the nodes counted (`nodes_counted`).
@@ -100,8 +100,9 @@ pub struct JobStats {
     /// fault injection crashed is left out); across processes those of the nodes counted.
     pub servers: crate::server::ServerStats,
     /// How many nodes' counters `node`, `servers` and `cached_rows` sum: 1 in one process;
-    /// across processes the nodes live at the end that answered (one that did not within
-    /// its wait is left out, and logged).
+    /// across processes the nodes that left (asked as they went) and those live at the end,
+    /// that answered (one that did not within its wait is left out, and logged; one that
+    /// died took its counters with it).
     pub nodes_counted: u32,
     /// What SCAR's running checkpoint did (all zero without one).
     pub checkpoints: crate::scar::CheckpointStats,

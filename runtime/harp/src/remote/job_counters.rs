@@ -1,12 +1,15 @@
-//! The counters of a job across processes, collected at its end: the master asks every live
-//! node (`Message::StatsQuery`), each answers with its parameter traffic, its cache size and
-//! its server's counters ([`NodeCounters`], encoded with postcard in `Message::Stats`), and
-//! the master sums them into `JobStats` ([`collect`]).
+//! The counters of a job across processes: the master asks a node (`Message::StatsQuery`),
+//! which answers with its parameter traffic, its cache size and its server's counters
+//! ([`NodeCounters`], encoded with postcard in `Message::Stats`). A node that leaves the
+//! job is asked once its load is gone, before it is dismissed ([`of_leaving_node`]; the
+//! roster sums them); at the end every live node is asked at once, and the master adds
+//! them to the departed nodes' sums for `JobStats` ([`collect`]). A node that died takes
+//! its counters with it.
 //!
 //! Counters are a report, not a result: a node that does not answer within
-//! [`STATS_DEADLINE`] (or sends bytes that do not decode) is left out of the sums with a
-//! warning, and `JobStats::nodes_counted` says how many were summed; the job still ends
-//! well.
+//! [`STATS_DEADLINE`] ([`LEAVING_DEADLINE`] for one that leaves, whose leave it holds up),
+//! or sends bytes that do not decode, is left out of the sums with a warning, and
+//! `JobStats::nodes_counted` says how many were summed; the job still ends well.
 
 use super::pending::{Pending, PendingReplies};
 use crate::error::HarpError;
@@ -19,8 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// How long the master waits for the nodes' counters (all asked at once).
+/// How long the master waits for the nodes' counters at the job's end (all asked at once).
 pub(super) const STATS_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a leaving node's counters may hold its leave up.
+const LEAVING_DEADLINE: Duration = Duration::from_secs(5);
 
 /// How long a node waits for its own server's counters.
 const LOCAL_SERVER_WAIT: Duration = Duration::from_secs(5);
@@ -44,7 +50,7 @@ pub(crate) struct CountedNodes {
 }
 
 impl CountedNodes {
-    fn add(&mut self, counters: &NodeCounters) {
+    pub(super) fn add(&mut self, counters: &NodeCounters) {
         self.node.add(&counters.node);
         if let Some(server) = &counters.server {
             self.servers.add(server);
@@ -99,39 +105,70 @@ pub(super) fn decode(bytes: &[u8]) -> Result<NodeCounters, HarpError> {
         .map_err(|e| HarpError::Remote(format!("malformed counters from a node: {e}")))
 }
 
-/// Asks every node in `nodes` for its counters at once and sums those that answer within
-/// [`STATS_DEADLINE`] (see the module doc).
-pub(super) async fn collect(nodes: &[(u32, &Link, &Arc<PendingReplies>)]) -> CountedNodes {
-    let mut asked = Vec::with_capacity(nodes.len());
-    for (id, link, pending) in nodes {
-        let (tx, rx) = oneshot::channel();
-        let request_id = pending.register(Pending::Stats(tx));
-        if link.send(&Message::StatsQuery { request_id }).is_err() {
-            pending.forget(request_id);
-            tracing::warn!(
-                node = id,
-                "a node gone at the job's end is left out of its counters"
-            );
-            continue;
-        }
-        asked.push((*id, rx));
+/// Sends node `id` a `StatsQuery`: what its answer arrives on (`None`: the link is gone).
+fn ask(id: u32, link: &Link, pending: &PendingReplies) -> Option<oneshot::Receiver<Vec<u8>>> {
+    let (tx, rx) = oneshot::channel();
+    let request_id = pending.register(Pending::Stats(tx));
+    if link.send(&Message::StatsQuery { request_id }).is_err() {
+        pending.forget(request_id);
+        tracing::warn!(
+            node = id,
+            "a node that is gone is left out of the job's counters"
+        );
+        return None;
     }
+    Some(rx)
+}
+
+/// Node `id`'s counters from its answer, if it came by `deadline` and decodes (otherwise
+/// logged, and `None`).
+async fn answer_by(
+    id: u32,
+    answer: oneshot::Receiver<Vec<u8>>,
+    deadline: tokio::time::Instant,
+) -> Option<NodeCounters> {
+    let why = match tokio::time::timeout_at(deadline, answer).await {
+        Ok(Ok(bytes)) => match decode(&bytes) {
+            Ok(counters) => return Some(counters),
+            Err(e) => e.to_string(),
+        },
+        Ok(Err(_)) => "it went away before it sent them".to_string(),
+        Err(_) => "it did not send them in time".to_string(),
+    };
+    tracing::warn!(node = id, %why, "a node's counters are left out of the job's");
+    None
+}
+
+/// The counters of node `id`, which is leaving the job with its load gone (see the module
+/// doc), waited for at most [`LEAVING_DEADLINE`].
+pub(super) async fn of_leaving_node(
+    id: u32,
+    link: &Link,
+    pending: &PendingReplies,
+) -> Option<NodeCounters> {
+    let answer = ask(id, link, pending)?;
+    let counters = answer_by(id, answer, tokio::time::Instant::now() + LEAVING_DEADLINE).await?;
+    Some(NodeCounters {
+        // A node gone holds no cache at the job's end.
+        cached_rows: 0,
+        ..counters
+    })
+}
+
+/// Asks every node in `nodes` for its counters at once and adds those that answer within
+/// [`STATS_DEADLINE`] to `departed` (the sums of the nodes that left; see the module doc).
+pub(super) async fn collect(
+    nodes: &[(u32, &Link, &Arc<PendingReplies>)],
+    departed: CountedNodes,
+) -> CountedNodes {
+    let asked: Vec<_> = (nodes.iter())
+        .filter_map(|(id, link, pending)| Some((*id, ask(*id, link, pending)?)))
+        .collect();
     let deadline = tokio::time::Instant::now() + STATS_DEADLINE;
-    let mut counted = CountedNodes::default();
-    for (id, rx) in asked {
-        match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(bytes)) => match decode(&bytes) {
-                Ok(counters) => counted.add(&counters),
-                Err(e) => tracing::warn!(node = id, error = %e, "a node's counters are left out"),
-            },
-            Ok(Err(_)) => {
-                tracing::warn!(node = id, "a node went away before it sent its counters")
-            }
-            Err(_) => tracing::warn!(
-                node = id,
-                wait_s = STATS_DEADLINE.as_secs(),
-                "a node did not send its counters in time: the job's leave them out"
-            ),
+    let mut counted = departed;
+    for (id, answer) in asked {
+        if let Some(counters) = answer_by(id, answer, deadline).await {
+            counted.add(&counters);
         }
     }
     counted

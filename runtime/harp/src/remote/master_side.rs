@@ -556,7 +556,8 @@ async fn run_across_body<A: App>(
             let nodes: Vec<_> = (live.iter())
                 .map(|(id, link, _, pending)| (*id, link, pending))
                 .collect();
-            let counted = super::job_counters::collect(&nodes).await;
+            let departed = roster::lock(&ctx.roster).departed_counters;
+            let counted = super::job_counters::collect(&nodes, departed).await;
             params.map(|params| JobOutcome {
                 stats: JobStats {
                     tasks_completed: end.tasks_completed,

@@ -69,6 +69,9 @@ pub(crate) struct Roster {
     waiting_to_leave: BTreeSet<u32>,
     /// Links between nodes that a node reported broken (`Message::ServerAwaited`).
     pub(crate) broken_links: super::eviction::BrokenLinks,
+    /// The counters of the nodes that left, summed (each sent its own before it was
+    /// dismissed); the job's end adds the live nodes' (`job_counters.rs`).
+    pub(crate) departed_counters: super::job_counters::CountedNodes,
     next_id: u32,
 }
 
@@ -149,13 +152,17 @@ impl Roster {
 
     /// Marks `node` leaving; its roles and link. Refused for a node not in the job or one
     /// already leaving.
-    fn claim_leave(&mut self, node: u32) -> Result<(NodeRoles, Link), HarpError> {
+    fn claim_leave(&mut self, node: u32) -> Result<LeavingNode, HarpError> {
         let Some(entry) = self.nodes.get(&node) else {
             return Err(HarpError::InvalidConfig(format!(
                 "node {node} is not one of the job's nodes"
             )));
         };
-        let found = (entry.roles, entry.link.clone());
+        let found = LeavingNode {
+            roles: entry.roles,
+            link: entry.link.clone(),
+            pending: entry.pending.clone(),
+        };
         if !self.leaving.insert(node) {
             return Err(HarpError::InvalidConfig(format!(
                 "node {node} is already leaving"
@@ -537,11 +544,23 @@ pub(crate) async fn leave<A: App>(ctx: &Arc<RosterContext<A>>, node: u32) -> Res
     carry_out_leave(ctx, node, claimed).await
 }
 
+/// A node claimed for its leave ([`Roster::claim_leave`]): its roles, its link and the
+/// replies the master waits for on it.
+struct LeavingNode {
+    roles: NodeRoles,
+    link: Link,
+    pending: Arc<PendingReplies>,
+}
+
 /// [`leave`] for a node already marked leaving ([`Roster::claim_leave`]).
 async fn carry_out_leave<A: App>(
     ctx: &Arc<RosterContext<A>>,
     node: u32,
-    (roles, link): (NodeRoles, Link),
+    LeavingNode {
+        roles,
+        link,
+        pending,
+    }: LeavingNode,
 ) -> Result<(), HarpError> {
     let began = Instant::now();
     let worker = roles.worker.then_some(WorkerId(node));
@@ -559,6 +578,10 @@ async fn carry_out_leave<A: App>(
         if ctx.worker_recovery {
             await_commits_on(ctx, node).await;
         }
+    }
+    // Final now (its load is gone): counted with the job's, which the node takes along.
+    if let Some(counters) = super::job_counters::of_leaving_node(node, &link, &pending).await {
+        lock(&ctx.roster).departed_counters.add(&counters);
     }
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);

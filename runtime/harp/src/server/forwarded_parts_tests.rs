@@ -86,6 +86,16 @@ async fn part_9_forwarded_to_server_1(
     ([s0, s1], key)
 }
 
+/// Part 9 sent again to `server` with `key`, applied there once already: skipped (answered
+/// without an epoch), the row unchanged.
+async fn sent_again_is_skipped(server: &ActorRef<ServerMsg>, key: ParamKey) {
+    assert_eq!(
+        apply_part(server, vec![(key, ones())], part_9()).await,
+        None
+    );
+    assert_eq!(row(server, key).await, Some(ones()), "applied once");
+}
+
 async fn row(server: &ActorRef<ServerMsg>, key: ParamKey) -> Option<RowData> {
     dump(server)
         .await
@@ -142,8 +152,7 @@ async fn a_part_forwarded_along_a_chain_is_remembered_where_it_was_applied() {
     assert_eq!(row(s0, stays).await, Some(ones()));
     // Sent again: to 2 for the moved shard (skipped), to 0 for the other (not forwarded
     // there, so not remembered: a server that applied a part itself and lives answered it).
-    assert_eq!(apply_part(s2, vec![(moved, ones())], part_9()).await, None);
-    assert_eq!(row(s2, moved).await, Some(ones()), "applied once");
+    sent_again_is_skipped(s2, moved).await;
     assert_eq!(
         apply_part(s0, vec![(stays, ones())], part_9()).await,
         Some(0)
@@ -164,12 +173,10 @@ async fn a_part_the_old_owner_applied_itself_is_skipped_where_its_shard_went() {
     assert_eq!(apply_part(s0, part, part_9()).await, Some(0));
     hand_off(s0, 0, (1, s1)).await;
     hand_off(s1, 0, (2, s2)).await;
-    assert_eq!(apply_part(s2, vec![(moved, ones())], part_9()).await, None);
-    assert_eq!(row(s2, moved).await, Some(ones()), "applied once");
+    sent_again_is_skipped(s2, moved).await;
     // Shard 1 moves too: its key of the part goes along.
     hand_off(s0, 1, (1, s1)).await;
-    assert_eq!(apply_part(s1, vec![(stays, ones())], part_9()).await, None);
-    assert_eq!(row(s1, stays).await, Some(ones()), "applied once");
+    sent_again_is_skipped(s1, stays).await;
 }
 
 /// A shard re-created from the image where a part was applied lost what the part did to

@@ -249,31 +249,63 @@ impl ServerMsg {
     }
 }
 
+/// How a server answered a request [`ask_servers`] sent it.
+enum ServerAnswer<T> {
+    Answered(T),
+    /// Its actor was gone, or dropped the reply (it stopped, or failed by injection).
+    Gone,
+    /// No answer within the wait.
+    Late,
+}
+
+/// Sends every server in `servers` the request `make` builds around a reply, all at once,
+/// and waits for each answer at most `wait` (one after the other, each with its own wait):
+/// the answers in the servers' order.
+async fn ask_servers<T>(
+    servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
+    wait: std::time::Duration,
+    make: impl Fn(oneshot::Sender<T>) -> ServerMsg,
+) -> Vec<(ServerId, ServerAnswer<T>)> {
+    let mut asked = Vec::new();
+    for (id, server) in servers {
+        let (reply, answer) = oneshot::channel();
+        let sent = server.send_message(make(reply)).is_ok();
+        asked.push((id, sent.then_some(answer)));
+    }
+    let mut answers = Vec::with_capacity(asked.len());
+    for (id, answer) in asked {
+        let answer = match answer {
+            None => ServerAnswer::Gone,
+            Some(answer) => match tokio::time::timeout(wait, answer).await {
+                Ok(Ok(value)) => ServerAnswer::Answered(value),
+                Ok(Err(_)) => ServerAnswer::Gone,
+                Err(_) => ServerAnswer::Late,
+            },
+        };
+        answers.push((id, answer));
+    }
+    answers
+}
+
 /// How long [`sum_server_stats`] waits for a server's counters (a server in this process
 /// answers at once unless it is busy with a long request).
 const STATS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The sum of the counters of the servers in `servers` that answer (a server that stopped,
-/// failed by fault injection, or did not answer within [`STATS_WAIT`] is left out, and a
-/// warning names it). The requests go out together.
+/// failed by fault injection, or did not answer within [`STATS_WAIT`] is left out, and
+/// logged). The requests go out together.
 pub(crate) async fn sum_server_stats(
     servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
 ) -> ServerStats {
-    let mut answers = Vec::new();
-    for (id, server) in servers {
-        let (reply, stats) = oneshot::channel();
-        if server.send_message(ServerMsg::Stats { reply }).is_ok() {
-            answers.push((id, stats));
-        }
-    }
+    let answers = ask_servers(servers, STATS_WAIT, |reply| ServerMsg::Stats { reply }).await;
     let mut sum = ServerStats::default();
-    for (id, stats) in answers {
-        match tokio::time::timeout(STATS_WAIT, stats).await {
-            Ok(Ok(stats)) => sum.add(&stats),
-            Ok(Err(_)) => {
+    for (id, answer) in answers {
+        match answer {
+            ServerAnswer::Answered(stats) => sum.add(&stats),
+            ServerAnswer::Gone => {
                 tracing::debug!(server = %id, "a server that stopped left its counters out of the job's")
             }
-            Err(_) => {
+            ServerAnswer::Late => {
                 tracing::warn!(server = %id, wait_s = STATS_WAIT.as_secs(), "a server did not send its counters in time: the job's leave them out")
             }
         }
@@ -291,29 +323,18 @@ const DUMP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 pub(crate) async fn dump_servers(
     servers: impl IntoIterator<Item = (ServerId, ActorRef<ServerMsg>)>,
 ) -> Result<Vec<Vec<(ParamKey, RowData)>>, HarpError> {
-    let mut answers = Vec::new();
-    for (id, server) in servers {
-        let (reply, dump) = oneshot::channel();
-        server
-            .send_message(ServerMsg::Dump { reply })
-            .map_err(|_| HarpError::ServerUnreachable(id))?;
-        answers.push((id, dump));
-    }
-    let mut dumps = Vec::with_capacity(answers.len());
-    for (id, dump) in answers {
-        let rows = match tokio::time::timeout(DUMP_WAIT, dump).await {
-            Ok(Ok(rows)) => rows,
-            Ok(Err(_)) => return Err(HarpError::ServerUnreachable(id)),
-            Err(_) => {
-                return Err(HarpError::Remote(format!(
-                    "{id} did not send its rows within {} s",
-                    DUMP_WAIT.as_secs()
-                )))
-            }
-        };
-        dumps.push(rows);
-    }
-    Ok(dumps)
+    let answers = ask_servers(servers, DUMP_WAIT, |reply| ServerMsg::Dump { reply }).await;
+    answers
+        .into_iter()
+        .map(|(id, answer)| match answer {
+            ServerAnswer::Answered(rows) => Ok(rows),
+            ServerAnswer::Gone => Err(HarpError::ServerUnreachable(id)),
+            ServerAnswer::Late => Err(HarpError::Remote(format!(
+                "{id} did not send its rows within {} s",
+                DUMP_WAIT.as_secs()
+            ))),
+        })
+        .collect()
 }
 
 /// Rows to set on one server (`ServerMsg::Reset`): a new value, or `None` for the row's
@@ -763,11 +784,11 @@ impl ServerState {
         let mut slots: Vec<Option<(ParamKey, RowData)>> = updates.into_iter().map(Some).collect();
         self.note_applied(part_id, !local.is_empty());
         if tag.is_some() {
-            let applied_keys = local
-                .iter()
-                .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key));
-            let applied_keys: Vec<ParamKey> = applied_keys.collect();
-            self.note_keys(tag, applied_keys.into_iter());
+            // Collected first: `slots` is borrowed while `note_keys` borrows `self`.
+            let applied: Vec<ParamKey> = (local.iter())
+                .filter_map(|&i| slots[i].as_ref().map(|(key, _)| *key))
+                .collect();
+            self.note_keys(tag, applied.into_iter());
         }
         for i in local {
             if let Some((key, delta)) = slots[i].take() {

@@ -18,9 +18,12 @@ pub struct ServerStats {
     /// Deltas refused: wrong row shape or kind, an unknown table, values the table's rule
     /// does not take. The sender's `NodeStats::updates_rejected` counts them too.
     pub updates_refused: u64,
-    /// Row reads that came for a shard given away and were sent on to its new owner.
+    /// Row reads that came for a shard given away and were sent on to its new owner (or
+    /// held here while its rows travel, then sent on; a held read whose shard came back is
+    /// counted here and again in `rows_read` when it is served).
     pub reads_forwarded: u64,
-    /// Deltas that came for a shard given away and were sent on to its new owner.
+    /// Deltas that came for a shard given away and were sent on to its new owner (or held
+    /// first, as reads are).
     pub updates_forwarded: u64,
     /// Deltas of a flush part sent again (after a server failure) that were applied here
     /// already, skipped so that they count once.

@@ -20,126 +20,62 @@
 //! **Bounded.** Every named part carries its node's `held_from` (the oldest part number it
 //! still holds); records below it go ([`DirectParts::release`]). At most
 //! [`DIRECT_PART_KEYS_KEPT`] keys are kept; beyond that the parts applied longest ago are
-//! forgotten (the newest always stays), and counted.
+//! forgotten (the newest always stays), and counted ([`part_records`](super::part_records)).
 //!
 //! Pure: no IO, no clock.
 
 use super::applied_parts::PartId;
 use super::forwarded_parts::MovedPartKeys;
-use harp_core::{shard_of, ParamKey, ShardId};
-use std::collections::BTreeMap;
+use super::part_records::{Bound, PartRecords};
+use harp_core::{ParamKey, ShardId};
 
 /// How many keys of directly applied parts a server keeps at most (16 bytes each).
 pub(crate) const DIRECT_PART_KEYS_KEPT: usize = 1 << 20;
 
+/// Per named part applied here straight from its node, the keys applied.
 #[derive(Debug)]
-struct Applied {
-    /// When the part was first applied here (its place in [`DirectParts::order`]).
-    order: u64,
-    keys: Vec<ParamKey>,
+pub(crate) struct DirectParts {
+    records: PartRecords<Vec<ParamKey>>,
 }
 
-/// Per named part applied here straight from its node, the keys applied.
-#[derive(Debug, Default)]
-pub(crate) struct DirectParts {
-    parts: BTreeMap<PartId, Applied>,
-    /// The parts in the order they were first applied, for forgetting the oldest.
-    order: BTreeMap<u64, PartId>,
-    next_order: u64,
-    keys_kept: usize,
-    /// Parts forgotten early because more than [`DIRECT_PART_KEYS_KEPT`] keys were kept.
-    forgotten: u64,
+impl Default for DirectParts {
+    fn default() -> Self {
+        Self {
+            records: PartRecords::new(Bound {
+                parts: usize::MAX,
+                keys: DIRECT_PART_KEYS_KEPT,
+            }),
+        }
+    }
 }
 
 impl DirectParts {
     /// This server applied `keys` of part `part` (none: nothing to remember). A part that
     /// comes again (pieces of it sent again that meet here) adds its keys.
     pub(crate) fn applied(&mut self, part: PartId, keys: Vec<ParamKey>) {
-        if keys.is_empty() {
-            return;
-        }
-        self.keys_kept += keys.len();
-        match self.parts.get_mut(&part) {
-            Some(applied) => applied.keys.extend(keys),
-            None => {
-                let order = self.next_order;
-                self.next_order += 1;
-                self.order.insert(order, part);
-                self.parts.insert(part, Applied { order, keys });
-            }
-        }
-        self.bound();
+        self.records.add(part, keys);
     }
 
     /// Node `node` holds no part numbered below `held_from` any more: their records go.
     pub(crate) fn release(&mut self, node: u32, held_from: u64) {
-        let below = PartId { node, seq: 0 }..PartId {
-            node,
-            seq: held_from,
-        };
-        // The common case: nothing of this node below `held_from` (one range probe).
-        while let Some((&id, _)) = self.parts.range(below.clone()).next() {
-            self.remove(id);
-        }
+        self.records.release(node, held_from);
     }
 
     /// Takes out the keys of `shard` (of `num_shards`), which moves away with them (or,
     /// restored from the image, loses what they were applied to).
     pub(crate) fn take_shard(&mut self, shard: ShardId, num_shards: u32) -> MovedPartKeys {
-        let mut moved = Vec::new();
-        let mut emptied = Vec::new();
-        for (id, applied) in &mut self.parts {
-            let before = applied.keys.len();
-            let mut of_shard = Vec::new();
-            applied.keys.retain(|key| {
-                let here = shard_of(*key, num_shards) != shard;
-                if !here {
-                    of_shard.push(*key);
-                }
-                here
-            });
-            self.keys_kept -= before - applied.keys.len();
-            if !of_shard.is_empty() {
-                moved.push((*id, of_shard));
-            }
-            if applied.keys.is_empty() {
-                emptied.push(*id);
-            }
-        }
-        for id in emptied {
-            self.remove(id);
-        }
-        moved
+        self.records.take_shard(shard, num_shards)
     }
 
     /// Parts forgotten early so far (see [`DIRECT_PART_KEYS_KEPT`]).
     pub(crate) fn forgotten(&self) -> u64 {
-        self.forgotten
+        self.records.forgotten()
     }
 
     /// Parts remembered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.parts.len()
-    }
-
-    fn remove(&mut self, id: PartId) {
-        if let Some(applied) = self.parts.remove(&id) {
-            self.order.remove(&applied.order);
-            self.keys_kept -= applied.keys.len();
-        }
-    }
-
-    fn bound(&mut self) {
-        while self.keys_kept > DIRECT_PART_KEYS_KEPT && self.parts.len() > 1 {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                return;
-            };
-            if let Some(applied) = self.parts.remove(&oldest) {
-                self.keys_kept -= applied.keys.len();
-                self.forgotten += 1;
-            }
-        }
+        self.records.len()
     }
 }
 
@@ -147,6 +83,7 @@ impl DirectParts {
 mod tests {
     use super::*;
     use crate::test_support::rows::key;
+    use harp_core::shard_of;
 
     fn id(node: u32, seq: u64) -> PartId {
         PartId { node, seq }

@@ -18,8 +18,9 @@
 //! **Bounded.** Every named part carries the oldest part number its node still holds
 //! unacknowledged ([`PartTag::held_from`]); the node never sends a part below it again, so
 //! its record is forgotten ([`ForwardedParts::release`]). Only forwarded parts are recorded
-//! (those of a move's few milliseconds), and at most [`FORWARDED_PARTS_KEPT`]; beyond that
-//! the lowest ids are dropped, and counted.
+//! (those of a move's few milliseconds), at most [`FORWARDED_PARTS_KEPT`] of them and
+//! [`FORWARDED_PART_KEYS_KEPT`] keys; beyond that the parts recorded longest ago are
+//! forgotten, whichever their node, and counted ([`part_records`](super::part_records)).
 //!
 //! A part the old owner applied itself, straight from its node, joins the record at the
 //! hand-off: the old owner kept its keys ([`direct_parts`](super::direct_parts)) and sends
@@ -29,11 +30,16 @@
 //! Pure: no IO, no clock.
 
 use super::applied_parts::PartId;
-use harp_core::{shard_of, ParamKey, RowData, ShardId};
-use std::collections::{BTreeMap, HashSet};
+use super::part_records::{Bound, PartRecords};
+use harp_core::{ParamKey, RowData, ShardId};
+use std::collections::HashSet;
 
 /// How many forwarded parts a server remembers at most (see the module doc).
 pub(crate) const FORWARDED_PARTS_KEPT: usize = 4_096;
+
+/// How many keys of forwarded parts a server remembers at most, all parts together (a
+/// hashed key takes about 32 bytes).
+pub(crate) const FORWARDED_PART_KEYS_KEPT: usize = 1 << 20;
 
 /// A named flush part's id, with what its node and its way here say of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,32 +66,26 @@ impl PartTag {
 pub(crate) type MovedPartKeys = Vec<(PartId, Vec<ParamKey>)>;
 
 /// Per forwarded part still held by its node, the keys of it this server applied.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ForwardedParts {
-    parts: BTreeMap<PartId, HashSet<ParamKey>>,
-    /// Parts forgotten early because more than [`FORWARDED_PARTS_KEPT`] were kept.
-    dropped: u64,
+    records: PartRecords<HashSet<ParamKey>>,
+}
+
+impl Default for ForwardedParts {
+    fn default() -> Self {
+        Self {
+            records: PartRecords::new(Bound {
+                parts: FORWARDED_PARTS_KEPT,
+                keys: FORWARDED_PART_KEYS_KEPT,
+            }),
+        }
+    }
 }
 
 impl ForwardedParts {
     /// Node `node` holds no part numbered below `held_from` any more: their records go.
     pub(crate) fn release(&mut self, node: u32, held_from: u64) {
-        if self.parts.is_empty() {
-            return;
-        }
-        let below: Vec<PartId> = self
-            .parts
-            .range(
-                PartId { node, seq: 0 }..PartId {
-                    node,
-                    seq: held_from,
-                },
-            )
-            .map(|(id, _)| *id)
-            .collect();
-        for id in below {
-            self.parts.remove(&id);
-        }
+        self.records.release(node, held_from);
     }
 
     /// Removes from `updates` (of part `part`) the keys this server applied already; how
@@ -95,7 +95,7 @@ impl ForwardedParts {
         part: PartId,
         updates: &mut Vec<(ParamKey, RowData)>,
     ) -> usize {
-        let Some(applied) = self.parts.get(&part) else {
+        let Some(applied) = self.records.get(part) else {
             return 0;
         };
         let before = updates.len();
@@ -105,58 +105,28 @@ impl ForwardedParts {
 
     /// This server applied `keys` of forwarded part `part` (none: nothing to remember).
     pub(crate) fn applied(&mut self, part: PartId, keys: impl IntoIterator<Item = ParamKey>) {
-        let mut keys = keys.into_iter().peekable();
-        if keys.peek().is_none() {
-            return;
-        }
-        self.parts.entry(part).or_default().extend(keys);
-        self.bound();
+        self.records.add(part, keys);
     }
 
     /// Parts remembered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.parts.len()
+        self.records.len()
     }
 
     /// Takes out the keys of `shard` (of `num_shards`), which moves away with them.
     pub(crate) fn take_shard(&mut self, shard: ShardId, num_shards: u32) -> MovedPartKeys {
-        let mut moved = Vec::new();
-        self.parts.retain(|id, keys| {
-            let of_shard: Vec<ParamKey> = keys
-                .iter()
-                .filter(|key| shard_of(**key, num_shards) == shard)
-                .copied()
-                .collect();
-            for key in &of_shard {
-                keys.remove(key);
-            }
-            if !of_shard.is_empty() {
-                moved.push((*id, of_shard));
-            }
-            !keys.is_empty()
-        });
-        moved
+        self.records.take_shard(shard, num_shards)
     }
 
     /// A moved shard's record arrived with its rows.
     pub(crate) fn insert(&mut self, moved: MovedPartKeys) {
-        for (part, keys) in moved {
-            self.parts.entry(part).or_default().extend(keys);
-        }
-        self.bound();
+        self.records.insert(moved);
     }
 
     /// Parts forgotten early so far (see [`FORWARDED_PARTS_KEPT`]).
     pub(crate) fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
-    fn bound(&mut self) {
-        while self.parts.len() > FORWARDED_PARTS_KEPT {
-            self.parts.pop_first();
-            self.dropped += 1;
-        }
+        self.records.forgotten()
     }
 }
 
@@ -164,6 +134,7 @@ impl ForwardedParts {
 mod tests {
     use super::*;
     use crate::test_support::rows::{key, part, rows_of};
+    use harp_core::shard_of;
 
     fn id(node: u32, seq: u64) -> PartId {
         PartId { node, seq }
@@ -227,17 +198,35 @@ mod tests {
     }
 
     #[test]
-    fn past_the_bound_the_lowest_ids_are_dropped_and_counted() {
+    fn past_the_bound_the_parts_recorded_longest_ago_are_dropped_and_counted() {
         let mut record = ForwardedParts::default();
+        // Node 2's parts first, then node 1's (lower ids, recorded later).
         let extra = 3;
-        for seq in 0..(FORWARDED_PARTS_KEPT + extra) as u64 {
+        record.applied(id(2, 0), [key(0)]);
+        for seq in 0..(FORWARDED_PARTS_KEPT + extra - 1) as u64 {
             record.applied(id(1, seq), [key(seq)]);
         }
         assert_eq!(record.dropped(), extra as u64);
-        let mut oldest = part(&[0]);
-        assert_eq!(record.skip_applied(id(1, 0), &mut oldest), 0);
-        let newest = (FORWARDED_PARTS_KEPT + extra - 1) as u64;
-        let mut last = part(&[newest]);
-        assert_eq!(record.skip_applied(id(1, newest), &mut last), 1);
+        let skipped = |part, row| record.skip_applied(part, &mut self::part(&[row]));
+        assert_eq!(
+            skipped(id(2, 0), 0),
+            0,
+            "node 2's part, the oldest, is forgotten"
+        );
+        assert_eq!(skipped(id(1, 1), 1), 0);
+        assert_eq!(skipped(id(1, 2), 2), 1, "the oldest kept");
+        let newest = (FORWARDED_PARTS_KEPT + extra - 2) as u64;
+        assert_eq!(skipped(id(1, newest), newest), 1);
+    }
+
+    #[test]
+    fn past_the_key_bound_the_oldest_parts_are_dropped_too() {
+        let mut record = ForwardedParts::default();
+        let half = FORWARDED_PART_KEYS_KEPT as u64 / 2;
+        record.applied(id(1, 0), (0..half).map(key));
+        record.applied(id(1, 1), (half..2 * half).map(key));
+        assert_eq!(record.dropped(), 0);
+        record.applied(id(1, 2), [key(2 * half)]);
+        assert_eq!((record.dropped(), record.len()), (1, 2));
     }
 }

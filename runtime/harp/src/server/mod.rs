@@ -54,6 +54,7 @@ mod direct_parts;
 mod forwarded_parts;
 #[cfg(test)]
 mod forwarded_parts_tests;
+mod part_records;
 #[cfg(test)]
 mod restore_tests;
 mod saved;

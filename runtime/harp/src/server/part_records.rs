@@ -20,9 +20,7 @@ use harp_core::{shard_of, ParamKey, ShardId};
 use std::collections::{BTreeMap, HashSet};
 
 /// The keys of one part a server applied.
-pub(crate) trait PartKeys: Default {
-    /// Adds `keys`; how many more the record holds.
-    fn add(&mut self, keys: impl IntoIterator<Item = ParamKey>) -> usize;
+pub(crate) trait PartKeys: Default + Extend<ParamKey> {
     fn count(&self) -> usize;
     /// Takes out the keys of `shard` (of `num_shards`).
     fn take_shard(&mut self, shard: ShardId, num_shards: u32) -> Vec<ParamKey>;
@@ -30,12 +28,6 @@ pub(crate) trait PartKeys: Default {
 
 /// Keys carried along only: no hashing on the apply path.
 impl PartKeys for Vec<ParamKey> {
-    fn add(&mut self, keys: impl IntoIterator<Item = ParamKey>) -> usize {
-        let before = self.len();
-        self.extend(keys);
-        self.len() - before
-    }
-
     fn count(&self) -> usize {
         self.len()
     }
@@ -55,12 +47,6 @@ impl PartKeys for Vec<ParamKey> {
 
 /// Keys a part sent again is checked against.
 impl PartKeys for HashSet<ParamKey> {
-    fn add(&mut self, keys: impl IntoIterator<Item = ParamKey>) -> usize {
-        let before = self.len();
-        self.extend(keys);
-        self.len() - before
-    }
-
     fn count(&self) -> usize {
         self.len()
     }
@@ -134,7 +120,9 @@ impl<K: PartKeys> PartRecords<K> {
                 keys: K::default(),
             }
         });
-        self.keys_kept += aged.keys.add(keys);
+        let before = aged.keys.count();
+        aged.keys.extend(keys);
+        self.keys_kept += aged.keys.count() - before;
         self.bound();
     }
 

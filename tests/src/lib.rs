@@ -20,7 +20,8 @@
 //! | `partition_soak.rs` | (ignored: soaks, `--ignored`) up to three faults (four kinds of network cut, SIGKILL, a blip) in a recoverable job of five nodes on hosts of their own, round after round: one recovery per lost node and the counter's verdict; and faults on the server nodes of a `--scar-fraction` job, the lost-updates reports exact |
 //! | `job_stop.rs` | `JobControl::stop` (SIGTERM/SIGINT on `harp run`): a running job, a job across processes and one still waiting for its nodes end with `HarpError::Stopped` |
 //!
-//! Process-level elasticity tests drive a master process through [`MasterProcess`].
+//! Process-level elasticity tests drive a master process through [`MasterProcess`], and watch
+//! where a node is (a move, a hand-off) in its log through [`LoggedNode`].
 //!
 //! # How the tests reach the `harp` command
 //!
@@ -60,8 +61,10 @@ use harp::JobConfig;
 use harp_apps::counter::{CounterApp, CounterConfig};
 
 mod hosts;
+mod logged_node;
 mod master_process;
 pub use hosts::NetHosts;
+pub use logged_node::LoggedNode;
 pub use master_process::{spawn_reading_stderr, MasterProcess, PATIENCE};
 
 /// The `harp` executable the process-level tests run: `$HARP_BIN` when set, else the
@@ -172,6 +175,22 @@ pub fn shared_data(relative: &str) -> Option<PathBuf> {
         eprintln!("skipping: shared data not found at {}", path.display());
         None
     }
+}
+
+/// The scale events among a metrics file's records, each as `cause:node:ok`, in the file's
+/// order.
+pub fn scale_summaries(records: &[serde_json::Value]) -> Vec<String> {
+    (records.iter())
+        .filter(|r| r["event"] == "scale")
+        .map(|r| {
+            format!(
+                "{}:{}:{}",
+                r["cause"].as_str().unwrap_or("?"),
+                r["node"],
+                r["ok"]
+            )
+        })
+        .collect()
 }
 
 /// Reads a JSON-lines file into one value per non-empty line.

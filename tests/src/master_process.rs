@@ -41,7 +41,8 @@ pub fn spawn_reading_stderr(
 
 /// A running master whose stderr the test reads.
 pub struct MasterProcess {
-    harp: PathBuf,
+    /// The `harp` binary it runs (its nodes run the same).
+    pub(crate) harp: PathBuf,
     child: Child,
     /// Where it listens (`harp scale --job`, `harp node --join`).
     pub addr: String,
@@ -211,6 +212,17 @@ impl MasterProcess {
         let mut rest = self.seen.take();
         rest.extend(self.lines.try_iter());
         (status, rest.join("\n"))
+    }
+
+    /// [`Self::finish`] within `patience`: a master that hangs fails the test instead of
+    /// stalling it.
+    pub fn finish_within(self, patience: Duration) -> (ExitStatus, String) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(self.finish());
+        });
+        rx.recv_timeout(patience)
+            .unwrap_or_else(|_| panic!("the master did not exit within {patience:?}"))
     }
 }
 

@@ -10,7 +10,7 @@
 
 use harp_membership::test_server::EtcdServer;
 use harp_membership::{EtcdMembership, EtcdOptions, MembershipConfig};
-use harp_tests::{harp_binary, read_json_lines, MasterProcess};
+use harp_tests::{harp_binary, read_json_lines, scale_summaries, MasterProcess};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -49,12 +49,7 @@ fn etcd() -> Option<(tokio::runtime::Runtime, EtcdServer)> {
 
 /// The scale events of a finished counter run, as `cause:node:ok`, sorted.
 fn scale_events(metrics: &Path) -> Vec<String> {
-    let records = read_json_lines(metrics);
-    let mut events: Vec<String> = records
-        .iter()
-        .filter(|r| r["event"] == "scale")
-        .map(|r| format!("{}:{}:{}", r["cause"].as_str().unwrap(), r["node"], r["ok"]))
-        .collect();
+    let mut events = scale_summaries(&read_json_lines(metrics));
     events.sort();
     events
 }

@@ -11,129 +11,11 @@
 //! the flushes staged on its server are reported and committed, and a worker node that
 //! dies meanwhile has its executors created afresh elsewhere than on the leaving node.
 
-use harp_tests::{
-    harp_binary, read_json_lines, spawn_reading_stderr, wait_exit, MasterProcess, PATIENCE,
-};
+use harp_tests::{harp_binary, read_json_lines, wait_exit, LoggedNode, MasterProcess, PATIENCE};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A node process the test started with its log at info level (`HARP_LOG`), whose stderr the
-/// test reads line by line: the phases of an executor's move are logged there, so the test
-/// sees where a move is. Killed if the test ends while it still runs.
-struct LoggedNode {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    /// Every line read so far, in order.
-    log: Vec<String>,
-    /// How many lines of `log` the waits have gone past.
-    consumed: usize,
-}
-
-impl LoggedNode {
-    fn start(master: &MasterProcess, run_args: &[&str]) -> LoggedNode {
-        Self::start_as(master, "both", run_args)
-    }
-
-    /// A node with `harp node --role ROLE`.
-    fn start_as(master: &MasterProcess, role: &str, run_args: &[&str]) -> LoggedNode {
-        Self::start_with_env(master, role, run_args, &[])
-    }
-
-    /// The same, with these variables in its environment too.
-    fn start_with_env(
-        master: &MasterProcess,
-        role: &str,
-        run_args: &[&str],
-        env: &[(&str, &str)],
-    ) -> LoggedNode {
-        let mut command = Command::new(harp_binary!());
-        command
-            .envs(env.iter().copied())
-            .args(["node", "--join", &master.addr, "--credentials"])
-            .arg(&master.credentials)
-            .args(["--role", role])
-            .arg("--")
-            .args(run_args)
-            .env("HARP_LOG", "warn,harp=info");
-        let (child, lines, _reader) = spawn_reading_stderr(&mut command);
-        LoggedNode {
-            child,
-            lines,
-            log: Vec::new(),
-            consumed: 0,
-        }
-    }
-
-    /// Keeps a line of the log, which goes to a pipe here: plain text, no colour codes (the
-    /// node colours its log only on a terminal).
-    fn push(&mut self, line: String) {
-        assert!(
-            !line.contains('\x1b'),
-            "a log written to a pipe has colour codes: {line:?}"
-        );
-        self.log.push(line);
-    }
-
-    /// The next line (after the last one a wait returned) that has every one of `parts`.
-    fn wait_for_line(&mut self, parts: &[&str]) -> String {
-        let matches = |line: &String| parts.iter().all(|p| line.contains(p));
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(i) = self.log[self.consumed..].iter().position(matches) {
-                self.consumed += i + 1;
-                return self.log[self.consumed - 1].clone();
-            }
-            self.consumed = self.log.len();
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.push(line),
-                Err(_) => panic!(
-                    "the node never logged a line with {parts:?}; it logged:\n{}",
-                    self.log.join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Waits (a bounded time) for the process to exit; its status and its whole log.
-    fn exit(mut self, what: &str) -> (std::process::ExitStatus, String) {
-        let status = wait_exit(&mut self.child, what);
-        // The process is gone, so its stderr reaches its end: every line it wrote is read.
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.push(line),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}'s stderr never closed"),
-            }
-        }
-        (status, std::mem::take(&mut self.log).join("\n"))
-    }
-}
-
-impl Drop for LoggedNode {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Waits (a bounded time) for the master to exit: a master that hangs fails the test instead
-/// of stalling it.
-fn master_exit(master: MasterProcess) -> (std::process::ExitStatus, String) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(master.finish());
-    });
-    rx.recv_timeout(PATIENCE)
-        .unwrap_or_else(|_| panic!("the master did not exit within {PATIENCE:?}"))
-}
 
 /// Waits until `harp scale` succeeds, i.e. the job runs and takes new nodes (while it sets
 /// up, the master answers that it is still starting).
@@ -224,7 +106,7 @@ fn assert_clean_failure(
             break line;
         }
     };
-    let (status, stderr) = master_exit(master);
+    let (status, stderr) = master.finish_within(PATIENCE);
     assert!(!status.success(), "the master succeeded: {stderr}");
     assert!(
         error.contains("node 1 died") || error.contains(&format!("{executor} was lost moving")),
@@ -291,7 +173,7 @@ fn kill_the_adopting_node_mid_fetch(
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
     releasing.wait_for_line(&["parked executor state handed to QUIC"]);
-    adopting.child.kill().unwrap();
+    adopting.kill();
     let (_, adopter_log) = adopting.exit("the adopting node 1");
     assert!(
         !adopter_log.contains("executor state fetched"),
@@ -362,7 +244,7 @@ fn kill_the_releasing_node_mid_fetch(
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
     releasing.wait_for_line(&["parked executor state handed to QUIC"]);
-    releasing.child.kill().unwrap();
+    releasing.kill();
     let (_, releaser_log) = releasing.exit("the releasing node 1");
     assert!(!releaser_log.contains("panicked"), "{releaser_log}");
     (adopting, remove, executor)
@@ -533,7 +415,7 @@ fn late_reports_job(
 /// The job ended well: the master succeeded and the counter's one check found every row
 /// exact. Returns the metrics records and the master's log.
 fn assert_exact(master: MasterProcess, metrics: &Path) -> (Vec<serde_json::Value>, String) {
-    let (status, stderr) = master_exit(master);
+    let (status, stderr) = master.finish_within(PATIENCE);
     assert!(status.success(), "the master failed: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     let records = read_json_lines(metrics);
@@ -612,7 +494,7 @@ fn a_new_node_killed_after_adopting_an_executor_whose_tasks_were_reported_late_c
     let (master, metrics, late) = late_reports_job(dir.path(), &run, "3500");
     let mut adopting = LoggedNode::start_as(&master, "worker", &run);
     wait_for_join(&metrics);
-    adopting.child.kill().unwrap();
+    adopting.kill();
     let _ = adopting.exit("node 1");
     let (records, _) = assert_exact_end(master, &metrics, late);
     assert_eq!(the_event(&records, "join")["ok"], true);
@@ -655,7 +537,7 @@ fn kill_the_joining_node_during_its_move(dir: &Path, state_bytes: &'static str) 
     let mut joining = LoggedNode::start_as(&master, "worker", &run);
     joining.wait_for_line(&["joined the job"]);
     std::thread::sleep(Duration::from_millis(300));
-    joining.child.kill().unwrap();
+    joining.kill();
     let _ = joining.exit("node 1");
     let (records, node_log) = assert_exact_end(master, &metrics, late);
     let join = the_event(&records, "join");
@@ -766,7 +648,7 @@ fn a_dead_nodes_executors_are_not_created_on_a_node_that_is_leaving() {
     assert_eq!(wait_for_events(&metrics, "join", 2)["ok"], true);
     let remove = remove_node_1(&master);
     assert_eq!(wait_for_events(&metrics, "leave", 1)["ok"], true);
-    dying.child.kill().unwrap();
+    dying.kill();
     let _ = dying.exit("node 2");
     let mut remove = remove;
     let removed = wait_exit(&mut remove, "harp scale --remove 1");

@@ -6,7 +6,9 @@
 //! stay, and a node that dies later is recovered onto them. (A node killed in the middle of
 //! a move: `elastic_mid_move.rs`.)
 
-use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, SplitMix};
+use harp_tests::{
+    harp_binary, read_json_lines, scale_summaries, wait_exit, MasterProcess, SplitMix,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -210,11 +212,7 @@ fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
     assert!(status.success(), "the master failed: {stderr}");
     let records = read_json_lines(&metrics);
     assert_eq!(records.last().unwrap()["exact"], true);
-    let mut causes: Vec<String> = records
-        .iter()
-        .filter(|r| r["event"] == "scale")
-        .map(|r| format!("{}:{}:{}", r["cause"].as_str().unwrap(), r["node"], r["ok"]))
-        .collect();
+    let mut causes = scale_summaries(&records);
     // The refused leave of the last worker is an event too; the unknown node never got one.
     // The two joins may end in either order.
     causes.sort();
@@ -270,11 +268,7 @@ fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
     let report = records.last().unwrap();
     assert_eq!(report["exact"], true, "{report}");
     assert_eq!(report["tasks"], 20000);
-    let events: Vec<String> = records
-        .iter()
-        .filter(|r| r["event"] == "scale")
-        .map(|r| format!("{}:{}:{}", r["cause"].as_str().unwrap(), r["node"], r["ok"]))
-        .collect();
+    let events = scale_summaries(&records);
     assert_eq!(events, ["join:1:true", "leave:0:true"]);
 }
 

@@ -47,6 +47,7 @@
 
 pub(crate) mod codec;
 mod eviction;
+mod executor_moves;
 mod failures;
 mod fault_delays;
 mod identity;
@@ -60,6 +61,7 @@ mod proxies;
 mod roster;
 mod row_parts;
 mod scale_client;
+mod server_links;
 mod state_transfer;
 
 pub use fault_delays::{

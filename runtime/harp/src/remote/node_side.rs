@@ -3,39 +3,37 @@
 //! also serves the executor states it parked for a move to the nodes that fetch them
 //! ([`super::state_transfer`]).
 
-use super::fault_delays::{
-    fault_delay, DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR,
-    STAGED_REPORT_DELAY_VAR,
+use super::executor_moves::{
+    fetch_and_restore, release_executor, restore, save_executor, Adoption,
 };
+use super::fault_delays::{fault_delay, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
 use super::identity::AppIdentity;
 use super::job_id;
 use super::listen_addr::{check_bind_reaches, dialable};
-use super::proxies::{
-    answer_sized, send_sized, serve_server_request, tasks_from_wire, tasks_to_wire, MasterProxy,
-    ServerProxy,
-};
+use super::proxies::{serve_server_request, tasks_from_wire, MasterProxy};
 use super::row_parts::KeysInParts;
-use super::state_transfer::{StateDialer, StateOutbox, PARK_BYTES_MIN};
-use crate::app::{App, Executor, JobInfo};
+use super::server_links::{
+    drain_server, forget_server, hand_off_shard, reach_new_servers, relocate_shard, Dialer,
+    PassedOver, ServerProxies,
+};
+use super::state_transfer::{StateDialer, StateOutbox};
+use crate::app::{App, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
-use crate::master::MasterMsg;
 use crate::node::{ParamStore, Routing};
 use crate::server::{ServerActor, ServerMsg};
-use crate::worker::{
-    ExecutorBody, NodeShared, ReleasedExecutor, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg,
-};
+use crate::worker::{NodeShared, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg};
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
 use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
 use harp_wire::{
-    check_welcome, Assignment, ExecutorSaveResult, FrameLimits, HandOffResult, Message, NodeRole,
-    Placement, ReleaseResult, StateFetch, WireCounters, NODE_ID_UNASSIGNED, STATE_FROM_MASTER,
+    check_welcome, Assignment, FrameLimits, Message, NodeRole, Placement, WireCounters,
+    NODE_ID_UNASSIGNED,
 };
 use ractor::ActorRef;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 async fn next_message(
@@ -474,181 +472,9 @@ fn launch_id() -> u64 {
 /// the master handles at once instead of after its lease timeout.
 pub const NODE_LAUNCH_ID_VAR: &str = "HARP_NODE_LAUNCH_ID";
 
-/// Opens links to other nodes (their servers, or the executor states they parked).
-#[derive(Clone)]
-struct Dialer {
-    /// This node's id.
-    me: u32,
-    /// The endpoint, hello and counters every link this node opens uses.
-    peers: StateDialer,
-    /// The master's address, where a state it parked is fetched from.
-    master_addr: SocketAddr,
-}
-
-impl Dialer {
-    /// A link to the node listening at `addr` (`what` it is, for errors).
-    async fn open(
-        &self,
-        addr: &str,
-        what: &str,
-    ) -> Result<(Link, mpsc::UnboundedReceiver<Incoming>), HarpError> {
-        let conn = self.peers.dial(addr, what).await?;
-        Ok(Link::open(
-            conn,
-            &self.peers.hello,
-            FrameLimits::default(),
-            self.peers.counters.clone(),
-        )
-        .await?)
-    }
-
-    /// Fetches the state `fetch` names from the node (or the master) that parked it.
-    async fn fetch_state(&self, fetch: &StateFetch, what: &str) -> Result<Vec<u8>, HarpError> {
-        let addr = if fetch.from_addr == STATE_FROM_MASTER {
-            self.master_addr.to_string()
-        } else {
-            fetch.from_addr.clone()
-        };
-        self.peers.fetch(&addr, fetch, what).await
-    }
-
-    /// A proxy for server `id`, listening at `addr`.
-    async fn connect(&self, id: ServerId, addr: &str) -> Result<ActorRef<ServerMsg>, HarpError> {
-        let (link, incoming) = self.open(addr, &id.to_string()).await?;
-        spawn(ServerProxy, (id, self.me, link, incoming)).await
-    }
-}
-
-/// A placement sent after start names the servers that joined since: reach each new one (in
-/// order with the master's later orders, so a shard is never rerouted to an unknown server).
-/// One that cannot be reached is passed over (with a warning, its address kept in
-/// `passed_over`): the master announces a joining node's server only once that node is
-/// ready, but it may still die before this node dials it, and reaching it used to be an
-/// error that ended this node, and with it a job that was running well.
-async fn reach_new_servers(
-    placement: &Placement,
-    (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
-    passed_over: &mut PassedOver,
-) {
-    for place in &placement.servers {
-        let id = ServerId(place.server);
-        if servers.contains_key(&id) {
-            continue;
-        }
-        match reach_server(id, &place.listen_addr, (store, servers, dialer)).await {
-            Ok(()) => {
-                tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined")
-            }
-            Err(e) => {
-                tracing::warn!(server = %id, addr = %place.listen_addr, error = %e, "could not reach a server that joined; passed over until something is routed to it");
-                passed_over.0.insert(id, place.listen_addr.clone());
-            }
-        }
-    }
-}
-
-/// This node's proxies to the other nodes' servers (and its own server), by id.
-type ServerProxies = BTreeMap<ServerId, ActorRef<ServerMsg>>;
-
-/// Opens a proxy to server `id` at `addr` and routes to it from now on.
-async fn reach_server(
-    id: ServerId,
-    addr: &str,
-    (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
-) -> Result<(), HarpError> {
-    let proxy = dialer.connect(id, addr).await?;
-    store.add_server(id, proxy.clone());
-    servers.insert(id, proxy);
-    Ok(())
-}
-
-/// The servers this node could not reach when they joined, with their addresses. One is
-/// dialled again when the master first sends this node something for it (a shard rerouted
-/// to it, a shard to hand to it), so a dial that failed once (a peer slow to answer, a
-/// network blip) does not fail this node's micro-tasks for as long as the job runs. Before,
-/// a passed-over server was never dialled again, and every later read or update of a shard
-/// moved to it failed this node.
-#[derive(Default)]
-struct PassedOver(BTreeMap<ServerId, String>);
-
-impl PassedOver {
-    /// Dials `server` again if it was passed over; on success it is reached like any other
-    /// (and forgotten here). Nothing for a server this node reaches already or never heard
-    /// of. A second failure is logged, and what is routed to it fails as before.
-    async fn reach_again(
-        &mut self,
-        server: ServerId,
-        (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
-    ) {
-        if servers.contains_key(&server) {
-            return;
-        }
-        let Some(addr) = self.0.get(&server).cloned() else {
-            return;
-        };
-        match reach_server(server, &addr, (store, servers, dialer)).await {
-            Ok(()) => {
-                self.0.remove(&server);
-                tracing::info!(%server, %addr, "reached a server that was passed over");
-            }
-            Err(e) => {
-                tracing::warn!(%server, %addr, error = %e, "still cannot reach a server that was passed over; what is routed to it fails on this node")
-            }
-        }
-    }
-
-    /// `server` left the job or was lost: no reason to dial it again.
-    fn forget(&mut self, server: ServerId) {
-        self.0.remove(&server);
-    }
-}
-
-/// `server` failed or left and its shards are on other servers now (the master rerouted
-/// them first): forget it and stop its proxy, which closes the link and drops every reply
-/// still awaited from it, so the reads and flush parts a failed server left unanswered go
-/// to the new owners (a server that left has none: the nodes drained it first).
-fn forget_server(store: &ParamStore, servers: &mut ServerProxies, server: ServerId) {
-    store.forget_server(server);
-    if let Some(proxy) = servers.remove(&server) {
-        proxy.stop(Some("server gone".into()));
-    }
-}
-
-/// Answers [`Message::DrainServer`] once nothing this node sent to `server` is unanswered
-/// and, with worker recovery, every flush it staged so far is reported: the answer follows
-/// those reports on the master link (through the master proxy), so the master has them,
-/// and commits the parts staged on `server`, before the server's node departs.
-fn drain_server<A: App>(
-    servers: &ServerProxies,
-    node: &Arc<NodeShared<A>>,
-    request_id: u64,
-    server: ServerId,
-) {
-    let node = node.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let asked = servers
-        .get(&server)
-        .is_some_and(|proxy| proxy.send_message(ServerMsg::Drain { reply: tx }).is_ok());
-    crate::spawn::spawn(async move {
-        if asked {
-            let _ = rx.await;
-        }
-        if let Some(delay) = fault_delay(DRAIN_ANSWER_DELAY_VAR) {
-            tracing::warn!(
-                delay_ms = delay.as_millis() as u64,
-                %server,
-                "fault injection: the drain of a leaving server is answered late"
-            );
-            tokio::time::sleep(delay).await;
-        }
-        node.tell_master_after_staged_reports(MasterMsg::ServerDrained { request_id })
-            .await;
-    });
-}
-
 /// Accepts links from other nodes: serves the local server (if any) and the executor states
 /// parked in `outbox` on each.
-fn accept_peers(
+pub(super) fn accept_peers(
     endpoint: &NetEndpoint,
     local: Option<ActorRef<ServerMsg>>,
     outbox: Arc<StateOutbox>,
@@ -708,292 +534,6 @@ async fn serve_peer(
             }
         }
     }
-}
-
-/// Sends `executor`'s saved state to the master, keeping the executor (a consistent
-/// checkpoint). A small state goes in the answer; one of [`PARK_BYTES_MIN`] or more is
-/// parked in `outbox`, and the master fetches it from this node in chunks, so a state of
-/// any size can be saved.
-fn save_executor<A: App>(
-    worker: &ActorRef<WorkerMsg<A>>,
-    (master_link, outbox): (&Link, &Arc<StateOutbox>),
-    request_id: u64,
-    executor: ExecutorId,
-) -> Result<(), HarpError> {
-    let (reply, saved) = tokio::sync::oneshot::channel();
-    worker
-        .send_message(WorkerMsg::Save { executor, reply })
-        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
-    let (link, outbox) = (master_link.clone(), outbox.clone());
-    crate::spawn::spawn(async move {
-        let saved = saved
-            .await
-            .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into())));
-        let result = match saved {
-            Ok(state) if state.len() >= PARK_BYTES_MIN => ExecutorSaveResult::Parked {
-                bytes: state.len() as u64,
-                transfer: outbox.park(state),
-            },
-            Ok(state) => ExecutorSaveResult::Saved(state),
-            Err(e) => ExecutorSaveResult::Refused(e.to_string()),
-        };
-        let refused = |why| Message::ExecutorSaved {
-            request_id,
-            result: ExecutorSaveResult::Refused(why),
-        };
-        answer_sized(
-            &link,
-            Message::ExecutorSaved { request_id, result },
-            refused,
-        )
-        .await;
-    });
-    Ok(())
-}
-
-/// Gives `executor` up for a move: once the worker released it, its saved state and the
-/// micro-tasks it had not started go back to the master (a large state is parked in
-/// `outbox` instead, and only its size and transfer number go).
-fn release_executor<A: App>(
-    worker: &ActorRef<WorkerMsg<A>>,
-    master_link: &Link,
-    outbox: &Arc<StateOutbox>,
-    request_id: u64,
-    executor: ExecutorId,
-) -> Result<(), HarpError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    worker
-        .send_message(WorkerMsg::Release {
-            executor,
-            reply: tx,
-        })
-        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
-    let link = master_link.clone();
-    let outbox = outbox.clone();
-    let asked = Instant::now();
-    crate::spawn::spawn(async move {
-        let result = match rx.await {
-            Ok(Ok(released)) => {
-                let release_ms = millis(asked.elapsed());
-                let saving = Instant::now();
-                match saved(released) {
-                    ReleaseResult::Released { state, pending } if state.len() >= PARK_BYTES_MIN => {
-                        let save_ms = millis(saving.elapsed());
-                        let bytes = state.len() as u64;
-                        let parking = Instant::now();
-                        let transfer = outbox.park(state);
-                        tracing::info!(
-                            %executor, bytes, transfer, release_ms, save_ms,
-                            park_ms = millis(parking.elapsed()),
-                            "executor released and its state parked for the adopting node"
-                        );
-                        ReleaseResult::Parked {
-                            transfer,
-                            bytes,
-                            pending,
-                        }
-                    }
-                    other => other,
-                }
-            }
-            Ok(Err(e)) => ReleaseResult::Refused(e.to_string()),
-            Err(_) => ReleaseResult::Refused("the worker stopped".into()),
-        };
-        let message = Message::ExecutorReleased {
-            request_id,
-            executor: executor.0,
-            result,
-        };
-        if let Err(e) = send_sized(&link, message).await {
-            // The executor left the worker: without this answer it would have no host.
-            let message = format!("could not hand {executor} back for its move: {e}");
-            tracing::warn!(%executor, error = %e, "could not hand a released executor back");
-            let _ = link.send(&Message::Failed {
-                message,
-                unreachable_server: None,
-            });
-        }
-    });
-    Ok(())
-}
-
-/// Tells the local server (`server`, as the master names it) that a failed server's
-/// `shard` was re-created on `to_id` ([`ServerMsg::Relocated`]).
-fn relocate_shard(
-    local_server: Option<&ActorRef<ServerMsg>>,
-    servers: &ServerProxies,
-    server: ServerId,
-    (shard, to_id): (ShardId, ServerId),
-) {
-    let Some(local) = local_server else {
-        tracing::debug!(%server, %shard, "a relocation for a server this node does not run");
-        return;
-    };
-    let to = match servers.get(&to_id) {
-        Some(proxy) => proxy.clone(),
-        // This node's own server (it stops holding the shard once its take-over is in).
-        None if to_id == server => local.clone(),
-        None => {
-            tracing::warn!(%shard, to = %to_id, "a shard was relocated to a server this node cannot reach; its forwarded requests stay where they are");
-            return;
-        }
-    };
-    let _ = local.send_message(ServerMsg::Relocated { shard, to_id, to });
-}
-
-/// Hands a shard of the local server to another server node; the master hears back once
-/// the new owner holds the rows.
-fn hand_off_shard(
-    local_server: Option<&ActorRef<ServerMsg>>,
-    servers: &ServerProxies,
-    master_link: &Link,
-    request_id: u64,
-    (shard, num_shards, to_id): (ShardId, u32, ServerId),
-) {
-    let link = master_link.clone();
-    let refuse = move |why: String| {
-        let _ = link.send(&Message::ShardHandedOff {
-            request_id,
-            result: HandOffResult::Refused(why),
-        });
-    };
-    let (Some(local), Some(to)) = (local_server, servers.get(&to_id)) else {
-        return refuse(format!(
-            "this node cannot hand {shard} to {to_id}: it has no server, or does not know {to_id}"
-        ));
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let sent = local.send_message(ServerMsg::HandOff {
-        shard,
-        num_shards,
-        to_id,
-        to: to.clone(),
-        reply: tx,
-    });
-    if sent.is_err() {
-        return refuse("the local server stopped".into());
-    }
-    let link = master_link.clone();
-    crate::spawn::spawn(async move {
-        let result = match rx.await {
-            Ok(Ok(moved)) => HandOffResult::Moved {
-                rows: moved.rows as u64,
-                bytes: moved.bytes,
-            },
-            Ok(Err(HarpError::ShardInTransit { detail, .. })) => HandOffResult::Unconfirmed(detail),
-            Ok(Err(e)) => HandOffResult::Refused(e.to_string()),
-            Err(_) => HandOffResult::Refused("the local server stopped".into()),
-        };
-        if let Some(delay) = fault_delay(HAND_OFF_ANSWER_DELAY_VAR) {
-            tracing::warn!(%shard, to = %to_id, delay_ms = delay.as_millis() as u64, "fault injection: the new owner holds the shard; answering the hand-off late");
-            tokio::time::sleep(delay).await;
-        }
-        let _ = link.send(&Message::ShardHandedOff { request_id, result });
-    });
-}
-
-/// A released executor as the wire carries it: its saved state and its pending tasks.
-fn saved<A: App>(released: ReleasedExecutor<A>) -> ReleaseResult {
-    let state = match released.executor {
-        ExecutorBody::Live(e) => e.into_saved_state(),
-        ExecutorBody::Saved(state) => Ok(state),
-        ExecutorBody::Parked(_) => {
-            return ReleaseResult::Refused("the executor's state is not on this node".into())
-        }
-    };
-    match (state, tasks_to_wire::<A>(released.pending)) {
-        (Ok(state), Ok(pending)) => ReleaseResult::Released { state, pending },
-        (Err(e), _) => ReleaseResult::Refused(format!("cannot save the executor's state: {e}")),
-        (_, Err(e)) => ReleaseResult::Refused(e.to_string()),
-    }
-}
-
-/// An `AdoptExecutor` being carried out: the answer goes back under `request_id`.
-struct Adoption<A: App> {
-    request_id: u64,
-    executor: ExecutorId,
-    pending: Vec<crate::worker::TaskEnvelope<A::Args>>,
-}
-
-impl<A: App> Adoption<A> {
-    /// Hands the restored executor to the worker and answers the master once it runs there
-    /// (or with why it cannot).
-    fn finish(
-        self,
-        worker: &ActorRef<WorkerMsg<A>>,
-        master_link: &Link,
-        restored: Result<A::Executor, HarpError>,
-    ) {
-        let (request_id, link) = (self.request_id, master_link.clone());
-        let answer = move |result: Result<(), HarpError>| {
-            let _ = link.send(&Message::ExecutorAdopted {
-                request_id,
-                error: result.err().map(|e| e.to_string()),
-            });
-        };
-        let executor = match restored {
-            Ok(executor) => executor,
-            Err(e) => return answer(Err(e)),
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let sent = worker.send_message(WorkerMsg::Adopt {
-            executor: self.executor,
-            released: ReleasedExecutor {
-                executor: ExecutorBody::Live(executor),
-                pending: self.pending,
-            },
-            adopted: tx,
-        });
-        if sent.is_err() {
-            return answer(Err(HarpError::Remote("the worker stopped".into())));
-        }
-        crate::spawn::spawn(async move {
-            answer(
-                rx.await
-                    .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into()))),
-            )
-        });
-    }
-}
-
-/// The executor `id` made again from its saved state.
-fn restore<A: App>(
-    app: &A,
-    info: &JobInfo,
-    id: ExecutorId,
-    state: Vec<u8>,
-) -> Result<A::Executor, HarpError> {
-    app.restore_executor(id, info, state)
-        .map_err(|source| HarpError::ExecutorCreation {
-            executor: id,
-            source,
-        })
-}
-
-/// Fetches a parked state from the node that released it, then restores the executor.
-async fn fetch_and_restore<A: App>(
-    dialer: &Dialer,
-    fetch: &StateFetch,
-    app: &A,
-    info: &JobInfo,
-    id: ExecutorId,
-) -> Result<A::Executor, HarpError> {
-    let dialing = Instant::now();
-    let state = dialer.fetch_state(fetch, &id.to_string()).await?;
-    let (restoring, bytes) = (Instant::now(), state.len());
-    let restored = restore(app, info, id, state);
-    tracing::info!(
-        executor = %id, bytes,
-        restore_ms = millis(restoring.elapsed()),
-        total_ms = millis(dialing.elapsed()),
-        "executor state fetched and restored"
-    );
-    restored
-}
-
-/// `elapsed` in milliseconds, for the timing lines of executor moves.
-fn millis(elapsed: Duration) -> f64 {
-    elapsed.as_secs_f64() * 1e3
 }
 
 /// What a node uses to carry out the master's orders: its parameter store, its links to the
@@ -1268,7 +808,3 @@ async fn serve_master<A: App>(
         }
     }
 }
-
-#[cfg(test)]
-#[path = "redial_tests.rs"]
-mod redial_tests;

@@ -5,9 +5,17 @@
 //! over the new link.
 
 use super::*;
+use crate::node::Routing;
+use crate::remote::job_id;
+use crate::remote::node_side::accept_peers;
+use crate::remote::state_transfer::StateOutbox;
+use crate::server::ServerActor;
 use crate::table::{Init, TableSet, UpdateRule};
+use harp_core::ShardMap;
 use harp_core::{ParamKey, RowData, Version};
+use harp_net::{JobCredentials, NetEndpoint, TransportConfig};
 use harp_wire::ServerPlace;
+use harp_wire::{NodeRole, WireCounters};
 
 fn endpoint(creds: &JobCredentials, port: u16) -> NetEndpoint {
     let identity = creds.issue_node().unwrap();

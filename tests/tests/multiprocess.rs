@@ -221,6 +221,17 @@ fn a_killed_node_is_recovered_from_when_its_process_exits() {
         )],
         "{records:?}"
     );
+    // The dead node's counters are in the job's, as it last reported them.
+    let stats = records
+        .iter()
+        .find(|r| r["event"] == "job_stats")
+        .unwrap_or_else(|| panic!("no job_stats record in {records:?}"));
+    assert_eq!(stats["nodes_counted"], 2, "{stats}");
+    assert_eq!(stats["nodes_counted_from_reports"], 1, "{stats}");
+    assert!(
+        stderr.contains("(summed over 2 nodes, 1 of them as last reported"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 

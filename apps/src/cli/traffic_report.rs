@@ -28,6 +28,7 @@ pub fn report(
             "servers": stats.servers,
             "cached_rows": stats.cached_rows,
             "nodes_counted": stats.nodes_counted,
+            "nodes_counted_from_reports": stats.nodes_counted_from_reports,
         }))?;
     }
     Ok(())
@@ -61,8 +62,12 @@ pub(super) fn traffic_line(stats: &JobStats) -> String {
     for (count, what) in rare.into_iter().filter(|(count, _)| *count > 0) {
         line.push_str(&format!(", {count} {what}"));
     }
-    if stats.nodes_counted > 1 {
-        line.push_str(&format!(" (summed over {} nodes)", stats.nodes_counted));
+    match (stats.nodes_counted, stats.nodes_counted_from_reports) {
+        (0 | 1, 0) => {}
+        (nodes, 0) => line.push_str(&format!(" (summed over {nodes} nodes)")),
+        (nodes, reported) => line.push_str(&format!(
+            " (summed over {nodes} nodes, {reported} of them as last reported before they died or stopped answering)"
+        )),
     }
     line
 }
@@ -81,6 +86,7 @@ mod tests {
             node,
             servers,
             nodes_counted,
+            nodes_counted_from_reports: 0,
             checkpoints: Default::default(),
             recoveries: Vec::new(),
             worker_recoveries: Vec::new(),
@@ -120,6 +126,21 @@ mod tests {
         assert_eq!(
             traffic_line(&stats(NodeStats::default(), servers, 3)),
             "params: 0 rows read, 0 updates flushed as 0 rows in 0 flushes; servers applied 0, refused 0, 3 forwarded during moves, 5 sent again and skipped (summed over 3 nodes)"
+        );
+    }
+
+    #[test]
+    fn nodes_counted_from_their_last_report_are_named() {
+        let stats = JobStats {
+            nodes_counted_from_reports: 1,
+            ..stats(NodeStats::default(), ServerStats::default(), 3)
+        };
+        assert!(
+            traffic_line(&stats).ends_with(
+                " (summed over 3 nodes, 1 of them as last reported before they died or stopped answering)"
+            ),
+            "{}",
+            traffic_line(&stats)
         );
     }
 }

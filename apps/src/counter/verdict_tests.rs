@@ -23,6 +23,7 @@ fn stats(recoveries: Vec<ServerRecovery>, injections: Vec<InjectionReport>) -> J
         node: NodeStats::default(),
         servers: ServerStats::default(),
         nodes_counted: 1,
+        nodes_counted_from_reports: 0,
         checkpoints: CheckpointStats::default(),
         recoveries,
         worker_recoveries: Vec::new(),

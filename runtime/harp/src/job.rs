@@ -101,9 +101,14 @@ pub struct JobStats {
     pub servers: crate::server::ServerStats,
     /// How many nodes' counters `node`, `servers` and `cached_rows` sum: 1 in one process;
     /// across processes the nodes that left (asked as they went) and those live at the end,
-    /// that answered (one that did not within its wait is left out, and logged; one that
-    /// died took its counters with it).
+    /// that answered, and those that died or did not answer, from the counters they last
+    /// sent unasked (every second while they ran); one that never sent any is left out,
+    /// and logged.
     pub nodes_counted: u32,
+    /// Of `nodes_counted`, how many were counted from their last report rather than asked:
+    /// what they did in the last second or so before they died is missing. 0 in one
+    /// process.
+    pub nodes_counted_from_reports: u32,
     /// What SCAR's running checkpoint did (all zero without one).
     pub checkpoints: crate::scar::CheckpointStats,
     /// Every failed server recovered from, in order.
@@ -434,6 +439,7 @@ async fn run_job_body<A: App>(
         node: store.stats(),
         servers: crate::server::sum_server_stats(store.servers()).await,
         nodes_counted: 1,
+        nodes_counted_from_reports: 0,
         checkpoints: end.checkpoints,
         recoveries: end.recoveries,
         worker_recoveries: end.worker_recoveries,

@@ -825,6 +825,10 @@ pub enum Message {
     /// node → master: the answer to [`Message::StatsQuery`]: the counters, encoded by the
     /// runtime (opaque here, like task payloads; the protocol version pins their layout).
     Stats { request_id: u64, counters: Vec<u8> },
+    /// node → master, unasked, every few seconds while the node runs: its counters as
+    /// [`Message::Stats`] carries them, which the master keeps in case the node dies (a
+    /// dead node cannot be asked).
+    StatsReport { counters: Vec<u8> },
 }
 
 impl RowWire {
@@ -969,6 +973,7 @@ impl Message {
             Message::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
             Message::StatsQuery { .. } => MessageKind::StatsQuery,
             Message::Stats { .. } => MessageKind::Stats,
+            Message::StatsReport { .. } => MessageKind::StatsReport,
         }
     }
 
@@ -1050,6 +1055,7 @@ impl ArchivedMessage {
             ArchivedMessage::ExecutorSaved { .. } => MessageKind::ExecutorSaved,
             ArchivedMessage::StatsQuery { .. } => MessageKind::StatsQuery,
             ArchivedMessage::Stats { .. } => MessageKind::Stats,
+            ArchivedMessage::StatsReport { .. } => MessageKind::StatsReport,
         }
     }
 }
@@ -1127,11 +1133,12 @@ pub enum MessageKind {
     ServerAwaited = 55,
     StatsQuery = 56,
     Stats = 57,
+    StatsReport = 58,
 }
 
 impl MessageKind {
     /// How many kinds exist; kind bytes run `1..=COUNT`.
-    pub const COUNT: usize = 57;
+    pub const COUNT: usize = 58;
 
     /// Every kind, in number order.
     pub const ALL: [MessageKind; Self::COUNT] = [
@@ -1192,6 +1199,7 @@ impl MessageKind {
         MessageKind::ServerAwaited,
         MessageKind::StatsQuery,
         MessageKind::Stats,
+        MessageKind::StatsReport,
     ];
 
     /// The kind a header byte names, if any.
@@ -1269,6 +1277,7 @@ impl MessageKind {
             MessageKind::ServerAwaited => "server_awaited",
             MessageKind::StatsQuery => "stats_query",
             MessageKind::Stats => "stats",
+            MessageKind::StatsReport => "stats_report",
         }
     }
 }

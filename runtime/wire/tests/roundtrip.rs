@@ -76,13 +76,25 @@ fn split_at_every_byte_boundary_for_every_kind() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = arb_message();
     let mut by_kind: Vec<Option<Message>> = vec![None; MessageKind::COUNT];
-    while by_kind.iter().any(Option::is_none) {
+    // Bounded: a kind `arb_message` never generates fails the test instead of looping.
+    for _ in 0..100_000 {
+        if by_kind.iter().all(Option::is_some) {
+            break;
+        }
         let m = strategy.new_tree(&mut runner).unwrap().current();
         let slot = &mut by_kind[m.kind().index()];
         if slot.is_none() {
             *slot = Some(m);
         }
     }
+    let missing: Vec<MessageKind> = (MessageKind::ALL.iter().zip(&by_kind))
+        .filter(|(_, m)| m.is_none())
+        .map(|(kind, _)| *kind)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "arb_message never generates {missing:?}"
+    );
     for message in by_kind.into_iter().flatten() {
         let frame = encode(&message).unwrap();
         for cut in 0..=frame.len() {

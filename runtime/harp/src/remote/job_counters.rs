@@ -2,14 +2,21 @@
 //! which answers with its parameter traffic, its cache size and its server's counters
 //! ([`NodeCounters`], encoded with postcard in `Message::Stats`). A node that leaves the
 //! job is asked once its load is gone, before it is dismissed ([`of_leaving_node`]; the
-//! roster sums them); at the end every live node is asked at once, and the master adds
-//! them to the departed nodes' sums for `JobStats` ([`collect`]). A node that died takes
-//! its counters with it.
+//! roster sums them in its [`NodeReports`]); at the end every live node is asked at once,
+//! and the master adds them to the departed nodes' sums for `JobStats` ([`collect`]).
+//!
+//! A dead node cannot be asked, so every node also sends its counters unasked every
+//! [`REPORT_EVERY`] while it runs (`Message::StatsReport`, [`report_every`]), and the
+//! master keeps each node's last report until the node is counted ([`NodeReports`]): a
+//! node that died, or that does not answer its query, is counted from its last report
+//! (what it did in the last seconds before is missing), and
+//! `JobStats::nodes_counted_from_reports` says how many were.
 //!
 //! Counters are a report, not a result: a node that does not answer within
 //! [`STATS_DEADLINE`] ([`LEAVING_DEADLINE`] for one that leaves, whose leave it holds up),
-//! or sends bytes that do not decode, is left out of the sums with a warning, and
-//! `JobStats::nodes_counted` says how many were summed; the job still ends well.
+//! or sends bytes that do not decode, and never reported, is left out of the sums with a
+//! warning, and `JobStats::nodes_counted` says how many were summed; the job still ends
+//! well.
 
 use super::pending::{Pending, PendingReplies};
 use crate::error::HarpError;
@@ -18,9 +25,13 @@ use crate::server::{ServerMsg, ServerStats};
 use harp_net::Link;
 use harp_wire::Message;
 use ractor::ActorRef;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How often a node sends its counters unasked.
+pub(super) const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// How long the master waits for the nodes' counters at the job's end (all asked at once).
 pub(super) const STATS_DEADLINE: Duration = Duration::from_secs(10);
@@ -47,6 +58,8 @@ pub(crate) struct CountedNodes {
     pub servers: ServerStats,
     pub cached_rows: u64,
     pub nodes: u32,
+    /// Of `nodes`, those counted from their last report (they died, or did not answer).
+    pub from_reports: u32,
 }
 
 impl CountedNodes {
@@ -57,6 +70,59 @@ impl CountedNodes {
         }
         self.cached_rows += counters.cached_rows;
         self.nodes += 1;
+    }
+
+    /// Adds a node's last report (a node gone holds no cache).
+    fn add_reported(&mut self, counters: &NodeCounters) {
+        self.add(&NodeCounters {
+            cached_rows: 0,
+            ..*counters
+        });
+        self.from_reports += 1;
+    }
+}
+
+/// The master's record of the nodes' counters while the job runs: the sums over the nodes
+/// counted as they went, and the last report of every node not counted yet.
+#[derive(Debug, Default)]
+pub(crate) struct NodeReports {
+    departed: CountedNodes,
+    last: BTreeMap<u32, NodeCounters>,
+    counted: BTreeSet<u32>,
+}
+
+impl NodeReports {
+    /// Node `node` reported `counters` unasked; kept until it is counted (a report that
+    /// comes after, a node counted already, changes nothing).
+    pub(crate) fn reported(&mut self, node: u32, counters: NodeCounters) {
+        if !self.counted.contains(&node) {
+            self.last.insert(node, counters);
+        }
+    }
+
+    /// Node `node` left or died: counted from its answer (`Some`, a leaving node's), else
+    /// from its last report if it sent one; once.
+    pub(crate) fn gone(&mut self, node: u32, answered: Option<NodeCounters>) {
+        if !self.counted.insert(node) {
+            return;
+        }
+        let last = self.last.remove(&node);
+        match (answered, last) {
+            (Some(answered), _) => self.departed.add(&answered),
+            (None, Some(last)) => self.departed.add_reported(&last),
+            (None, None) => {}
+        }
+    }
+
+    /// What the nodes gone so far add up to.
+    pub(crate) fn departed(&self) -> CountedNodes {
+        self.departed
+    }
+
+    /// Node `node`'s last report, if it is not counted yet.
+    #[cfg(test)]
+    fn last(&self, node: u32) -> Option<NodeCounters> {
+        self.last.get(&node).copied()
     }
 }
 
@@ -88,14 +154,36 @@ pub(super) async fn of_this_node(
 
 /// Answers the master's `StatsQuery` `request_id` with `counters`.
 pub(super) fn answer(link: &Link, request_id: u64, counters: &NodeCounters) {
-    match postcard::to_allocvec(counters) {
-        Ok(counters) => {
-            let _ = link.send(&Message::Stats {
-                request_id,
-                counters,
-            });
+    if let Some(counters) = encode(counters) {
+        let _ = link.send(&Message::Stats {
+            request_id,
+            counters,
+        });
+    }
+}
+
+fn encode(counters: &NodeCounters) -> Option<Vec<u8>> {
+    postcard::to_allocvec(counters)
+        .map_err(|e| tracing::warn!(error = %e, "cannot encode this node's counters"))
+        .ok()
+}
+
+/// Sends this node's counters to the master unasked at once (a node that dies early is
+/// still counted) and then every [`REPORT_EVERY`], until the link is gone (the caller
+/// aborts it when the job ends).
+pub(super) async fn report_every(
+    link: Link,
+    store: Arc<ParamStore>,
+    local_server: Option<ActorRef<ServerMsg>>,
+) {
+    loop {
+        let counters = of_this_node(&store, local_server.as_ref()).await;
+        if let Some(counters) = encode(&counters) {
+            if link.send(&Message::StatsReport { counters }).is_err() {
+                return;
+            }
         }
-        Err(e) => tracing::warn!(error = %e, "cannot encode this node's counters"),
+        tokio::time::sleep(REPORT_EVERY).await;
     }
 }
 
@@ -113,7 +201,7 @@ fn ask(id: u32, link: &Link, pending: &PendingReplies) -> Option<oneshot::Receiv
         pending.forget(request_id);
         tracing::warn!(
             node = id,
-            "a node that is gone is left out of the job's counters"
+            "a node that is gone cannot be asked for its counters"
         );
         return None;
     }
@@ -135,7 +223,7 @@ async fn answer_by(
         Ok(Err(_)) => "it went away before it sent them".to_string(),
         Err(_) => "it did not send them in time".to_string(),
     };
-    tracing::warn!(node = id, %why, "a node's counters are left out of the job's");
+    tracing::warn!(node = id, %why, "a node did not send the counters it was asked for");
     None
 }
 
@@ -156,19 +244,37 @@ pub(super) async fn of_leaving_node(
 }
 
 /// Asks every node in `nodes` for its counters at once and adds those that answer within
-/// [`STATS_DEADLINE`] to `departed` (the sums of the nodes that left; see the module doc).
+/// [`STATS_DEADLINE`] to the sums of the nodes gone (see the module doc); a node that does
+/// not is counted from its last report, if it sent one.
 pub(super) async fn collect(
     nodes: &[(u32, &Link, &Arc<PendingReplies>)],
-    departed: CountedNodes,
+    mut reports: NodeReports,
 ) -> CountedNodes {
     let asked: Vec<_> = (nodes.iter())
-        .filter_map(|(id, link, pending)| Some((*id, ask(*id, link, pending)?)))
+        .map(|(id, link, pending)| (*id, ask(*id, link, pending)))
         .collect();
     let deadline = tokio::time::Instant::now() + STATS_DEADLINE;
-    let mut counted = departed;
+    let mut counted = reports.departed();
     for (id, answer) in asked {
-        if let Some(counters) = answer_by(id, answer, deadline).await {
-            counted.add(&counters);
+        let answered = match answer {
+            Some(answer) => answer_by(id, answer, deadline).await,
+            None => None,
+        };
+        match (answered, reports.last.remove(&id)) {
+            (Some(counters), _) => counted.add(&counters),
+            (None, Some(last)) => {
+                tracing::warn!(
+                    node = id,
+                    "a node's counters are taken from its last report"
+                );
+                counted.add_reported(&last);
+            }
+            (None, None) => {
+                tracing::warn!(
+                    node = id,
+                    "a node's counters are left out of the job's: it never reported them"
+                );
+            }
         }
     }
     counted
@@ -222,5 +328,49 @@ mod tests {
         assert_eq!(counted.node.rows_flushed, 8);
         assert_eq!(counted.servers.updates_applied, 6);
         assert_eq!(counted.cached_rows, 4);
+    }
+
+    fn flushed(rows: u64, cached_rows: u64) -> NodeCounters {
+        NodeCounters {
+            node: NodeStats {
+                rows_flushed: rows,
+                ..NodeStats::default()
+            },
+            server: None,
+            cached_rows,
+        }
+    }
+
+    #[test]
+    fn a_dead_node_counts_once_from_its_last_report() {
+        let mut reports = NodeReports::default();
+        reports.reported(1, flushed(5, 3));
+        reports.reported(1, flushed(9, 3));
+        reports.gone(1, None);
+        let sums = reports.departed();
+        assert_eq!((sums.nodes, sums.from_reports), (1, 1));
+        assert_eq!(sums.node.rows_flushed, 9, "the last report");
+        assert_eq!(sums.cached_rows, 0, "a node gone holds no cache");
+        // Counted once: a second report of the death, or a report still on its way after
+        // it, changes nothing.
+        reports.gone(1, None);
+        reports.reported(1, flushed(20, 0));
+        assert_eq!(reports.departed(), sums);
+        assert_eq!(reports.last(1), None);
+    }
+
+    #[test]
+    fn a_leaving_nodes_answer_wins_over_its_report_and_a_silent_death_is_left_out() {
+        let mut reports = NodeReports::default();
+        reports.reported(2, flushed(4, 0));
+        reports.gone(2, Some(flushed(6, 0)));
+        reports.gone(3, None);
+        let sums = reports.departed();
+        assert_eq!((sums.nodes, sums.from_reports), (1, 0));
+        assert_eq!(sums.node.rows_flushed, 6);
+        // A live node's report waits for the end.
+        reports.reported(4, flushed(1, 2));
+        assert_eq!(reports.last(4), Some(flushed(1, 2)));
+        assert_eq!(reports.departed(), sums);
     }
 }

@@ -556,8 +556,8 @@ async fn run_across_body<A: App>(
             let nodes: Vec<_> = (live.iter())
                 .map(|(id, link, _, pending)| (*id, link, pending))
                 .collect();
-            let departed = roster::lock(&ctx.roster).departed_counters;
-            let counted = super::job_counters::collect(&nodes, departed).await;
+            let reports = std::mem::take(&mut roster::lock(&ctx.roster).node_reports);
+            let counted = super::job_counters::collect(&nodes, reports).await;
             params.map(|params| JobOutcome {
                 stats: JobStats {
                     tasks_completed: end.tasks_completed,
@@ -567,6 +567,7 @@ async fn run_across_body<A: App>(
                     node: counted.node,
                     servers: counted.servers,
                     nodes_counted: counted.nodes,
+                    nodes_counted_from_reports: counted.from_reports,
                     checkpoints: end.checkpoints,
                     recoveries: end.recoveries,
                     worker_recoveries: end.worker_recoveries,
@@ -789,6 +790,14 @@ pub(crate) async fn read_node<A: App>(
             Message::Leaving { .. } => {
                 let _ = ctx.leaving.send(node);
             }
+            Message::StatsReport { counters } => match super::job_counters::decode(&counters) {
+                Ok(counters) => roster::lock(&ctx.roster)
+                    .node_reports
+                    .reported(node, counters),
+                Err(e) => {
+                    tracing::warn!(node, error = %e, "a node's report of its counters is ignored")
+                }
+            },
             Message::Heartbeat { .. } => {}
             other => tracing::debug!(node, kind = ?other.kind(), "ignored from a node"),
         }

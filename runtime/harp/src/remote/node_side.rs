@@ -283,6 +283,12 @@ pub async fn run_node_leaving<A: App>(
         num_servers: assignment.job.num_servers,
     };
     let local_server = servers.get(&ServerId(me)).cloned();
+    // Its counters, unasked, in case it dies (`job_counters.rs`).
+    let reports = crate::spawn::spawn(super::job_counters::report_every(
+        master_link.clone(),
+        store.clone(),
+        local_server.clone(),
+    ));
     let mut servers = servers;
     let result = serve_master::<A>(
         &mut from_master,
@@ -294,6 +300,7 @@ pub async fn run_node_leaving<A: App>(
     )
     .await;
     heartbeat.abort();
+    reports.abort();
     if outbox.waiting() > 0 && !outbox.wait_empty(PARKED_WAIT).await {
         tracing::warn!(
             node = me,

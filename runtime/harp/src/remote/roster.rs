@@ -69,9 +69,10 @@ pub(crate) struct Roster {
     waiting_to_leave: BTreeSet<u32>,
     /// Links between nodes that a node reported broken (`Message::ServerAwaited`).
     pub(crate) broken_links: super::eviction::BrokenLinks,
-    /// The counters of the nodes that left, summed (each sent its own before it was
-    /// dismissed); the job's end adds the live nodes' (`job_counters.rs`).
-    pub(crate) departed_counters: super::job_counters::CountedNodes,
+    /// The counters of the nodes gone, summed (a node that left sent its own before it was
+    /// dismissed, one that died is counted from its last report), and every live node's
+    /// last report; the job's end adds the live nodes' (`job_counters.rs`).
+    pub(crate) node_reports: super::job_counters::NodeReports,
     next_id: u32,
 }
 
@@ -140,7 +141,12 @@ impl Roster {
         self.dead.insert(node);
         self.leaving.remove(&node);
         self.waiting_to_leave.remove(&node);
-        self.nodes.remove(&node)
+        let entry = self.nodes.remove(&node);
+        if entry.is_some() {
+            // It cannot be asked any more: counted from its last report, if it sent one.
+            self.node_reports.gone(node, None);
+        }
+        entry
     }
 
     fn depart(&mut self, node: u32) -> Option<NodeEntry> {
@@ -580,9 +586,8 @@ async fn carry_out_leave<A: App>(
         }
     }
     // Final now (its load is gone): counted with the job's, which the node takes along.
-    if let Some(counters) = super::job_counters::of_leaving_node(node, &link, &pending).await {
-        lock(&ctx.roster).departed_counters.add(&counters);
-    }
+    let answered = super::job_counters::of_leaving_node(node, &link, &pending).await;
+    lock(&ctx.roster).node_reports.gone(node, answered);
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
     let _ = ctx.master.send_message(MasterMsg::NodeLeft(node));

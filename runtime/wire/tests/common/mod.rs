@@ -655,6 +655,9 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
                 counters,
             })
             .boxed(),
+        vec(any::<u8>(), 0..64)
+            .prop_map(|counters| Message::StatsReport { counters })
+            .boxed(),
     ])
 }
 

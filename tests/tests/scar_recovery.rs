@@ -99,6 +99,16 @@ fn a_failed_server_costs_exactly_what_its_recovery_report_says() {
         assert_eq!(lost_shards, expected_shards, "seed {seed}");
         assert!(report.shards.iter().all(|(_, to)| *to != 1));
         assert_eq!(outcome.stats.recoveries, vec![report.clone()]);
+        // Every row flushed was applied, by the failed server before it failed (its counters
+        // are kept from the crash) or by a live one; a part the failed server applied but
+        // never answered went again, so some may count twice.
+        let (node, servers) = (&outcome.stats.node, &outcome.stats.servers);
+        assert!(
+            servers.updates_applied >= node.rows_flushed && node.rows_flushed > 0,
+            "seed {seed}: servers applied {} of {} rows flushed",
+            servers.updates_applied,
+            node.rows_flushed
+        );
         // When it failed, on the job's clock: after the 400 ms the test waited (less the
         // master's start), before the job's end.
         assert!(

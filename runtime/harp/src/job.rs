@@ -96,8 +96,9 @@ pub struct JobStats {
     /// The nodes' parameter traffic: in one process its one node's counters; across
     /// processes the sum over the nodes counted (`nodes_counted`).
     pub node: NodeStats,
-    /// The servers' counters, summed: in one process every server live at the end (one a
-    /// fault injection crashed is left out); across processes those of the nodes counted.
+    /// The servers' counters, summed: in one process every server live at the end and those
+    /// fault injection crashed, as they were at the crash; across processes those of the
+    /// nodes counted.
     pub servers: crate::server::ServerStats,
     /// How many nodes' counters `node`, `servers` and `cached_rows` sum: 1 in one process;
     /// across processes the nodes that left (asked as they went) and those live at the end,
@@ -437,7 +438,11 @@ async fn run_job_body<A: App>(
         elapsed_s: started.elapsed().as_secs_f64(),
         cached_rows: store.cached_rows(),
         node: store.stats(),
-        servers: crate::server::sum_server_stats(store.servers()).await,
+        servers: {
+            let mut servers = crate::server::sum_server_stats(store.servers()).await;
+            servers.add(&end.crashed_servers);
+            servers
+        },
         nodes_counted: 1,
         nodes_counted_from_reports: 0,
         checkpoints: end.checkpoints,

@@ -181,6 +181,9 @@ pub(crate) enum MasterMsg<A: App> {
         server: ServerId,
         reply: oneshot::Sender<Result<ServerRecovery, HarpError>>,
     },
+    /// A server crashed by fault injection had these counters (internal): the job's sums
+    /// keep them.
+    CrashedServerCounted(crate::server::ServerStats),
     /// `server` failed (`at_failure`: its rows at the failure, when known; `acknowledged`:
     /// across processes, what the live nodes report it acknowledged since each row's last
     /// save): re-create its shards from the running checkpoint.
@@ -350,6 +353,8 @@ pub(crate) struct MasterEnd<A: App> {
     /// Every dead worker node recovered from (worker recovery).
     pub worker_recoveries: Vec<crate::scar::WorkerRecovery>,
     pub injections: Vec<crate::scar::InjectionReport>,
+    /// The counters of the servers fault injection crashed, summed as they were then.
+    pub crashed_servers: crate::server::ServerStats,
     /// The job's parameter shards.
     pub shards: u32,
     /// The consistent checkpoint still being written, if any.
@@ -438,6 +443,8 @@ pub(crate) struct MasterState<A: App> {
     /// checkpoint's capture (`consistent.rs::checkpoint_before_stop`).
     stopping: Option<String>,
     injections: Vec<crate::scar::InjectionReport>,
+    /// The counters of the servers fault injection crashed, summed.
+    crashed_servers: crate::server::ServerStats,
     /// Staged flushes, dispatched tasks and dead workers, if the job recovers workers.
     worker_recovery: Option<worker_recovery::WorkerRecoveryState<A::Output>>,
     /// The driver finished while a checkpoint round ran: the job ends when the round does
@@ -615,7 +622,12 @@ impl<A: App> MasterState<A> {
         let myself = myself.clone();
         crate::spawn::spawn(async move {
             // A server that cannot answer died before the injection: its values are unknown.
-            let at_failure = rows.await.ok();
+            let crashed = rows.await.ok();
+            let at_failure = crashed.map(|crashed| {
+                // Before the loss, so the job's end has them (the mailbox keeps the order).
+                let _ = myself.send_message(MasterMsg::CrashedServerCounted(crashed.stats));
+                crashed.rows
+            });
             let _ = myself.send_message(MasterMsg::ServerLost {
                 server,
                 at_failure,
@@ -763,6 +775,7 @@ impl<A: App> MasterState<A> {
                     .map(|r| r.take_reports())
                     .unwrap_or_default(),
                 injections: std::mem::take(&mut self.injections),
+                crashed_servers: self.crashed_servers,
                 shards: self.shards.num_shards(),
                 consistent: self.consistent.as_mut().map(|c| c.end()),
             }),
@@ -821,6 +834,7 @@ impl<A: App> Actor for MasterActor<A> {
             consistent: None,
             stopping: None,
             injections: Vec::new(),
+            crashed_servers: Default::default(),
             worker_recovery: args
                 .worker_recovery
                 .then(|| worker_recovery::WorkerRecoveryState::new(args.events.clone())),
@@ -974,6 +988,10 @@ impl<A: App> Actor for MasterActor<A> {
             }
             MasterMsg::CrashServer { server, reply } => {
                 state.crash_server(&myself, server, reply);
+                Ok(false)
+            }
+            MasterMsg::CrashedServerCounted(stats) => {
+                state.crashed_servers.add(&stats);
                 Ok(false)
             }
             MasterMsg::ServerLost {

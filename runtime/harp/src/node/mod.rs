@@ -788,7 +788,7 @@ mod tests {
     async fn crash(server: &ActorRef<ServerMsg>) -> Vec<(ParamKey, RowData)> {
         let (reply, rows) = oneshot::channel();
         server.send_message(ServerMsg::Crash { reply }).unwrap();
-        rows.await.unwrap()
+        rows.await.unwrap().rows
     }
 
     async fn dump(server: &ActorRef<ServerMsg>) -> Vec<(ParamKey, RowData)> {

@@ -75,6 +75,15 @@ use harp_core::{shard_of, ParamKey, RowData, ServerId, ShardId};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub(crate) use saved::SavedRows;
 pub use stats::ServerStats;
+
+/// What a server crashed by fault injection leaves ([`ServerMsg::Crash`]).
+#[derive(Debug)]
+pub(crate) struct CrashedServer {
+    /// Every row it held at the failure.
+    pub rows: Vec<(ParamKey, RowData)>,
+    /// Its counters at the failure.
+    pub stats: ServerStats,
+}
 use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use store::ShardRows;
@@ -195,11 +204,11 @@ pub(crate) enum ServerMsg {
     Checkpoint(CheckpointRequest),
     /// Fault injection: fail now, as a crashed server would. The reply gets every row this
     /// server holds at that point (its values at the failure, which an experiment compares
-    /// with what recovery restores); then the server stops, and every request still queued
-    /// or sent later is dropped unanswered, so no update is applied or acknowledged after
-    /// the failure point.
+    /// with what recovery restores) and its counters (the job's sums keep them); then the
+    /// server stops, and every request still queued or sent later is dropped unanswered, so
+    /// no update is applied or acknowledged after the failure point.
     Crash {
-        reply: oneshot::Sender<Vec<(ParamKey, RowData)>>,
+        reply: oneshot::Sender<CrashedServer>,
     },
     /// Fault injection: set these rows to these values (`None`: the initial value), e.g.
     /// rows "lost" and restored from the running checkpoint. Rows of shards given away are
@@ -901,7 +910,10 @@ impl Actor for ServerActor {
             ServerMsg::Crash { reply } => {
                 state.crashed = true;
                 tracing::warn!("{}: failing on request (fault injection)", state.id);
-                let _ = reply.send(state.store.dump());
+                let _ = reply.send(CrashedServer {
+                    rows: state.store.dump(),
+                    stats: state.stats(),
+                });
                 // Requests held for shards on their way away die with the server.
                 state.held.clear();
                 myself.stop(Some("crashed (fault injection)".into()));

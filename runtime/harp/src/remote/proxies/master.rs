@@ -73,6 +73,7 @@ impl<A: App> Actor for MasterProxy<A> {
             | MasterMsg::RoundAtEndWaitOver
             | MasterMsg::StopWaitOver
             | MasterMsg::CrashServer { .. }
+            | MasterMsg::CrashedServerCounted(..)
             | MasterMsg::ServerLost { .. }
             | MasterMsg::Recovered(..)
             | MasterMsg::Injected(..)

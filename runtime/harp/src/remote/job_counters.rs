@@ -3,7 +3,7 @@
 //! ([`NodeCounters`], encoded with postcard in `Message::Stats`). A node that leaves the
 //! job is asked once its load is gone, before it is dismissed ([`of_leaving_node`]; the
 //! roster sums them in its [`NodeReports`]); at the end every live node is asked at once,
-//! and the master adds them to the departed nodes' sums for `JobStats` ([`collect`]).
+//! and the master adds them to the sums of the nodes gone for `JobStats` ([`collect`]).
 //!
 //! A dead node cannot be asked, so every node also sends its counters unasked every
 //! [`REPORT_EVERY`] while it runs (`Message::StatsReport`, [`report_every`]), and the
@@ -82,11 +82,23 @@ impl CountedNodes {
     }
 }
 
-/// The master's record of the nodes' counters while the job runs: the sums over the nodes
-/// counted as they went, and the last report of every node not counted yet.
+/// How [`NodeReports::count`] counted a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counted {
+    Answered,
+    FromReport,
+    /// It never answered nor reported: left out.
+    Not,
+    /// It was counted before.
+    Already,
+}
+
+/// The master's record of the nodes' counters: the sums over the nodes counted so far (as
+/// they left or died, and at the end the live ones), and the last report of every node not
+/// counted yet.
 #[derive(Debug, Default)]
 pub(crate) struct NodeReports {
-    departed: CountedNodes,
+    sums: CountedNodes,
     last: BTreeMap<u32, NodeCounters>,
     counted: BTreeSet<u32>,
 }
@@ -100,23 +112,29 @@ impl NodeReports {
         }
     }
 
-    /// Node `node` left or died: counted from its answer (`Some`, a leaving node's), else
-    /// from its last report if it sent one; once.
-    pub(crate) fn gone(&mut self, node: u32, answered: Option<NodeCounters>) {
+    /// Counts node `node` (it left or died, or the job ended), once: from its answer to a
+    /// query (`Some`), else from its last report if it sent one. How it was counted.
+    pub(crate) fn count(&mut self, node: u32, answered: Option<NodeCounters>) -> Counted {
         if !self.counted.insert(node) {
-            return;
+            return Counted::Already;
         }
         let last = self.last.remove(&node);
         match (answered, last) {
-            (Some(answered), _) => self.departed.add(&answered),
-            (None, Some(last)) => self.departed.add_reported(&last),
-            (None, None) => {}
+            (Some(answered), _) => {
+                self.sums.add(&answered);
+                Counted::Answered
+            }
+            (None, Some(last)) => {
+                self.sums.add_reported(&last);
+                Counted::FromReport
+            }
+            (None, None) => Counted::Not,
         }
     }
 
-    /// What the nodes gone so far add up to.
-    pub(crate) fn departed(&self) -> CountedNodes {
-        self.departed
+    /// What the nodes counted so far add up to.
+    pub(crate) fn sums(&self) -> CountedNodes {
+        self.sums
     }
 
     /// Node `node`'s last report, if it is not counted yet.
@@ -254,30 +272,26 @@ pub(super) async fn collect(
         .map(|(id, link, pending)| (*id, ask(*id, link, pending)))
         .collect();
     let deadline = tokio::time::Instant::now() + STATS_DEADLINE;
-    let mut counted = reports.departed();
     for (id, answer) in asked {
         let answered = match answer {
             Some(answer) => answer_by(id, answer, deadline).await,
             None => None,
         };
-        match (answered, reports.last.remove(&id)) {
-            (Some(counters), _) => counted.add(&counters),
-            (None, Some(last)) => {
+        match reports.count(id, answered) {
+            Counted::FromReport => {
                 tracing::warn!(
                     node = id,
                     "a node's counters are taken from its last report"
-                );
-                counted.add_reported(&last);
+                )
             }
-            (None, None) => {
-                tracing::warn!(
-                    node = id,
-                    "a node's counters are left out of the job's: it never reported them"
-                );
-            }
+            Counted::Not => tracing::warn!(
+                node = id,
+                "a node's counters are left out of the job's: it never reported them"
+            ),
+            Counted::Answered | Counted::Already => {}
         }
     }
-    counted
+    reports.sums()
 }
 
 #[cfg(test)]
@@ -346,31 +360,38 @@ mod tests {
         let mut reports = NodeReports::default();
         reports.reported(1, flushed(5, 3));
         reports.reported(1, flushed(9, 3));
-        reports.gone(1, None);
-        let sums = reports.departed();
+        assert_eq!(reports.count(1, None), Counted::FromReport);
+        let sums = reports.sums();
         assert_eq!((sums.nodes, sums.from_reports), (1, 1));
         assert_eq!(sums.node.rows_flushed, 9, "the last report");
         assert_eq!(sums.cached_rows, 0, "a node gone holds no cache");
         // Counted once: a second report of the death, or a report still on its way after
         // it, changes nothing.
-        reports.gone(1, None);
+        assert_eq!(reports.count(1, None), Counted::Already);
         reports.reported(1, flushed(20, 0));
-        assert_eq!(reports.departed(), sums);
+        assert_eq!(reports.sums(), sums);
         assert_eq!(reports.last(1), None);
     }
 
     #[test]
-    fn a_leaving_nodes_answer_wins_over_its_report_and_a_silent_death_is_left_out() {
+    fn an_answer_wins_over_a_report_a_silent_death_is_left_out_and_the_end_falls_back_to_reports() {
         let mut reports = NodeReports::default();
         reports.reported(2, flushed(4, 0));
-        reports.gone(2, Some(flushed(6, 0)));
-        reports.gone(3, None);
-        let sums = reports.departed();
+        assert_eq!(reports.count(2, Some(flushed(6, 0))), Counted::Answered);
+        assert_eq!(reports.count(3, None), Counted::Not);
+        let sums = reports.sums();
         assert_eq!((sums.nodes, sums.from_reports), (1, 0));
         assert_eq!(sums.node.rows_flushed, 6);
         // A live node's report waits for the end.
         reports.reported(4, flushed(1, 2));
         assert_eq!(reports.last(4), Some(flushed(1, 2)));
-        assert_eq!(reports.departed(), sums);
+        assert_eq!(reports.sums(), sums);
+        // At the end: one that does not answer counts from its report, without its cache;
+        // one that answers keeps its cache.
+        assert_eq!(reports.count(4, None), Counted::FromReport);
+        assert_eq!(reports.count(5, Some(flushed(3, 7))), Counted::Answered);
+        let end = reports.sums();
+        assert_eq!((end.nodes, end.from_reports), (3, 1));
+        assert_eq!((end.node.rows_flushed, end.cached_rows), (10, 7));
     }
 }

@@ -144,7 +144,7 @@ impl Roster {
         let entry = self.nodes.remove(&node);
         if entry.is_some() {
             // It cannot be asked any more: counted from its last report, if it sent one.
-            self.node_reports.gone(node, None);
+            self.node_reports.count(node, None);
         }
         entry
     }
@@ -587,7 +587,7 @@ async fn carry_out_leave<A: App>(
     }
     // Final now (its load is gone): counted with the job's, which the node takes along.
     let answered = super::job_counters::of_leaving_node(node, &link, &pending).await;
-    lock(&ctx.roster).node_reports.gone(node, answered);
+    lock(&ctx.roster).node_reports.count(node, answered);
     let entry = lock(&ctx.roster).depart(node);
     ctx.control.forget(worker, server);
     let _ = ctx.master.send_message(MasterMsg::NodeLeft(node));

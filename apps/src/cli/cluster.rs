@@ -103,8 +103,10 @@ pub struct ClusterArgs {
     /// Survive the death of worker nodes (across processes): each flush is staged on the
     /// servers and committed by the master (one more round trip per flush), so a dead
     /// worker's executors are created again on the live workers and exactly the micro-tasks
-    /// whose updates were not committed run again. A node that also holds a server needs
-    /// --scar-fraction too (every node of --processes does).
+    /// whose updates were not committed run again. With --checkpoint-dir, an executor is
+    /// made from the state it saved in the newest checkpoint where the app can use it (LDA
+    /// keeps its documents' sampling; the others start afresh). A node that also holds a
+    /// server needs --scar-fraction too (every node of --processes does).
     #[arg(long)]
     pub recover_workers: bool,
     /// Resume from the newest complete checkpoint in this directory (a damaged one is passed

@@ -72,7 +72,18 @@ pub(super) fn worker_recovery_line(r: &WorkerRecovery) -> String {
     let moved: Vec<String> = r
         .executors
         .iter()
-        .map(|(executor, worker)| format!("executor {executor} -> worker {worker}"))
+        .map(|&(executor, worker)| {
+            let from = r
+                .restored_from_checkpoint
+                .iter()
+                .find(|(e, _)| *e == executor);
+            match from {
+                Some((_, checkpoint)) => {
+                    format!("executor {executor} -> worker {worker} (from checkpoint {checkpoint})")
+                }
+                None => format!("executor {executor} -> worker {worker}"),
+            }
+        })
         .collect();
     // A node that held no executor when it died (its last one was moving away).
     let moved = if moved.is_empty() {
@@ -84,4 +95,32 @@ pub(super) fn worker_recovery_line(r: &WorkerRecovery) -> String {
         "worker recovery: node {} died at {:.3}s ({}); re-created {}; {} micro-tasks run again; executors running again after {:.3}s",
         r.node, r.detected_at_s, r.cause, moved, r.tasks_rerun, r.duration_s
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_recovery_line_names_the_checkpoint_each_executor_came_from() {
+        let report = WorkerRecovery {
+            node: 2,
+            cause: "its lease expired".into(),
+            executors: vec![(0, 1), (3, 1)],
+            restored_from_checkpoint: vec![(3, 4)],
+            tasks_rerun: 5,
+            detected_at_s: 1.5,
+            duration_s: 0.25,
+        };
+        assert_eq!(
+            worker_recovery_line(&report),
+            "worker recovery: node 2 died at 1.500s (its lease expired); re-created executor 0 -> worker 1, executor 3 -> worker 1 (from checkpoint 4); 5 micro-tasks run again; executors running again after 0.250s"
+        );
+        let none = WorkerRecovery {
+            executors: Vec::new(),
+            restored_from_checkpoint: Vec::new(),
+            ..report
+        };
+        assert!(worker_recovery_line(&none).contains("re-created no executor (it held none);"));
+    }
 }

@@ -139,4 +139,19 @@ impl App for CounterApp {
             ballast,
         ))
     }
+
+    /// The counter's state (its ballast) does not touch the tables, so a dead worker's
+    /// executor takes the one it saved in a consistent checkpoint whatever its age; the
+    /// restore checks it arrived whole. Without one, afresh.
+    fn recover_executor(
+        &self,
+        id: ExecutorId,
+        job: &JobInfo,
+        saved: Option<Vec<u8>>,
+    ) -> Result<CounterExecutor, AppError> {
+        match saved {
+            Some(state) => self.restore_executor(id, job, state),
+            None => self.create_executor(id, job),
+        }
+    }
 }

@@ -189,6 +189,16 @@ impl LdaExecutor {
         })
     }
 
+    /// Forgets that the tables count this executor's topics, as for one created afresh: its
+    /// state came from a consistent checkpoint older than the tables (a dead worker node's
+    /// executor made again, [`super::LdaApp`]'s `recover_executor`). Its sub-rounds are then
+    /// stale until the driver's resync pushes its topics; the totals delta it pushed before
+    /// the checkpoint is forgotten.
+    pub(super) fn forget_counted(&mut self) {
+        self.counted = false;
+        self.previous_delta.fill(0);
+    }
+
     fn num_tokens(&self) -> u64 {
         self.tokens.iter().map(|b| b.topics.len() as u64).sum()
     }

@@ -77,15 +77,17 @@
 //! job.
 //!
 //! **Recovery from a dead worker node** (`--recover-workers`, which turns
-//! [`LdaConfig::recover`] on too). The runtime creates the node's executors afresh on the
+//! [`LdaConfig::recover`] on too). The runtime makes the node's executors again on the
 //! live workers and runs their uncommitted sub-rounds again; their state died with the
-//! node, so they hold their documents' *initial* topics, which the tables do not count. An
+//! node, so they hold their documents' *initial* topics, or, when the job writes consistent
+//! checkpoints, the topics they saved in the newest one (`App::recover_executor`): either
+//! way topics the tables, which moved on, do not count. An
 //! executor knows whether the tables count its topics (it pushed them at step 0 or in a
 //! resync, or was restored from its saved state after a move or a resume): one that does not
 //! reports every sub-round stale, samples as above, and tolerates counts it cannot check,
 //! until the resync's second phase pushes its topics. So the same resync brings the tables
 //! back to the assignments; the dead executor's documents start their chain again from
-//! their initial topics.
+//! their initial topics, or from the checkpoint's.
 
 mod blocks;
 mod check;
@@ -411,5 +413,23 @@ impl App for LdaApp {
             self.topic_totals.clone(),
             &self.compute,
         )
+    }
+
+    /// A dead worker node's executor: with its topics from a consistent checkpoint, which the
+    /// tables (newer) do not count, so it reports its sub-rounds stale and the driver's
+    /// resync counts them; its documents go on from the checkpoint's sampling rather than
+    /// their initial topics. Without a saved state, afresh.
+    fn recover_executor(
+        &self,
+        id: ExecutorId,
+        job: &JobInfo,
+        saved: Option<Vec<u8>>,
+    ) -> Result<LdaExecutor, AppError> {
+        let mut executor = self.create_executor(id, job)?;
+        if let Some(state) = saved {
+            harp::Executor::restore_state(&mut executor, &state)?;
+            executor.forget_counted();
+        }
+        Ok(executor)
     }
 }

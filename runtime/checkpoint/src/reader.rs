@@ -134,7 +134,23 @@ impl LoadedCheckpoint {
 
     /// The content of file `name`, checked again against its size and checksum.
     pub fn read(&self, name: &str) -> Result<Vec<u8>, CheckpointError> {
-        let mut reader = self.open(name)?;
+        self.info.read_file(name)
+    }
+
+    /// A streaming reader of file `name`; it fails with `io::ErrorKind::InvalidData`
+    /// (wrapping the [`CheckpointError`]) if the content no longer matches at end of file.
+    pub fn open(&self, name: &str) -> Result<FileReader, CheckpointError> {
+        self.info.open_file(name)
+    }
+}
+
+impl CheckpointInfo {
+    /// The content of this checkpoint's file `name`, checked against the size and checksum
+    /// its manifest gives. Only that file is read: where one file of a listed checkpoint
+    /// ([`CheckpointStore::list`](crate::CheckpointStore::list)) is wanted, this verifies
+    /// it without reading the others as [`LoadedCheckpoint`] does.
+    pub fn read_file(&self, name: &str) -> Result<Vec<u8>, CheckpointError> {
+        let mut reader = self.open_file(name)?;
         let mut bytes = Vec::with_capacity(usize::try_from(reader.entry.size).unwrap_or(0));
         match reader.read_to_end(&mut bytes) {
             Ok(_) => Ok(bytes),
@@ -142,17 +158,15 @@ impl LoadedCheckpoint {
         }
     }
 
-    /// A streaming reader of file `name`; it fails with `io::ErrorKind::InvalidData`
-    /// (wrapping the [`CheckpointError`]) if the content no longer matches at end of file.
-    pub fn open(&self, name: &str) -> Result<FileReader, CheckpointError> {
+    /// A streaming reader of file `name` (see [`LoadedCheckpoint::open`]).
+    pub fn open_file(&self, name: &str) -> Result<FileReader, CheckpointError> {
         let entry = self
-            .info
             .file(name)
             .ok_or_else(|| CheckpointError::NotInCheckpoint {
-                seq: self.info.seq,
+                seq: self.seq,
                 name: name.to_owned(),
             })?;
-        let path = self.info.path.join(name);
+        let path = self.path.join(name);
         let file = open_entry(&path, entry)?;
         Ok(FileReader::new(file, path, entry.clone()))
     }

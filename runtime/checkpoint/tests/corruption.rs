@@ -35,6 +35,26 @@ fn flipped_byte_in_a_data_file_is_skipped_as_corrupt() {
     }
 }
 
+/// One file of a listed checkpoint is read and checked alone: a damaged file is refused
+/// with its reason, and a sound one beside it reads although the other is damaged.
+#[test]
+fn one_file_of_a_listed_checkpoint_is_checked_alone() {
+    let (_tmp, store) = store();
+    let info = commit_simple(&store, 1);
+    flip_byte(&info.path.join("a"), 500);
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].read_file("b").unwrap(), b"b of 1");
+    match listed[0].read_file("a") {
+        Err(CheckpointError::Corrupt { path, .. }) => assert_eq!(path, info.path.join("a")),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(matches!(
+        listed[0].read_file("c"),
+        Err(CheckpointError::NotInCheckpoint { seq: 1, .. })
+    ));
+}
+
 #[test]
 fn truncated_file_is_skipped() {
     let (_tmp, store) = store();

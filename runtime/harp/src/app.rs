@@ -77,6 +77,31 @@ pub trait App: Send + Sync + 'static {
         executor.restore_state(&state)?;
         Ok(executor)
     }
+
+    /// Re-creates executor `id` after its worker node died (worker recovery across
+    /// processes), on the live worker that takes it over. `saved` is the state it saved in
+    /// the job's newest complete consistent checkpoint, when the job writes them and one
+    /// holds it (`None` otherwise).
+    ///
+    /// That state is *older than the tables*: the micro-tasks the executor ran after the
+    /// checkpoint whose updates were committed are not run again, so the tables hold their
+    /// updates while the saved state does not hold their effect on the executor. (Its
+    /// uncommitted micro-tasks are run again on the new executor, after this.) Only an app
+    /// that can reconcile the two should restore it; the default ignores `saved` and
+    /// creates the executor afresh ([`create_executor`](Self::create_executor)), as an
+    /// executor whose state lives in the tables or is re-read from its input needs. LDA
+    /// restores its topic assignments and marks them as not counted by the tables, which
+    /// its resync then counts, so a dead node's documents keep the sampling they had at the
+    /// checkpoint instead of starting again from their initial topics.
+    fn recover_executor(
+        &self,
+        id: ExecutorId,
+        job: &JobInfo,
+        saved: Option<Vec<u8>>,
+    ) -> Result<Self::Executor, AppError> {
+        let _ = saved;
+        self.create_executor(id, job)
+    }
 }
 
 /// Decides which micro-tasks run and reacts to their completion. Lives on the master.

@@ -256,8 +256,12 @@ pub struct WorkerRecovery {
     pub node: u32,
     /// How the master learnt it (its lease expired, its link closed, etcd reported it).
     pub cause: String,
-    /// `(executor, new worker)` for each executor it hosted, created afresh there.
+    /// `(executor, new worker)` for each executor it hosted, made again there.
     pub executors: Vec<(u32, u32)>,
+    /// `(executor, checkpoint)` for each of them made from its state in that consistent
+    /// checkpoint (a job that writes them, `App::recover_executor`); the others were
+    /// created afresh.
+    pub restored_from_checkpoint: Vec<(u32, u64)>,
     /// Micro-tasks dispatched again (their flush was not committed when it died).
     pub tasks_rerun: usize,
     /// Seconds from the job's start to the master handling the death.

@@ -80,14 +80,23 @@ pub(crate) enum WorkerMsg<A: App> {
     Forget {
         executor: ExecutorId,
     },
-    /// Create `executor` afresh here: its worker died with it (worker recovery across
-    /// processes). The node creates it (`App::create_executor`) and answers on `created`
-    /// once it runs there; micro-tasks sent after this run on it. Only a worker node's
-    /// proxy carries it: a worker in the master's process refuses.
+    /// Create `executor` again here: its worker died with it (worker recovery across
+    /// processes). The node makes it with `App::recover_executor`, from `saved` when the
+    /// master found it in a consistent checkpoint, and answers on `created` once it runs
+    /// there; micro-tasks sent after this run on it. Only a worker node's proxy carries it:
+    /// a worker in the master's process refuses.
     Create {
         executor: ExecutorId,
+        saved: Option<CheckpointedState>,
         created: oneshot::Sender<Result<(), HarpError>>,
     },
+}
+
+/// An executor's state as a consistent checkpoint holds it.
+pub(crate) struct CheckpointedState {
+    /// The checkpoint's number (the iteration it was taken at).
+    pub checkpoint: u64,
+    pub state: Vec<u8>,
 }
 
 /// An executor on its way between workers, with the micro-tasks it had not started.
@@ -527,7 +536,9 @@ impl<A: App> Actor for WorkerActor<A> {
             } => {
                 let _ = adopted.send(state.adopt(executor, released));
             }
-            WorkerMsg::Create { executor, created } => {
+            WorkerMsg::Create {
+                executor, created, ..
+            } => {
                 let _ = created.send(Err(HarpError::InvalidConfig(format!(
                     "{} cannot create {executor}: executors are re-created only on worker nodes",
                     state.id

@@ -11,7 +11,7 @@ use crate::message::{Hello, JobId, Message, NodeRole, Welcome};
 
 /// The version of this wire format. Bump it whenever a message's layout or a kind number
 /// changes; peers of different versions refuse each other.
-pub const PROTOCOL_VERSION: u32 = 21;
+pub const PROTOCOL_VERSION: u32 = 22;
 
 /// Accepts `hello` only if it speaks our protocol version and belongs to `expected_job`.
 pub fn check_hello(hello: &Hello, expected_job: JobId) -> Result<(), WireError> {

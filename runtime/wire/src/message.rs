@@ -776,10 +776,18 @@ pub enum Message {
     /// master → server node: worker node `node_id` died; drop every part it staged on
     /// `server` and not committed, and refuse the parts it stages from now on.
     DropStaged { server: u32, node_id: u32 },
-    /// master → worker node: create `executor` afresh (`App::create_executor`: its worker
-    /// died with it), then run the micro-tasks sent to it. Answered with
-    /// [`Message::ExecutorAdopted`] once it runs there.
-    CreateExecutor { request_id: u64, executor: u32 },
+    /// master → worker node: re-create `executor`, whose worker died with it
+    /// (`App::recover_executor`), then run the micro-tasks sent to it. `from_checkpoint`:
+    /// the consistent checkpoint whose saved state of it comes along (`state`, or fetched
+    /// from the master when `fetch` is set); `None`: no saved state (`state` empty). Answered
+    /// with [`Message::ExecutorAdopted`] once it runs there.
+    CreateExecutor {
+        request_id: u64,
+        executor: u32,
+        from_checkpoint: Option<u64>,
+        state: Vec<u8>,
+        fetch: Option<StateFetch>,
+    },
 
     // ---- exact lost updates of a dead server ----
     /// master → node: a checkpoint round's save on `server` (its save epoch `epoch`) is in
@@ -857,6 +865,7 @@ impl Message {
             } => rows.iter().map(|r| r.value_bytes() + PER_ROW).sum(),
             Message::Apply { updates, .. } => keyed(updates),
             Message::DumpRows { rows, .. } => keyed(rows),
+            Message::CreateExecutor { state, .. } => state.len(),
             Message::AdoptExecutor { state, pending, .. }
             | Message::ExecutorReleased {
                 result: ReleaseResult::Released { state, pending },

@@ -27,7 +27,7 @@ use crate::control::{EventSink, JobEvent};
 use crate::error::HarpError;
 use crate::server::checkpoint_round::RoundOutcome;
 use crate::server::dump_servers;
-use crate::worker::WorkerMsg;
+use crate::worker::{CheckpointedState, WorkerMsg};
 use harp_checkpoint::CheckpointStore;
 use harp_core::{ExecutorId, ParamKey, RowData, Version, VersionClock, WorkerId};
 use ractor::ActorRef;
@@ -107,6 +107,40 @@ impl<A: App> ConsistentCheckpoint<A> {
 
     fn record(&self, record: CheckpointRecord) {
         record_told(&self.report, &self.events, record);
+    }
+
+    /// Executor `id`'s state in the newest checkpoint of this job's directory that holds
+    /// one (worker recovery makes the executor again from it, `App::recover_executor`).
+    /// Only manifests and that one file are read (the file checked against its checksum);
+    /// a checkpoint whose file cannot be read is passed over with a warning for the one
+    /// before. `None` when the job writes no checkpoints or none holds the executor yet.
+    pub(super) fn saved_state_of(&self, id: ExecutorId) -> Option<CheckpointedState> {
+        let store = &self.write.as_ref()?.store;
+        let listed = match store.list() {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(executor = %id, error = %e, "cannot list the consistent checkpoints; the executor is created afresh");
+                return None;
+            }
+        };
+        let name = executor_file(id.0);
+        for info in listed.iter().rev() {
+            if info.file(&name).is_none() {
+                continue;
+            }
+            match info.read_file(&name) {
+                Ok(state) => {
+                    return Some(CheckpointedState {
+                        checkpoint: info.seq,
+                        state,
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(executor = %id, checkpoint = info.seq, error = %e, "cannot read an executor's saved state; trying an older checkpoint");
+                }
+            }
+        }
+        None
     }
 
     /// The state to hand back when the job ends.

@@ -159,7 +159,8 @@ impl<A: App> MasterState<A> {
         }
     }
 
-    /// Creates `executor` afresh on `to` after its move failed (its state did not make it),
+    /// Makes `executor` again on `to` after its move failed (its state did not make it;
+    /// [`MasterState::recreate`]),
     /// runs its uncommitted micro-tasks again there and reports the move failed (`why`).
     pub(super) fn recreate_after_failed_move(
         &mut self,

@@ -14,10 +14,12 @@
 //!   even though the node is gone); a report handled after is dropped, and its tasks are
 //!   among those run again.
 //! - **Recovery.** The dead node's servers drop its uncommitted parts and refuse later ones
-//!   ([`ServerMsg::DropStaged`]); each of its executors is created afresh on the least
+//!   ([`ServerMsg::DropStaged`]); each of its executors is made again on the least
 //!   loaded live worker ([`harp_core::ExecutorMap::place_orphans`], [`WorkerMsg::Create`];
-//!   never on one the latest scale event empties, such as a leaving node's)
-//!   and the map updated;
+//!   never on one the latest scale event empties, such as a leaving node's) by
+//!   `App::recover_executor`, with its state in the newest consistent checkpoint when the
+//!   job writes them (read from the checkpoint directory; older than the tables, which
+//!   the app reconciles or ignores), and the map updated;
 //!   every task of those executors still *dispatched* in the book is sent to the new host
 //!   in task order, keeping its id and version and counted once in flight (it was counted
 //!   when first dispatched). The [`WorkerRecovery`] report is complete once every executor
@@ -64,6 +66,14 @@ pub(crate) struct WorkerRecoveryState<O> {
     late_reports_dropped: u64,
     /// Where each recovery is told once its executors run again.
     events: EventSink,
+}
+
+/// How an executor was made again ([`MasterState::recreate`]).
+pub(super) struct Recreated {
+    /// Its micro-tasks sent to run again.
+    pub tasks_rerun: usize,
+    /// The consistent checkpoint whose saved state it was made from, if any.
+    pub from_checkpoint: Option<u64>,
 }
 
 struct PendingCommit<O> {
@@ -332,14 +342,19 @@ impl<A: App> MasterState<A> {
                 "{cause}; no live worker is left to run its executors (a worker giving its load away, such as a leaving node's, takes none)"
             ))
         })?;
-        let mut tasks_rerun = 0;
+        let (mut tasks_rerun, mut restored_from_checkpoint) = (0, Vec::new());
         for &(executor, to) in &placed {
-            tasks_rerun += self.recreate(myself, executor, to)?;
+            let made = self.recreate(myself, executor, to)?;
+            tasks_rerun += made.tasks_rerun;
+            if let Some(checkpoint) = made.from_checkpoint {
+                restored_from_checkpoint.push((executor.0, checkpoint));
+            }
         }
         let report = WorkerRecovery {
             node,
             cause,
             executors: placed.iter().map(|(e, w)| (e.0, w.0)).collect(),
+            restored_from_checkpoint,
             tasks_rerun,
             detected_at_s,
             duration_s: 0.0,
@@ -362,14 +377,15 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
-    /// Creates `executor` afresh on worker `to` and sends it the tasks to run again (how
-    /// many).
+    /// Makes `executor` again on worker `to` (from its state in the newest consistent
+    /// checkpoint that holds one, else afresh: `App::recover_executor`) and sends it the
+    /// tasks to run again.
     pub(super) fn recreate(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
         to: WorkerId,
-    ) -> Result<usize, HarpError> {
+    ) -> Result<Recreated, HarpError> {
         let rerun = match self.worker_recovery.as_ref() {
             Some(recovery) => recovery
                 .book
@@ -392,12 +408,15 @@ impl<A: App> MasterState<A> {
             .workers
             .get(&to)
             .ok_or(HarpError::WorkerUnreachable(to))?;
-        // TODO(worker recovery): with a consistent checkpoint at hand, restore the executor
-        // from its saved state there (`App::restore_executor`, an `Adopt` with
-        // `ExecutorBody::Saved`) instead of creating it afresh.
+        let saved = (self.consistent.as_ref()).and_then(|c| c.saved_state_of(executor));
+        let from_checkpoint = saved.as_ref().map(|s| s.checkpoint);
         let (created, answer) = oneshot::channel();
         target
-            .send_message(WorkerMsg::Create { executor, created })
+            .send_message(WorkerMsg::Create {
+                executor,
+                saved,
+                created,
+            })
             .map_err(|_| HarpError::WorkerUnreachable(to))?;
         // After the creation, on the same ordered link.
         if !rerun.is_empty() {
@@ -417,7 +436,10 @@ impl<A: App> MasterState<A> {
                 result,
             });
         });
-        Ok(count)
+        Ok(Recreated {
+            tasks_rerun: count,
+            from_checkpoint,
+        })
     }
 
     /// `executor` runs on worker `on` (or could not be created there: the job ends).

@@ -1,7 +1,8 @@
 //! A node's part in an executor's move and in a consistent checkpoint: saving an executor's
 //! state for the master, releasing an executor with its pending micro-tasks (a large state
-//! parked for the adopting node to fetch), and adopting one (its state fetched and
-//! restored, then handed to the worker).
+//! parked for the adopting node to fetch), adopting one (its state fetched and
+//! restored, then handed to the worker), and re-creating a dead worker node's executor
+//! (from its state in a consistent checkpoint when the master sends one).
 
 use super::proxies::{answer_sized, send_sized, tasks_to_wire};
 use super::server_links::Dialer;
@@ -187,39 +188,136 @@ impl<A: App> Adoption<A> {
     }
 }
 
-/// The executor `id` made again from its saved state.
-pub(super) fn restore<A: App>(
-    app: &A,
-    info: &JobInfo,
-    id: ExecutorId,
-    state: Vec<u8>,
-) -> Result<A::Executor, HarpError> {
-    app.restore_executor(id, info, state)
-        .map_err(|source| HarpError::ExecutorCreation {
-            executor: id,
-            source,
-        })
+/// How an arriving executor is made again from a saved state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rebuild {
+    /// It moved here, or a resumed job starts it: its state matches the tables
+    /// (`App::restore_executor`).
+    Moved,
+    /// Its worker died; the state is its save in a consistent checkpoint, older than the
+    /// tables (`App::recover_executor`).
+    Recovered,
 }
 
-/// Fetches a parked state from the node that released it, then restores the executor.
-pub(super) async fn fetch_and_restore<A: App>(
-    dialer: &Dialer,
-    fetch: &StateFetch,
+/// The executor `id` made again from its saved state, as `how` says.
+fn rebuild<A: App>(
     app: &A,
     info: &JobInfo,
     id: ExecutorId,
+    how: Rebuild,
+    state: Vec<u8>,
 ) -> Result<A::Executor, HarpError> {
-    let dialing = Instant::now();
-    let state = dialer.fetch_state(fetch, &id.to_string()).await?;
-    let (restoring, bytes) = (Instant::now(), state.len());
-    let restored = restore(app, info, id, state);
-    tracing::info!(
-        executor = %id, bytes,
-        restore_ms = millis(restoring.elapsed()),
-        total_ms = millis(dialing.elapsed()),
-        "executor state fetched and restored"
+    let made = match how {
+        Rebuild::Moved => app.restore_executor(id, info, state),
+        Rebuild::Recovered => app.recover_executor(id, info, Some(state)),
+    };
+    made.map_err(|source| HarpError::ExecutorCreation {
+        executor: id,
+        source,
+    })
+}
+
+/// Where an arriving executor's state is: in the message, or parked where `StateFetch`
+/// says.
+pub(super) type ArrivingState = (Vec<u8>, Option<StateFetch>);
+
+/// Makes `adoption`'s executor again from its state (`how`) and hands it to the worker,
+/// answering the master once it runs there. A state in the message is used at once; a
+/// parked one is fetched first, on a task of its own, while the worker keeps the
+/// micro-tasks dispatched to the executor until it arrives (`WorkerMsg::Expect`).
+pub(super) fn take_executor<A: App>(
+    (worker, master_link): (&ActorRef<WorkerMsg<A>>, &Link),
+    (app, info): (&Arc<A>, &JobInfo),
+    dialer: &Dialer,
+    (adoption, how): (Adoption<A>, Rebuild),
+    (state, fetch): ArrivingState,
+) -> Result<(), HarpError> {
+    let Some(fetch) = fetch else {
+        let made = rebuild(&**app, info, adoption.executor, how, state);
+        adoption.finish(worker, master_link, made);
+        return Ok(());
+    };
+    // Tasks dispatched to it from now on wait on the worker until it is here.
+    worker
+        .send_message(WorkerMsg::Expect {
+            executor: adoption.executor,
+        })
+        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+    let (worker, link, app, info) = (
+        worker.clone(),
+        master_link.clone(),
+        app.clone(),
+        info.clone(),
     );
-    restored
+    let dialer = dialer.clone();
+    crate::spawn::spawn(async move {
+        let id = adoption.executor;
+        let dialing = Instant::now();
+        let made = match dialer.fetch_state(&fetch, &id.to_string()).await {
+            Ok(state) => {
+                let (restoring, bytes) = (Instant::now(), state.len());
+                let made = rebuild(&*app, &info, id, how, state);
+                tracing::info!(
+                    executor = %id, bytes, ?how,
+                    restore_ms = millis(restoring.elapsed()),
+                    total_ms = millis(dialing.elapsed()),
+                    "executor state fetched and restored"
+                );
+                made
+            }
+            Err(e) => Err(e),
+        };
+        adoption.finish(&worker, &link, made);
+    });
+    Ok(())
+}
+
+/// Re-creates a dead worker node's executor here (`Message::CreateExecutor`): from its
+/// state in consistent checkpoint `from_checkpoint` when one comes along
+/// (`App::recover_executor` with it), else afresh (with none). The micro-tasks the master
+/// kept here for it while it was expected are dropped first: the master sends every one of
+/// them again, after this message on the same ordered stream.
+pub(super) fn recreate_executor<A: App>(
+    (worker, master_link): (&ActorRef<WorkerMsg<A>>, &Link),
+    (app, info): (&Arc<A>, &JobInfo),
+    dialer: &Dialer,
+    (me, request_id, executor): (u32, u64, ExecutorId),
+    (from_checkpoint, arriving): (Option<u64>, ArrivingState),
+) -> Result<(), HarpError> {
+    worker
+        .send_message(WorkerMsg::Forget { executor })
+        .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
+    let adoption = Adoption::<A> {
+        request_id,
+        executor,
+        pending: Vec::new(),
+    };
+    if let Some(checkpoint) = from_checkpoint {
+        tracing::info!(
+            node = me,
+            %executor,
+            checkpoint,
+            "re-creating the executor of a dead worker node from its checkpointed state"
+        );
+        return take_executor(
+            (worker, master_link),
+            (app, info),
+            dialer,
+            (adoption, Rebuild::Recovered),
+            arriving,
+        );
+    }
+    let created = app
+        .recover_executor(executor, info, None)
+        .map_err(|source| HarpError::ExecutorCreation { executor, source });
+    tracing::info!(
+        node = me,
+        %executor,
+        ok = created.is_ok(),
+        "created the executor of a dead worker node"
+    );
+    adoption.finish(worker, master_link, created);
+    Ok(())
 }
 
 /// `elapsed` in milliseconds, for the timing lines of executor moves.

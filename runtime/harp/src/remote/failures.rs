@@ -65,10 +65,11 @@
 //! point in that order: a node's report handled before it is committed (its tasks complete
 //! although the node is gone); a report handled after it is dropped. On the death the
 //! master then has every server drop the node's uncommitted parts and refuse its later ones
-//! (`Message::DropStaged`), creates each of its executors afresh on the least loaded live
-//! worker (`Message::CreateExecutor`, `App::create_executor`: nothing of the dead executor's
-//! state survives; restoring it from a consistent checkpoint's saved state is a TODO in
-//! `master/worker_recovery.rs`), and dispatches again, in task order and to the new host,
+//! (`Message::DropStaged`), makes each of its executors again on the least loaded live
+//! worker (`Message::CreateExecutor`, `App::recover_executor`: with the state it saved in
+//! the newest consistent checkpoint when the job writes them, which the master reads from
+//! the checkpoint directory and the app may use or ignore; afresh otherwise, nothing of
+//! the dead executor's state surviving), and dispatches again, in task order and to the new host,
 //! every task of those executors that its task book (`master/task_book.rs`) holds as
 //! dispatched and not committing (each keeps its id and version and is counted once in
 //! flight). Every update is thus applied all-or-nothing and exactly once. A move in

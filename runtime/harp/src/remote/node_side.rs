@@ -4,7 +4,7 @@
 //! ([`super::state_transfer`]).
 
 use super::executor_moves::{
-    fetch_and_restore, release_executor, restore, save_executor, Adoption,
+    recreate_executor, release_executor, save_executor, take_executor, Adoption, Rebuild,
 };
 use super::fault_delays::{fault_delay, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
 use super::identity::AppIdentity;
@@ -618,66 +618,27 @@ async fn serve_master<A: App>(
                     executor: ExecutorId(executor),
                     pending: tasks_from_wire::<A>(pending)?,
                 };
-                match fetch {
-                    None => {
-                        let restored = restore(&**app, info, adoption.executor, state);
-                        adoption.finish(worker, master_link, restored);
-                    }
-                    Some(fetch) => {
-                        // Tasks dispatched to it from now on wait on the worker until it is here.
-                        worker
-                            .send_message(WorkerMsg::Expect {
-                                executor: adoption.executor,
-                            })
-                            .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
-                        let (worker, link, app, info) = (
-                            worker.clone(),
-                            master_link.clone(),
-                            app.clone(),
-                            info.clone(),
-                        );
-                        let dialer = dialer.clone();
-                        crate::spawn::spawn(async move {
-                            let restored =
-                                fetch_and_restore(&dialer, &fetch, &*app, &info, adoption.executor)
-                                    .await;
-                            adoption.finish(&worker, &link, restored);
-                        });
-                    }
-                }
+                take_executor(
+                    (worker, master_link),
+                    (app, info),
+                    dialer,
+                    (adoption, Rebuild::Moved),
+                    (state, fetch),
+                )?;
             }
             Message::CreateExecutor {
                 request_id,
                 executor,
-            } => {
-                // A dead worker's executor (or one whose move failed), created afresh here
-                // before the micro-tasks the master sends it next (they follow on the same
-                // ordered stream). Those kept for it while it was expected are dropped first:
-                // the master sends every one of them again.
-                worker
-                    .send_message(WorkerMsg::Forget {
-                        executor: ExecutorId(executor),
-                    })
-                    .map_err(|_| HarpError::Remote("the worker stopped".into()))?;
-                let adoption = Adoption::<A> {
-                    request_id,
-                    executor: ExecutorId(executor),
-                    pending: Vec::new(),
-                };
-                let created = app
-                    .create_executor(adoption.executor, info)
-                    .map_err(|source| HarpError::ExecutorCreation {
-                        executor: adoption.executor,
-                        source,
-                    });
-                tracing::info!(
-                    node = me,
-                    executor,
-                    ok = created.is_ok(),
-                    "created the executor of a dead worker node"
-                );
-                adoption.finish(worker, master_link, created);
-            }
+                from_checkpoint,
+                state,
+                fetch,
+            } => recreate_executor(
+                (worker, master_link),
+                (app, info),
+                dialer,
+                (me, request_id, ExecutorId(executor)),
+                (from_checkpoint, (state, fetch)),
+            )?,
             Message::HandOffShard {
                 request_id,
                 shard,

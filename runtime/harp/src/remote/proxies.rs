@@ -9,7 +9,7 @@ use super::row_parts::{
     answer_distances, answer_rows, answer_save, keys_in_parts, reset_in_parts, send_dump, InParts,
     KeysInParts,
 };
-use super::state_transfer::{MasterCourier, PARK_BYTES_MIN};
+use super::state_transfer::MasterCourier;
 use crate::app::{App, Executor};
 use crate::error::HarpError;
 use crate::master::MasterMsg;

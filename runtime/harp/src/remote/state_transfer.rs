@@ -341,6 +341,16 @@ impl MasterCourier {
             bytes,
         }
     }
+
+    /// How `state` goes to a node in a message: in it when small, else parked here for the
+    /// node to fetch (one of [`PARK_BYTES_MIN`] or more).
+    pub(crate) fn carry(&self, state: Vec<u8>) -> (Vec<u8>, Option<StateFetch>) {
+        if state.len() >= PARK_BYTES_MIN {
+            (Vec::new(), Some(self.park(state)))
+        } else {
+            (state, None)
+        }
+    }
 }
 
 /// Serves the state fetches of a peer that dialled this process (a node fetching a state

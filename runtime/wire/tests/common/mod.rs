@@ -337,13 +337,7 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (
             (any::<u64>(), any::<u32>()),
             vec(any::<u8>(), 0..64),
-            proptest::option::of((arb_string(), any::<u64>(), any::<u64>()).prop_map(
-                |(from_addr, transfer, bytes)| StateFetch {
-                    from_addr,
-                    transfer,
-                    bytes,
-                },
-            )),
+            proptest::option::of(arb_state_fetch()),
             vec(arb_task(), 0..4),
         )
             .prop_map(
@@ -590,10 +584,20 @@ pub fn arb_message() -> impl Strategy<Value = Message> {
         (any::<u32>(), any::<u32>())
             .prop_map(|(server, node_id)| Message::DropStaged { server, node_id })
             .boxed(),
-        (any::<u64>(), any::<u32>())
-            .prop_map(|(request_id, executor)| Message::CreateExecutor {
-                request_id,
-                executor,
+        (
+            (any::<u64>(), any::<u32>()),
+            proptest::option::of(any::<u64>()),
+            vec(any::<u8>(), 0..64),
+            proptest::option::of(arb_state_fetch()),
+        )
+            .prop_map(|((request_id, executor), from_checkpoint, state, fetch)| {
+                Message::CreateExecutor {
+                    request_id,
+                    executor,
+                    from_checkpoint,
+                    state,
+                    fetch,
+                }
             })
             .boxed(),
         (
@@ -681,4 +685,13 @@ pub fn same(a: &Message, b: &Message) -> bool {
         (Ok(x), Ok(y)) => x == y,
         _ => false,
     }
+}
+
+/// Where a parked executor state is fetched from.
+fn arb_state_fetch() -> impl Strategy<Value = StateFetch> {
+    (arb_string(), any::<u64>(), any::<u64>()).prop_map(|(from_addr, transfer, bytes)| StateFetch {
+        from_addr,
+        transfer,
+        bytes,
+    })
 }

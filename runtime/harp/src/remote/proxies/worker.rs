@@ -62,12 +62,23 @@ impl<A: App> Actor for WorkerProxy<A> {
                     Err(e) => return Err(e.into()),
                 }
             }
-            WorkerMsg::Create { executor, created } => {
-                // A small message, so on the control stream: before any micro-task sent to
-                // it afterwards.
+            WorkerMsg::Create {
+                executor,
+                saved,
+                created,
+            } => {
+                // On the control stream, before any micro-task sent to it afterwards (a large
+                // saved state is parked here and fetched by the node).
+                let (from_checkpoint, (state, fetch)) = match saved {
+                    Some(saved) => (Some(saved.checkpoint), courier.carry(saved.state)),
+                    None => (None, (Vec::new(), None)),
+                };
                 let request = |request_id| Message::CreateExecutor {
                     request_id,
                     executor: executor.0,
+                    from_checkpoint,
+                    state,
+                    fetch,
                 };
                 let gone = format!("the node creating {executor} went away");
                 ask_node(link, pending, (Pending::Adopted, request), created, gone).await;
@@ -116,10 +127,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                 let (state, fetch) = match released.executor {
                     // A large state the master holds (a resumed job's): the node fetches it
                     // from here rather than in one message.
-                    ExecutorBody::Saved(state) if state.len() >= PARK_BYTES_MIN => {
-                        (Vec::new(), Some(courier.park(state)))
-                    }
-                    ExecutorBody::Saved(state) => (state, None),
+                    ExecutorBody::Saved(state) => courier.carry(state),
                     ExecutorBody::Parked(fetch) => (Vec::new(), Some(fetch)),
                     ExecutorBody::Live(e) => match e.save_state() {
                         Ok(state) => (state, None),

@@ -383,9 +383,8 @@ fn cnn_survives_a_killed_server_node() {
 /// executor says so (it reports its sub-rounds stale until the tables count its topics),
 /// and the driver resyncs the tables from the assignments: each job ends, its likelihood
 /// finite and close to an undisturbed run's, with at least one resync, and its tables equal
-/// to the assignments (`--check-counts`). From the checkpoint, the dead node's documents
-/// keep their sampling up to it, so the iteration after the kill falls less below the
-/// undisturbed run's than afresh. (Before the resync, the job failed: the recreated
+/// to the assignments (`--check-counts`); from a checkpoint, every executor of the dead
+/// node names one taken before the kill. (Before the resync, the job failed: the recreated
 /// executor could not take its tokens out of counts of topics it never had.)
 #[test]
 fn lda_survives_a_killed_worker_node_afresh_or_from_a_checkpoint() {
@@ -410,9 +409,12 @@ fn lda_survives_a_killed_worker_node_afresh_or_from_a_checkpoint() {
         restored.executors,
         "every executor of the dead node is made from its checkpointed state"
     );
+    let before_the_kill = 1..=restored.first_recovered as u64;
     assert!(
-        restored.restored.iter().all(|&(_, c)| c >= 1),
-        "checkpoints are taken from iteration 1: {:?}",
+        (restored.restored.iter()).all(|(_, c)| before_the_kill.contains(c)),
+        "each executor is made from a checkpoint taken before iteration {}, the first after \
+         the kill: {:?}",
+        restored.first_recovered + 1,
         restored.restored
     );
     println!(
@@ -435,19 +437,21 @@ fn lda_survives_a_killed_worker_node_afresh_or_from_a_checkpoint() {
         );
         assert!((a - b).abs() < 0.1, "after 10 iterations: {a} vs {b}");
     }
-    // At the first iteration reported after the recovery (the kill lands in iteration 3 or
-    // 4, whichever the job is in when the metrics file shows the second). Seen at the
-    // third: 0.29 nats per token below the undisturbed run afresh; from checkpoint 1, 0.13;
-    // from checkpoint 2, none.
+    // How far the first iteration reported after the recovery falls below the undisturbed
+    // run's depends on when the kill lands (the job runs an iteration in about 20 ms here)
+    // and on the checkpoint: seen afresh 0.29–0.96 nats per token, from the checkpoint
+    // just before the kill's iteration 0–0.13, from an older one 0.13–0.42. Printed, not
+    // asserted; that the saved topics are what a recovered executor holds is
+    // `lda::executor`'s unit test.
     let fall = |run: &KilledWorkerRun| {
         let i = run.first_recovered;
         undisturbed[i][0] - run.figures[i][0]
     };
-    assert!(
-        fall(&restored) < fall(&afresh),
-        "from a checkpoint the iteration after the kill falls {} below the undisturbed run, afresh {}",
-        fall(&restored),
-        fall(&afresh)
+    println!(
+        "the first iteration after the recovery falls {:.3} below the undisturbed run afresh, \
+         {:.3} from a checkpoint",
+        fall(&afresh),
+        fall(&restored)
     );
 }
 

@@ -807,6 +807,97 @@ impl Executor<super::LdaApp> for LdaExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Corpus;
+    use crate::lda::{LdaApp, LdaConfig};
+    use harp::{App, Executor, ExecutorId, JobInfo};
+
+    /// Two executors' worth of documents over 6 words, 4 topics.
+    fn tiny_app() -> LdaApp {
+        let corpus = Corpus {
+            doc_offsets: vec![0, 3, 5, 8, 10],
+            words: vec![0, 2, 5, 1, 3, 0, 4, 5, 2, 3],
+            counts: vec![2, 1, 3, 1, 2, 1, 1, 2, 3, 1],
+            vocab: (0..6).map(|w| format!("w{w}")).collect(),
+            source: "test".into(),
+        };
+        let config = LdaConfig {
+            topics: 4,
+            iterations: 2,
+            ..LdaConfig::default()
+        };
+        LdaApp::new(
+            config,
+            std::sync::Arc::new(corpus),
+            std::sync::Arc::new(crate::mlr::Quiet),
+        )
+        .unwrap()
+    }
+
+    fn job() -> JobInfo {
+        JobInfo {
+            num_executors: 2,
+            num_workers: 2,
+            num_servers: 1,
+        }
+    }
+
+    /// The saved state with every topic moved on by one (mod K), and a totals delta.
+    fn moved_on(state: &[u8], k: u32) -> Vec<u8> {
+        let mut out = state.to_vec();
+        let mut at = 12;
+        for _ in 0..u32::from_le_bytes(state[8..12].try_into().unwrap()) {
+            let n = u64::from_le_bytes(out[at..at + 8].try_into().unwrap()) as usize;
+            at += 8;
+            for _ in 0..n {
+                let z = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+                out[at..at + 4].copy_from_slice(&((z + 1) % k).to_le_bytes());
+                at += 4;
+            }
+        }
+        out[at..at + 8].copy_from_slice(&5i64.to_le_bytes());
+        out
+    }
+
+    /// A dead worker's executor made from its checkpointed state holds that state's topics
+    /// (and so its documents' counts), but the tables are not taken to count them: it
+    /// tolerates counts it cannot check until a resync, and its old totals delta is
+    /// forgotten. Without a state it is the executor created afresh. A moved executor
+    /// restored from the same state is counted.
+    #[test]
+    fn a_recovered_executor_holds_its_checkpointed_topics_uncounted() {
+        let app = tiny_app();
+        let id = ExecutorId(1);
+        let fresh = app.create_executor(id, &job()).unwrap();
+        let initial = fresh.save_state().unwrap();
+        assert_eq!(
+            app.recover_executor(id, &job(), None)
+                .unwrap()
+                .save_state()
+                .unwrap(),
+            initial
+        );
+
+        let saved = moved_on(&initial, 4);
+        let recovered = app
+            .recover_executor(id, &job(), Some(saved.clone()))
+            .unwrap();
+        assert!(!recovered.counted && recovered.tolerates_mismatch());
+        assert_eq!(recovered.previous_delta, vec![0; 4]);
+        let mut expected = saved.clone();
+        let delta_at = expected.len() - 4 * 8;
+        expected[delta_at..].fill(0);
+        assert_eq!(recovered.save_state().unwrap(), expected);
+        assert_ne!(expected, initial);
+        assert_eq!(recovered.own_totals(), {
+            let mut moved = fresh.own_totals();
+            moved.rotate_right(1);
+            moved
+        });
+
+        let moved = app.restore_executor(id, &job(), saved.clone()).unwrap();
+        assert!(moved.counted && !moved.tolerates_mismatch());
+        assert_eq!(moved.save_state().unwrap(), saved);
+    }
 
     #[test]
     fn checksums_see_every_value_and_the_position() {

@@ -31,6 +31,7 @@ use crate::worker::{CheckpointedState, WorkerMsg};
 use harp_checkpoint::CheckpointStore;
 use harp_core::{ExecutorId, ParamKey, RowData, Version, VersionClock, WorkerId};
 use ractor::ActorRef;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -109,38 +110,47 @@ impl<A: App> ConsistentCheckpoint<A> {
         record_told(&self.report, &self.events, record);
     }
 
-    /// Executor `id`'s state in the newest checkpoint of this job's directory that holds
-    /// one (worker recovery makes the executor again from it, `App::recover_executor`).
-    /// Only manifests and that one file are read (the file checked against its checksum);
-    /// a checkpoint whose file cannot be read is passed over with a warning for the one
-    /// before. `None` when the job writes no checkpoints or none holds the executor yet.
-    pub(super) fn saved_state_of(&self, id: ExecutorId) -> Option<CheckpointedState> {
-        let store = &self.write.as_ref()?.store;
-        let listed = match store.list() {
+    /// Each of `ids`' state in the newest checkpoint of this job's directory that holds one
+    /// (worker recovery makes the executor again from it, `App::recover_executor`). Only
+    /// the manifests (listed once) and those files are read, each checked against its
+    /// checksum; a checkpoint whose file cannot be read is passed over with a warning for
+    /// the one before. Empty when the job writes no checkpoints; an executor no checkpoint
+    /// holds yet is left out.
+    pub(super) fn saved_states_of(
+        &self,
+        ids: &[ExecutorId],
+    ) -> BTreeMap<ExecutorId, CheckpointedState> {
+        let mut found = BTreeMap::new();
+        let Some(write) = &self.write else {
+            return found;
+        };
+        let listed = match write.store.list() {
             Ok(listed) => listed,
             Err(e) => {
-                tracing::warn!(executor = %id, error = %e, "cannot list the consistent checkpoints; the executor is created afresh");
-                return None;
+                tracing::warn!(error = %e, "cannot list the consistent checkpoints; the executors are created afresh");
+                return found;
             }
         };
-        let name = executor_file(id.0);
-        for info in listed.iter().rev() {
-            if info.file(&name).is_none() {
-                continue;
-            }
-            match info.read_file(&name) {
-                Ok(state) => {
-                    return Some(CheckpointedState {
-                        checkpoint: info.seq,
-                        state,
-                    })
-                }
-                Err(e) => {
-                    tracing::warn!(executor = %id, checkpoint = info.seq, error = %e, "cannot read an executor's saved state; trying an older checkpoint");
+        for &id in ids {
+            let name = executor_file(id.0);
+            for info in listed
+                .iter()
+                .rev()
+                .filter(|info| info.file(&name).is_some())
+            {
+                match info.read_file(&name) {
+                    Ok(state) => {
+                        let checkpoint = info.seq;
+                        found.insert(id, CheckpointedState { checkpoint, state });
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(executor = %id, checkpoint = info.seq, error = %e, "cannot read an executor's saved state; trying an older checkpoint");
+                    }
                 }
             }
         }
-        None
+        found
     }
 
     /// The state to hand back when the job ends.

@@ -170,7 +170,8 @@ impl<A: App> MasterState<A> {
         why: String,
     ) -> Result<(), HarpError> {
         tracing::warn!(%executor, %to, "{why}");
-        self.recreate(myself, executor, to)?;
+        let saved = self.checkpointed_states(&[executor]).remove(&executor);
+        self.recreate(myself, executor, to, saved)?;
         self.move_failed(executor, HarpError::Remote(why));
         Ok(())
     }

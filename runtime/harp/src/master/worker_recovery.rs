@@ -42,7 +42,7 @@ use crate::error::HarpError;
 use crate::remote::codec::{from_bytes, to_bytes};
 use crate::scar::WorkerRecovery;
 use crate::server::{AppliedAt, ServerMsg};
-use crate::worker::{TaskEnvelope, WorkerMsg};
+use crate::worker::{CheckpointedState, TaskEnvelope, WorkerMsg};
 use harp_core::{ExecutorId, ServerId, TaskId, WorkerId};
 use ractor::ActorRef;
 use std::collections::{BTreeMap, BTreeSet};
@@ -342,9 +342,11 @@ impl<A: App> MasterState<A> {
                 "{cause}; no live worker is left to run its executors (a worker giving its load away, such as a leaving node's, takes none)"
             ))
         })?;
+        let orphans: Vec<ExecutorId> = placed.iter().map(|(e, _)| *e).collect();
+        let mut saved = self.checkpointed_states(&orphans);
         let (mut tasks_rerun, mut restored_from_checkpoint) = (0, Vec::new());
         for &(executor, to) in &placed {
-            let made = self.recreate(myself, executor, to)?;
+            let made = self.recreate(myself, executor, to, saved.remove(&executor))?;
             tasks_rerun += made.tasks_rerun;
             if let Some(checkpoint) = made.from_checkpoint {
                 restored_from_checkpoint.push((executor.0, checkpoint));
@@ -377,14 +379,26 @@ impl<A: App> MasterState<A> {
         Ok(())
     }
 
-    /// Makes `executor` again on worker `to` (from its state in the newest consistent
-    /// checkpoint that holds one, else afresh: `App::recover_executor`) and sends it the
-    /// tasks to run again.
+    /// The states `ids` saved in the newest consistent checkpoints that hold them, if the
+    /// job writes them (`ConsistentCheckpoint::saved_states_of`).
+    pub(super) fn checkpointed_states(
+        &self,
+        ids: &[ExecutorId],
+    ) -> BTreeMap<ExecutorId, CheckpointedState> {
+        (self.consistent.as_ref())
+            .map(|c| c.saved_states_of(ids))
+            .unwrap_or_default()
+    }
+
+    /// Makes `executor` again on worker `to` (`App::recover_executor`, from `saved`, its
+    /// state in a consistent checkpoint, if any, else afresh) and sends it the tasks to run
+    /// again.
     pub(super) fn recreate(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
         executor: ExecutorId,
         to: WorkerId,
+        saved: Option<CheckpointedState>,
     ) -> Result<Recreated, HarpError> {
         let rerun = match self.worker_recovery.as_ref() {
             Some(recovery) => recovery
@@ -408,7 +422,6 @@ impl<A: App> MasterState<A> {
             .workers
             .get(&to)
             .ok_or(HarpError::WorkerUnreachable(to))?;
-        let saved = (self.consistent.as_ref()).and_then(|c| c.saved_state_of(executor));
         let from_checkpoint = saved.as_ref().map(|s| s.checkpoint);
         let (created, answer) = oneshot::channel();
         target

@@ -2,7 +2,7 @@
 //! server's recovery are told while the job runs, once each and equal to what the job's
 //! stats report at its end, as are its consistent checkpoints and the one it resumed from;
 //! and `harp run --metrics-out` writes them to the file then, so a stopped job's file holds
-//! them too. (Scale events across processes: `scar_processes.rs`
+//! them too. (Scale events across processes: `scar_hand_offs.rs`
 //! and the `harp run` tests of `elastic_processes.rs`.)
 
 use harp::{

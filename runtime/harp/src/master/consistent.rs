@@ -115,42 +115,16 @@ impl<A: App> ConsistentCheckpoint<A> {
     /// the manifests (listed once) and those files are read, each checked against its
     /// checksum; a checkpoint whose file cannot be read is passed over with a warning for
     /// the one before. Empty when the job writes no checkpoints; an executor no checkpoint
-    /// holds yet is left out.
+    /// holds yet is left out. The reads block the master's actor (it recovers meanwhile),
+    /// not the other tasks of its runtime ([`blocking_io`]).
     pub(super) fn saved_states_of(
         &self,
         ids: &[ExecutorId],
     ) -> BTreeMap<ExecutorId, CheckpointedState> {
-        let mut found = BTreeMap::new();
         let Some(write) = &self.write else {
-            return found;
+            return BTreeMap::new();
         };
-        let listed = match write.store.list() {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list the consistent checkpoints; the executors are created afresh");
-                return found;
-            }
-        };
-        for &id in ids {
-            let name = executor_file(id.0);
-            for info in listed
-                .iter()
-                .rev()
-                .filter(|info| info.file(&name).is_some())
-            {
-                match info.read_file(&name) {
-                    Ok(state) => {
-                        let checkpoint = info.seq;
-                        found.insert(id, CheckpointedState { checkpoint, state });
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(executor = %id, checkpoint = info.seq, error = %e, "cannot read an executor's saved state; trying an older checkpoint");
-                    }
-                }
-            }
-        }
-        found
+        blocking_io(|| read_saved_states(&write.store, ids))
     }
 
     /// The state to hand back when the job ends.
@@ -575,4 +549,115 @@ fn write_checkpoint(store: &CheckpointStore, seq: u64, captured: Captured) -> Re
         Ok(bytes)
     };
     write().map_err(|e| e.to_string())
+}
+
+/// [`ConsistentCheckpoint::saved_states_of`]'s reading, in `store`.
+fn read_saved_states(
+    store: &CheckpointStore,
+    ids: &[ExecutorId],
+) -> BTreeMap<ExecutorId, CheckpointedState> {
+    let mut found = BTreeMap::new();
+    let listed = match store.list() {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the consistent checkpoints; the executors are created afresh");
+            return found;
+        }
+    };
+    for &id in ids {
+        let name = executor_file(id.0);
+        for info in listed
+            .iter()
+            .rev()
+            .filter(|info| info.file(&name).is_some())
+        {
+            match info.read_file(&name) {
+                Ok(state) => {
+                    let checkpoint = info.seq;
+                    found.insert(id, CheckpointedState { checkpoint, state });
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(executor = %id, checkpoint = info.seq, error = %e, "cannot read an executor's saved state; trying an older checkpoint");
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Runs `io` (file reads) on this thread; on a multi-threaded runtime the runtime first
+/// hands this thread's other tasks to the others (`block_in_place`), so only the caller
+/// waits. On a current-thread runtime it just runs.
+fn blocking_io<T>(io: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(io)
+        }
+        _ => io(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use harp_checkpoint::JobIdentity;
+
+    /// Commits checkpoint `seq` with a state `[seq, id]` for each of `executors`.
+    fn commit(store: &CheckpointStore, seq: u64, executors: &[u32]) -> std::path::PathBuf {
+        let mut writer = store.begin(seq).unwrap();
+        for &id in executors {
+            writer
+                .write_file(&executor_file(id), &[seq as u8, id as u8])
+                .unwrap();
+        }
+        writer.commit(serde_json::json!({})).unwrap().path
+    }
+
+    /// Each executor's state comes from the newest checkpoint that holds a sound copy: a
+    /// damaged file (checksum) falls back to the checkpoint before, an executor only an
+    /// older checkpoint holds is found there, and one none holds is left out.
+    #[test]
+    fn saved_states_come_from_the_newest_checkpoint_with_a_sound_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            CheckpointStore::create(dir.path(), JobIdentity::new("job", "test"), 3).unwrap();
+        commit(&store, 1, &[0, 1, 2]);
+        let newest = commit(&store, 2, &[0, 1]);
+        let damaged = newest.join(executor_file(1));
+        std::fs::write(&damaged, [9u8, 9]).unwrap();
+
+        let ids = [ExecutorId(0), ExecutorId(1), ExecutorId(2), ExecutorId(3)];
+        let found = blocking_io(|| read_saved_states(&store, &ids));
+        let got: Vec<(u32, u64, Vec<u8>)> = found
+            .into_iter()
+            .map(|(id, s)| (id.0, s.checkpoint, s.state))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 2, vec![2, 0]), (1, 1, vec![1, 1]), (2, 1, vec![1, 2])]
+        );
+    }
+
+    /// In a task of a multi-threaded runtime the read runs in place (`block_in_place`); in
+    /// one of a current-thread runtime, where that would panic, and outside any runtime, it
+    /// simply runs.
+    #[test]
+    fn blocking_io_runs_on_either_runtime() {
+        for multi in [false, true] {
+            let runtime = if multi {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .build()
+            } else {
+                tokio::runtime::Builder::new_current_thread().build()
+            }
+            .unwrap();
+            let spawned =
+                runtime.block_on(async { tokio::spawn(async { blocking_io(|| 7) }).await });
+            assert_eq!(spawned.unwrap(), 7);
+        }
+        assert_eq!(blocking_io(|| 8), 8, "outside a runtime");
+    }
 }

@@ -464,8 +464,8 @@ impl<A: App> MasterState<A> {
         if let Err(e) = result {
             if self.worker_recovery.is_some() && self.workers.contains_key(&to) {
                 let why = format!(
-                    "{executor} lost its state moving from {from} to {to} ({e}); it was created \
-                     afresh on {to} and its uncommitted micro-tasks run again"
+                    "{executor} lost its state moving from {from} to {to} ({e}); it was made \
+                     again on {to}"
                 );
                 return self.recreate_after_failed_move(myself, executor, to, why);
             }

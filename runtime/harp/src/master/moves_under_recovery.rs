@@ -127,8 +127,10 @@ impl<A: App> MasterState<A> {
             self.move_failed(
                 executor,
                 HarpError::MoveInterrupted(format!(
-                    "{executor} was moving away from {dead}, which died: it is created afresh \
-                     on a live worker and its uncommitted micro-tasks run again"
+                    "{executor} was moving away from {dead}, which died: it is made again \
+                     on a live worker (afresh, or from its state in the newest consistent \
+                     checkpoint: the worker recovery report says which) and its uncommitted \
+                     micro-tasks run again"
                 )),
             );
         }
@@ -152,16 +154,18 @@ impl<A: App> MasterState<A> {
             self.move_failed(
                 executor,
                 HarpError::MoveInterrupted(format!(
-                    "{dead} died while it adopted {executor} from {from}: it is created afresh \
-                     on a live worker and its uncommitted micro-tasks run again"
+                    "{dead} died while it adopted {executor} from {from}: it is made again \
+                     on a live worker (afresh, or from its state in the newest consistent \
+                     checkpoint: the worker recovery report says which) and its uncommitted \
+                     micro-tasks run again"
                 )),
             );
         }
     }
 
     /// Makes `executor` again on `to` after its move failed (its state did not make it;
-    /// [`MasterState::recreate`]),
-    /// runs its uncommitted micro-tasks again there and reports the move failed (`why`).
+    /// [`MasterState::recreate`]), runs its uncommitted micro-tasks again there and reports
+    /// the move failed: `why`, then how it was made (afresh or from which checkpoint).
     pub(super) fn recreate_after_failed_move(
         &mut self,
         myself: &ActorRef<MasterMsg<A>>,
@@ -169,9 +173,14 @@ impl<A: App> MasterState<A> {
         to: WorkerId,
         why: String,
     ) -> Result<(), HarpError> {
-        tracing::warn!(%executor, %to, "{why}");
         let saved = self.checkpointed_states(&[executor]).remove(&executor);
-        self.recreate(myself, executor, to, saved)?;
+        let made = self.recreate(myself, executor, to, saved)?;
+        let how = match made.from_checkpoint {
+            Some(checkpoint) => format!("from its state in checkpoint {checkpoint}"),
+            None => "afresh".to_string(),
+        };
+        let why = format!("{why} {how}, and its uncommitted micro-tasks run again");
+        tracing::warn!(%executor, %to, "{why}");
         self.move_failed(executor, HarpError::Remote(why));
         Ok(())
     }

@@ -253,20 +253,18 @@ pub(super) fn take_executor<A: App>(
     crate::spawn::spawn(async move {
         let id = adoption.executor;
         let dialing = Instant::now();
-        let made = match dialer.fetch_state(&fetch, &id.to_string()).await {
-            Ok(state) => {
-                let (restoring, bytes) = (Instant::now(), state.len());
-                let made = rebuild(&*app, &info, id, how, state);
-                tracing::info!(
-                    executor = %id, bytes, ?how,
-                    restore_ms = millis(restoring.elapsed()),
-                    total_ms = millis(dialing.elapsed()),
-                    "executor state fetched and restored"
-                );
-                made
-            }
-            Err(e) => Err(e),
-        };
+        let fetched = dialer.fetch_state(&fetch, &id.to_string()).await;
+        let made = fetched.and_then(|state| {
+            let (restoring, bytes) = (Instant::now(), state.len());
+            let made = rebuild(&*app, &info, id, how, state);
+            tracing::info!(
+                executor = %id, bytes, ?how,
+                restore_ms = millis(restoring.elapsed()),
+                total_ms = millis(dialing.elapsed()),
+                "executor state fetched and restored"
+            );
+            made
+        });
         adoption.finish(&worker, &link, made);
     });
     Ok(())

@@ -90,7 +90,7 @@ fn answered_while_all_compute_once(
 /// together (at most 5 rounds).
 fn answered_while_all_compute(layout: Layout, threads: usize, patience: Duration) -> usize {
     (0..5)
-        .find_map(|_| answered_while_all_compute_once(layout.clone(), threads, patience))
+        .find_map(|_| answered_while_all_compute_once(layout, threads, patience))
         .expect("in 5 rounds the computes never all started together")
 }
 

@@ -614,3 +614,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "docword_props.rs"]
+mod props;

@@ -1,6 +1,7 @@
 //! Explicit ratings in MovieLens' `ratings.csv` layout: a header line
-//! `userId,movieId,rating[,timestamp]` (optional), then one `user,item,rating[,...]` line
-//! per rating. Ids are any non-negative integers; they are mapped to dense indices in
+//! `userId,movieId,rating[,timestamp]` (optional: the first non-blank line is the header
+//! when none of its first three fields is a number), then one `user,item,rating[,...]`
+//! line per rating. Ids are any non-negative integers; they are mapped to dense indices in
 //! ascending id order, so the mapping does not depend on the file's line order.
 //!
 //! Refused, with the file and line: a line without three fields, an id or rating that does
@@ -126,6 +127,7 @@ pub fn parse_ratings_reader<R: BufRead>(
     };
     let mut raw: Vec<(u64, u64, f32)> = Vec::new();
     let mut first_line_of: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut seen_a_line = false;
     for (index, line) in reader.lines().enumerate() {
         let number = index + 1;
         let line = line.map_err(|source| DataError::Io {
@@ -137,8 +139,10 @@ pub fn parse_ratings_reader<R: BufRead>(
             continue;
         }
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if number == 1 && fields.first().is_some_and(|f| f.parse::<u64>().is_err()) {
-            continue; // the header
+        let first_line = !seen_a_line;
+        seen_a_line = true;
+        if first_line && is_header(&fields) {
+            continue;
         }
         let [user, item, rating, ..] = fields.as_slice() else {
             return Err(syntax(
@@ -222,6 +226,13 @@ pub fn parse_ratings_reader<R: BufRead>(
 }
 
 /// At most 40 characters of `text`, for messages.
+/// Whether the first non-blank line is the header (`userId,movieId,rating,...`): none of
+/// its first three fields is a number. A rating line with a bad id (`-1,5,3.0`, `x,5,3.0`)
+/// is not one, so it is refused with its line instead of skipped.
+fn is_header(fields: &[&str]) -> bool {
+    fields.iter().take(3).all(|f| f.parse::<f64>().is_err())
+}
+
 fn quote(text: &str) -> String {
     text.chars().take(40).collect()
 }
@@ -229,6 +240,7 @@ fn quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn parse(text: &str) -> Result<RatingsData, DataError> {
         parse_ratings_reader(
@@ -273,6 +285,154 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no ratings"));
+    }
+
+    #[test]
+    fn only_a_first_line_without_numbers_is_a_header() {
+        let data = parse("\n\nuser,item,rating\n1,2,3\n").unwrap();
+        assert_eq!((data.len(), data.user_ids.clone()), (1, vec![1]));
+        for (text, needle) in [
+            ("-1,5,3.0\n2,5,4\n", "line 1: the user id \"-1\""),
+            ("x,5,3.0\n2,5,4\n", "line 1: the user id \"x\""),
+            ("\n1.5,5,3\n", "line 2: the user id \"1.5\""),
+            (
+                "userId,movieId,rating\nuserId,movieId,rating\n",
+                "line 2: the user id",
+            ),
+        ] {
+            let error = parse(text).unwrap_err().to_string();
+            assert!(error.contains(needle), "{text:?}: {error}");
+        }
+    }
+
+    /// A ratings file and what it must parse to: distinct (user, item) pairs in file order,
+    /// with half-star ratings.
+    fn ratings_file() -> impl Strategy<Value = (String, Vec<(u64, u64, f32)>)> {
+        let pair = (0u64..40, prop_oneof![0u64..30, Just(u64::MAX)]);
+        (
+            proptest::collection::btree_map(pair, 1u8..=10, 1..60),
+            any::<bool>(),
+            any::<u64>(),
+        )
+            .prop_map(|(pairs, header, seed)| {
+                let mut rows: Vec<(u64, u64, f32)> = pairs
+                    .into_iter()
+                    .map(|((u, i), stars)| (u, i, f32::from(stars) / 2.0))
+                    .collect();
+                // A deterministic shuffle: the file's order is not the ids' order.
+                rows.sort_by_key(|&(u, i, _)| harp::mix64(seed ^ (u << 32) ^ i));
+                let mut text = String::new();
+                if header {
+                    text.push_str("userId,movieId,rating,timestamp\n");
+                }
+                for (n, (u, i, r)) in rows.iter().enumerate() {
+                    match n % 3 {
+                        0 => text.push_str(&format!("{u},{i},{r},{n}\n")),
+                        1 => text.push_str(&format!(" {u} , {i} ,{r}\r\n")),
+                        _ => text.push_str(&format!("{u},{i},{r}\n\n")),
+                    }
+                }
+                (text, rows)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_parsed_or_refused_with_its_line(
+            noise in "[0-9 ,.eE+\\-a-z\n]{0,240}",
+            lines in proptest::collection::vec(
+                (
+                    proptest::collection::vec(
+                        prop_oneof![
+                            8 => "[0-9]{1,2}",
+                            1 => prop_oneof![Just("-1"), Just("x"), Just(""), Just("1.5")]
+                                .prop_map(String::from),
+                        ],
+                        2,
+                    ),
+                    prop_oneof![
+                        8 => (1u8..=10).prop_map(|h| (f32::from(h) / 2.0).to_string()),
+                        1 => prop_oneof![Just("0"), Just("5.5"), Just("nan"), Just("1e0")]
+                            .prop_map(String::from),
+                    ],
+                    0usize..3,
+                ),
+                0..6,
+            ),
+            use_noise in any::<bool>(),
+        ) {
+            let text = if use_noise {
+                noise
+            } else {
+                // Each line: two ids and a rating, cut short, whole, or with a timestamp.
+                (lines.iter())
+                    .map(|(ids, rating, shape)| match shape {
+                        0 => format!("{},{}\n", ids[0], ids[1]),
+                        1 => format!("{},{},{rating}\n", ids[0], ids[1]),
+                        _ => format!("{},{},{rating},17\n", ids[0], ids[1]),
+                    })
+                    .collect()
+            };
+            match parse(&text) {
+                Ok(data) => {
+                    prop_assert!(!data.is_empty());
+                    prop_assert!(data.user_ids.windows(2).all(|w| w[0] < w[1]));
+                    prop_assert!(data.item_ids.windows(2).all(|w| w[0] < w[1]));
+                    let mut pairs = std::collections::BTreeSet::new();
+                    for j in 0..data.len() {
+                        prop_assert!((data.users[j] as usize) < data.num_users());
+                        prop_assert!((data.items[j] as usize) < data.num_items());
+                        prop_assert!((0.5..=5.0).contains(&data.values[j]));
+                        prop_assert!(pairs.insert((data.users[j], data.items[j])));
+                    }
+                }
+                Err(DataError::Syntax { line, .. }) => {
+                    prop_assert!(line >= 1 && line <= text.lines().count());
+                }
+                Err(e) => prop_assert!(e.to_string().contains("no ratings"), "{}", e),
+            }
+        }
+
+        #[test]
+        fn a_valid_file_parses_to_its_ratings_in_file_order((text, rows) in ratings_file()) {
+            let data = parse(&text).unwrap();
+            let got: Vec<(u64, u64, f32)> = (0..data.len())
+                .map(|j| {
+                    let (u, i) = (data.users[j] as usize, data.items[j] as usize);
+                    (data.user_ids[u], data.item_ids[i], data.values[j])
+                })
+                .collect();
+            prop_assert_eq!(got, rows.clone());
+            let users: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.0).collect();
+            prop_assert_eq!(data.user_ids.clone(), users.into_iter().collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn one_broken_line_of_a_valid_file_is_named(
+            (text, _rows) in ratings_file(),
+            pick in any::<prop::sample::Index>(),
+            how in 0usize..5,
+        ) {
+            let lines: Vec<&str> = text.split('\n').collect();
+            let data_lines: Vec<usize> = (0..lines.len())
+                .filter(|&n| !lines[n].trim().is_empty() && !lines[n].starts_with("userId"))
+                .collect();
+            let broken = data_lines[pick.index(data_lines.len())];
+            let fields: Vec<&str> = lines[broken].trim().split(',').collect();
+            let replaced = match how {
+                0 => format!("{},{}", fields[0], fields[1]),
+                1 => format!("u{},{},{}", fields[0].trim(), fields[1], fields[2]),
+                2 => format!("{},-{},{}", fields[0], fields[1].trim(), fields[2]),
+                3 => format!("{},{},{}", fields[0], fields[1], 5.5),
+                _ => format!("{},{},stars", fields[0], fields[1]),
+            };
+            let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            changed[broken] = replaced;
+            match parse(&changed.join("\n")) {
+                Err(DataError::Syntax { line, .. }) => prop_assert_eq!(line, broken + 1),
+                other => prop_assert!(false, "line {}: {:?}", broken + 1, other),
+            }
+        }
     }
 
     #[test]

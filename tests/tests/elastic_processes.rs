@@ -380,10 +380,26 @@ fn a_job_on_three_node_processes_gives_one_back_and_takes_it_back() {
 /// when it restores an executor) and every counter stays exact.
 #[test]
 fn executor_states_larger_than_a_frame_move_between_node_processes() {
-    const STATE_BYTES: u64 = 70_000_000;
+    states_move_between_node_processes(70_000_000);
+}
+
+/// A state of 200 KB goes in the adopt message itself (under the 1 MiB from which a state is
+/// parked and fetched), which must stay ahead of the micro-tasks the master dispatches to
+/// the executor right after it: the message went on a QUIC stream of its own, as any of
+/// 64 KiB or more, and a micro-task sent after it on the control stream could overtake it
+/// (the node then refused "a task for an executor it does not host" and the job failed).
+#[test]
+fn executor_states_sent_in_the_adopt_message_stay_ahead_of_their_micro_tasks() {
+    states_move_between_node_processes(200_000);
+}
+
+/// A counter job on node processes 0 and 1 with executor states of `state_size` bytes gives
+/// node 1 back and takes a node back: each event moves two executors with their whole
+/// states and every counter ends exact.
+fn states_move_between_node_processes(state_size: u64) {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
-    let state_bytes = STATE_BYTES.to_string();
+    let state_bytes = state_size.to_string();
     let master = MasterProcess::start(
         harp_binary!(),
         &[
@@ -432,11 +448,11 @@ fn executor_states_larger_than_a_frame_move_between_node_processes() {
             .collect();
         assert_eq!(moves.len(), 2, "{e}");
         for m in moves {
-            assert_eq!(m["bytes"].as_u64(), Some(STATE_BYTES + 16), "{m}");
+            assert_eq!(m["bytes"].as_u64(), Some(state_size + 16), "{m}");
         }
         assert_eq!(
             e["report"]["executor_bytes_moved"].as_u64(),
-            Some(2 * (STATE_BYTES + 16))
+            Some(2 * (state_size + 16))
         );
     }
 }

@@ -14,8 +14,12 @@
 //! the worker nodes of a job with `--recover-workers` alone (three worker nodes, two
 //! server nodes), cuts between a worker node and a server node among them (the worker
 //! node is evicted), where every row must end exact
-//! (`network_faults_on_worker_nodes_with_worker_recovery_alone_keep_every_row_exact`). A
-//! fourth mixes the first one's faults with scale events (a node asked to leave by SIGTERM,
+//! (`network_faults_on_worker_nodes_with_worker_recovery_alone_keep_every_row_exact`); a
+//! fifth strikes the same, in a job whose executors carry state and that writes a
+//! consistent checkpoint every 250 iterations, so that a dead node's executors are made
+//! from their checkpointed states, and checks that each names a checkpoint the job wrote
+//! (`network_faults_on_worker_nodes_recovered_from_consistent_checkpoints_keep_every_row_exact`).
+//! A fourth mixes the first one's faults with scale events (a node asked to leave by SIGTERM,
 //! a node joining from a spare host), where every node no fault struck must exit 0
 //! (`network_faults_and_scale_events_while_a_recoverable_job_trains`).
 
@@ -107,6 +111,12 @@ enum Soak {
     /// nodes is between a worker node and a server node), at least one left untouched.
     /// No server is lost: every row must end exact.
     WorkerNodes,
+    /// [`Soak::WorkerNodes`]'s job and faults, with 200 KB of state per executor
+    /// (`--state-bytes`) and a consistent checkpoint every 250 iterations: a dead node's
+    /// executors are made again from the newest checkpoint that holds their states (the
+    /// counter's restore checks every byte), captured while faults strike. Every row must
+    /// end exact.
+    WorkerCheckpoints,
     /// [`Soak::AnyNode`]'s job and faults, and scale events among them: a node asked to
     /// leave, a node joining from a sixth host (once); up to four events, at least two
     /// nodes left untouched.
@@ -128,6 +138,22 @@ impl Soak {
             }
             Soak::ServerNodes => harp_tests::busy_counter("60000", &["--scar-fraction", "0.25"]),
             Soak::WorkerNodes => harp_tests::busy_counter("60000", &["--recover-workers"]),
+            Soak::WorkerCheckpoints => {
+                harp_tests::busy_counter("60000", &["--recover-workers", "--state-bytes", "200000"])
+            }
+        }
+    }
+
+    /// What the master is given beyond the run's arguments (`dir`: the round's directory).
+    fn master_args(self, dir: &std::path::Path) -> Vec<String> {
+        match self {
+            Soak::WorkerCheckpoints => vec![
+                "--checkpoint-dir".into(),
+                dir.join("checkpoints").display().to_string(),
+                "--checkpoint-every".into(),
+                "250".into(),
+            ],
+            _ => Vec::new(),
         }
     }
 
@@ -135,15 +161,21 @@ impl Soak {
     fn role(self, host: usize) -> &'static [&'static str] {
         match (self, host) {
             (Soak::AnyNode | Soak::Elastic, _) => &[],
-            (Soak::ServerNodes, 0 | 1) | (Soak::WorkerNodes, 0..=2) => &["--role", "worker"],
-            (Soak::ServerNodes | Soak::WorkerNodes, _) => &["--role", "server"],
+            (Soak::ServerNodes, 0 | 1) | (Soak::WorkerNodes | Soak::WorkerCheckpoints, 0..=2) => {
+                &["--role", "worker"]
+            }
+            (Soak::ServerNodes | Soak::WorkerNodes | Soak::WorkerCheckpoints, _) => {
+                &["--role", "server"]
+            }
         }
     }
 
     /// The line the master prints for each node it recovers.
     fn recovery_line(self) -> &'static str {
         match self {
-            Soak::AnyNode | Soak::WorkerNodes | Soak::Elastic => "worker recovery: node",
+            Soak::AnyNode | Soak::WorkerNodes | Soak::WorkerCheckpoints | Soak::Elastic => {
+                "worker recovery: node"
+            }
             Soak::ServerNodes => "recovery: server",
         }
     }
@@ -158,7 +190,7 @@ impl Soak {
         let (mut untouched, keep, most): (Vec<usize>, usize, usize) = match self {
             Soak::AnyNode => ((0..HOSTS).collect(), 2, 3),
             Soak::ServerNodes => ((2..HOSTS).collect(), 1, 2),
-            Soak::WorkerNodes => ((0..3).collect(), 1, 2),
+            Soak::WorkerNodes | Soak::WorkerCheckpoints => ((0..3).collect(), 1, 2),
             Soak::Elastic => ((0..HOSTS).collect(), 2, 4),
         };
         let mut joined = false;
@@ -169,7 +201,7 @@ impl Soak {
             // not staged (`remote/eviction.rs`): no such cut in a job without
             // `--recover-workers`, which would end as `PeerLost`.
             let kinds = match self {
-                Soak::AnyNode | Soak::WorkerNodes => 6,
+                Soak::AnyNode | Soak::WorkerNodes | Soak::WorkerCheckpoints => 6,
                 Soak::ServerNodes => 4,
                 Soak::Elastic => 8,
             };
@@ -185,7 +217,9 @@ impl Soak {
                 2 => Fault::Killed(h),
                 3 => Fault::Blip(h),
                 4 => Fault::OffTheOthers(h),
-                _ if matches!(self, Soak::WorkerNodes) => Fault::Between(h, 3 + next(2)),
+                _ if matches!(self, Soak::WorkerNodes | Soak::WorkerCheckpoints) => {
+                    Fault::Between(h, 3 + next(2))
+                }
                 _ => {
                     let others: Vec<usize> =
                         untouched.iter().copied().filter(|o| *o != h).collect();
@@ -252,6 +286,12 @@ fn network_faults_on_worker_nodes_with_worker_recovery_alone_keep_every_row_exac
 
 #[test]
 #[ignore = "a soak: run with --ignored"]
+fn network_faults_on_worker_nodes_recovered_from_consistent_checkpoints_keep_every_row_exact() {
+    rounds(Soak::WorkerCheckpoints, HOSTS);
+}
+
+#[test]
+#[ignore = "a soak: run with --ignored"]
 fn network_faults_and_scale_events_while_a_recoverable_job_trains() {
     // A sixth host for the node that joins.
     rounds(Soak::Elastic, HOSTS + 1);
@@ -263,7 +303,11 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
     let run_args = soak.run_args();
-    let master = MasterProcess::on_every_interface(harp_binary!(), &run_args, "5", dir.path());
+    let master_args = soak.master_args(dir.path());
+    let mut master_run_args = run_args.clone();
+    master_run_args.extend(master_args.iter().map(String::as_str));
+    let master =
+        MasterProcess::on_every_interface(harp_binary!(), &master_run_args, "5", dir.path());
     let join = format!("{}:{}", hosts.gateway(), master.port());
     let harp = harp_binary!();
     let mut nodes: Vec<Child> = (0..HOSTS)
@@ -332,7 +376,11 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
         deaths, expected,
         "seed {seed}: one recovery per fault but blips: {stderr}"
     );
-    let report = read_json_lines(&metrics).last().unwrap().clone();
+    let records = read_json_lines(&metrics);
+    if matches!(soak, Soak::WorkerCheckpoints) {
+        checked_restores(&records, seed);
+    }
+    let report = records.last().unwrap().clone();
     assert_eq!(report["tasks"], 60000, "seed {seed}: {report}");
     let verdict = &report["verdict"];
     assert_eq!(
@@ -340,7 +388,7 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
         verdict["rows"].as_u64().unwrap(),
         "seed {seed}: {report}"
     );
-    if matches!(soak, Soak::WorkerNodes) {
+    if matches!(soak, Soak::WorkerNodes | Soak::WorkerCheckpoints) {
         assert_eq!(
             report["exact"], true,
             "seed {seed}: no server lost: {report}"
@@ -352,4 +400,33 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
     {
         println!("  {}", line.chars().take(200).collect::<String>());
     }
+}
+
+/// A [`Soak::WorkerCheckpoints`] round's restores: every executor made from a checkpoint
+/// names one the job wrote before (a multiple of 250 iterations). Prints how many of the
+/// dead nodes' executors came from a checkpoint and how many afresh (a node that dies
+/// before the first checkpoint has none).
+fn checked_restores(records: &[serde_json::Value], seed: u64) {
+    let written: BTreeSet<u64> = (records.iter())
+        .filter(|r| r["event"] == "checkpoint" && r["checkpoint"]["outcome"] == "written")
+        .map(|r| r["checkpoint"]["seq"].as_u64().unwrap())
+        .collect();
+    let (mut restored, mut afresh) = (0, 0);
+    for recovery in records.iter().filter(|r| r["event"] == "worker_recovery") {
+        let report = &recovery["report"];
+        let executors = report["executors"].as_array().unwrap().len();
+        for pair in report["restored_from_checkpoint"].as_array().unwrap() {
+            let checkpoint = pair[1].as_u64().unwrap();
+            assert!(
+                checkpoint % 250 == 0 && written.contains(&checkpoint),
+                "seed {seed}: restored from checkpoint {checkpoint}, written {written:?}: {report}"
+            );
+            restored += 1;
+        }
+        afresh += executors - report["restored_from_checkpoint"].as_array().unwrap().len();
+    }
+    println!(
+        "  seed {seed}: {} checkpoints written; {restored} executors restored from one, {afresh} afresh",
+        written.len()
+    );
 }

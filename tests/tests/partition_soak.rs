@@ -20,7 +20,8 @@
 //! from their checkpointed states, and checks that each names a checkpoint the job wrote
 //! (`network_faults_on_worker_nodes_recovered_from_consistent_checkpoints_keep_every_row_exact`).
 //! A fourth mixes the first one's faults with scale events (a node asked to leave by SIGTERM,
-//! a node joining from a spare host), where every node no fault struck must exit 0
+//! a node joining from a spare host), with 200 KB of state per executor that every move
+//! carries, where every node no fault struck must exit 0
 //! (`network_faults_and_scale_events_while_a_recoverable_job_trains`).
 
 use harp_tests::{harp_binary, read_json_lines, wait_exit, MasterProcess, NetHosts};
@@ -29,6 +30,16 @@ use std::process::Child;
 use std::time::Duration;
 
 const HOSTS: usize = 5;
+
+/// A job that recovers any node: worker nodes, and server nodes from SCAR's running
+/// checkpoint.
+const RECOVER_ANY: [&str; 5] = [
+    "--recover-workers",
+    "--scar-fraction",
+    "0.25",
+    "--servers",
+    "5",
+];
 
 /// A fault on the network (host indexes), or a scale event.
 #[derive(Clone, Copy, Debug)]
@@ -119,22 +130,21 @@ enum Soak {
     WorkerCheckpoints,
     /// [`Soak::AnyNode`]'s job and faults, and scale events among them: a node asked to
     /// leave, a node joining from a sixth host (once); up to four events, at least two
-    /// nodes left untouched.
+    /// nodes left untouched. Its executors carry 200 KB of state each (`--state-bytes`),
+    /// so every move and recovery carries one.
     Elastic,
 }
 
 impl Soak {
     fn run_args(self) -> Vec<&'static str> {
         match self {
-            Soak::AnyNode | Soak::Elastic => {
-                let recover_any = [
-                    "--recover-workers",
-                    "--scar-fraction",
-                    "0.25",
-                    "--servers",
-                    "5",
-                ];
-                harp_tests::busy_counter("60000", &recover_any)
+            Soak::AnyNode => harp_tests::busy_counter("60000", &RECOVER_ANY),
+            // Executors carrying 200 KB of state, which moves inside the messages that
+            // bring an executor to its new node (under the 1 MiB from which it is parked).
+            Soak::Elastic => {
+                let mut args = harp_tests::busy_counter("60000", &RECOVER_ANY);
+                args.extend(["--state-bytes", "200000"]);
+                args
             }
             Soak::ServerNodes => harp_tests::busy_counter("60000", &["--scar-fraction", "0.25"]),
             Soak::WorkerNodes => harp_tests::busy_counter("60000", &["--recover-workers"]),

@@ -4,6 +4,7 @@
 //! of it is the line the error names.
 
 use super::*;
+use crate::data::broken_lines::{refused_at, with_line_replaced};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -146,12 +147,8 @@ proptest! {
             4 => format!("0 {} {}", fields[1], fields[2]),
             _ => format!("{} w{} {}", fields[0], fields[1], fields[2]),
         };
-        let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-        changed[broken] = replaced;
-        match parse(&changed.join("\n")) {
-            Err(DataError::Syntax { line, .. }) => prop_assert_eq!(line, broken + 1),
-            other => prop_assert!(false, "line {}: {:?}", broken + 1, other),
-        }
+        let changed = with_line_replaced(&lines, broken, replaced);
+        refused_at(parse(&changed), broken + 1)?;
     }
 
     #[test]

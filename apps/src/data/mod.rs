@@ -16,7 +16,10 @@
 //! | `ratings.rs`   | [`load_ratings`]: MovieLens-style `ratings.csv`, [`RatingsData`] |
 //! | `docword.rs`   | [`load_docword_dir`], [`load_docword`]: UCI bag-of-words `docword.txt[.gz]` + `vocab.txt`, [`Corpus`] |
 //! | `gzip.rs`      | gzip detection by magic bytes and decompression          |
+//! | `broken_lines.rs` | (tests) a valid file with one line broken, refused naming it |
 
+#[cfg(test)]
+mod broken_lines;
 mod dataset;
 mod discover;
 mod docword;

@@ -240,6 +240,7 @@ fn quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::broken_lines::{refused_at, with_line_replaced};
     use proptest::prelude::*;
 
     fn parse(text: &str) -> Result<RatingsData, DataError> {
@@ -426,12 +427,8 @@ mod tests {
                 3 => format!("{},{},{}", fields[0], fields[1], 5.5),
                 _ => format!("{},{},stars", fields[0], fields[1]),
             };
-            let mut changed: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-            changed[broken] = replaced;
-            match parse(&changed.join("\n")) {
-                Err(DataError::Syntax { line, .. }) => prop_assert_eq!(line, broken + 1),
-                other => prop_assert!(false, "line {}: {:?}", broken + 1, other),
-            }
+            let changed = with_line_replaced(&lines, broken, replaced);
+            refused_at(parse(&changed), broken + 1)?;
         }
     }
 

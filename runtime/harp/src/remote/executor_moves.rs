@@ -4,7 +4,7 @@
 //! restored, then handed to the worker), and re-creating a dead worker node's executor
 //! (from its state in a consistent checkpoint when the master sends one).
 
-use super::proxies::{answer_sized, tasks_to_wire};
+use super::proxies::{answer_sized, send_sized, tasks_to_wire};
 use super::server_links::Dialer;
 use super::state_transfer::{StateOutbox, PARK_BYTES_MIN};
 use crate::app::{App, Executor, JobInfo};
@@ -111,11 +111,11 @@ pub(super) fn release_executor<A: App>(
             executor: executor.0,
             result,
         };
-        // On the control stream whatever its size (a state of 1 MiB or more is parked), as
-        // the reports of the executor's last micro-tasks (`Completed`, `FlushStaged`) sent
+        // On the control stream whatever its size (`send_sized` keeps it there), as the
+        // reports of the executor's last micro-tasks (`Completed`, `FlushStaged`) sent
         // before it: it never overtakes them, so a master that has the release has them
         // too, also when this node dies right after sending it.
-        if let Err(e) = link.send(&message) {
+        if let Err(e) = send_sized(&link, message).await {
             // The executor left the worker: without this answer it would have no host.
             let message = format!("could not hand {executor} back for its move: {e}");
             tracing::warn!(%executor, error = %e, "could not hand a released executor back");

@@ -32,14 +32,32 @@ use tokio::sync::{mpsc, oneshot};
 /// message).
 const BULK_BYTES_MIN: usize = 64 * 1024;
 
-/// Sends `message` on the control stream when it is small, on a stream of its own otherwise.
+/// Sends `message` on the control stream when it is small or [`keeps_order`], on a stream
+/// of its own otherwise.
 pub(crate) async fn send_sized(link: &Link, message: Message) -> Result<(), HarpError> {
-    if message.payload_size_hint() < BULK_BYTES_MIN {
+    if message.payload_size_hint() < BULK_BYTES_MIN || keeps_order(&message) {
         link.send(&message)?;
     } else {
         link.send_bulk(&message).await?;
     }
     Ok(())
+}
+
+/// Messages that go on the control stream whatever their size, because what is sent after
+/// them on it depends on them: one bringing an executor to a node (`CreateExecutor`,
+/// `AdoptExecutor`), which the micro-tasks the master dispatches to it right after must
+/// not overtake, and a node's `ExecutorReleased`, which must not overtake the reports of
+/// the executor's last micro-tasks. (Their states of 1 MiB or more are parked and fetched,
+/// so they stay small.) On a stream of their own, a 200 KB state was overtaken by the
+/// executor's next micro-task, which the node refused for an executor it did not host yet,
+/// ending the job.
+fn keeps_order(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::CreateExecutor { .. }
+            | Message::AdoptExecutor { .. }
+            | Message::ExecutorReleased { .. }
+    )
 }
 
 /// Sends the answer `answer` with [`send_sized`]; one that cannot go (larger than the link

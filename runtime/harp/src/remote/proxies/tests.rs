@@ -1,6 +1,7 @@
 //! A server proxy's ordering of shard rows sent in order (`TakeOver { in_order }`) and the
-//! flush parts behind them, watched from the raw QUIC connection of the peer: which stream
-//! each message arrives on, and in what order.
+//! flush parts behind them, and `send_sized`'s choice of stream for large messages,
+//! watched from the raw QUIC connection of the peer: which stream each message arrives
+//! on, and in what order.
 
 use super::*;
 use harp_core::ShardId;
@@ -92,8 +93,9 @@ fn apply(proxy: &ActorRef<ServerMsg>) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
+/// A link to a peer that reports what reaches it (the hello already seen on its control
+/// stream).
+async fn linked_peer() -> (Link, mpsc::UnboundedReceiver<Incoming>, Peer) {
     let (ours, theirs) = endpoints();
     let addr = theirs.local_addr().unwrap();
     let peer = crate::spawn::spawn(peer(theirs));
@@ -106,12 +108,18 @@ async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
     let (link, incoming) = Link::open(conn, &hello, FrameLimits::default(), counters)
         .await
         .unwrap();
-    let (proxy, _) = Actor::spawn(None, ServerProxy, (ServerId(1), 0, link, incoming))
-        .await
-        .unwrap();
     let mut peer = peer.await.unwrap();
     let (first, _) = peer.arrived.recv().await.unwrap();
     assert_eq!(first, Arrived::Control(MessageKind::Heartbeat));
+    (link, incoming, peer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
+    let (link, incoming, mut peer) = linked_peer().await;
+    let (proxy, _) = Actor::spawn(None, ServerProxy, (ServerId(1), 0, link, incoming))
+        .await
+        .unwrap();
 
     // Rows in order, then a large part: it must not overtake them on a stream of its own.
     let (ack, acked) = oneshot::channel();
@@ -144,4 +152,61 @@ async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
     apply(&proxy);
     let (part, _) = peer.arrived.recv().await.unwrap();
     assert_eq!(part, Arrived::OwnStream(MessageKind::Apply));
+}
+
+/// A message that brings an executor, or hands one back, stays on the control stream at
+/// any size (`keeps_order`), so the micro-tasks sent after it cannot overtake it; other
+/// large messages get a stream of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_that_move_an_executor_keep_their_place_on_the_control_stream() {
+    let (link, _incoming, mut peer) = linked_peer().await;
+    let state = vec![7u8; 200_000];
+    let ordered = [
+        Message::CreateExecutor {
+            request_id: 1,
+            executor: 0,
+            from_checkpoint: Some(3),
+            state: state.clone(),
+            fetch: None,
+        },
+        Message::AdoptExecutor {
+            request_id: 2,
+            executor: 0,
+            state: state.clone(),
+            fetch: None,
+            pending: Vec::new(),
+        },
+        Message::ExecutorReleased {
+            request_id: 3,
+            executor: 0,
+            result: ReleaseResult::Released {
+                state,
+                pending: Vec::new(),
+            },
+        },
+    ];
+    for message in ordered {
+        let kind = message.kind();
+        assert!(message.payload_size_hint() >= BULK_BYTES_MIN);
+        send_sized(&link, message).await.unwrap();
+        link.send(&Message::RunTasks { tasks: Vec::new() }).unwrap();
+        for expected in [kind, MessageKind::RunTasks] {
+            let (arrived, _) = peer.arrived.recv().await.unwrap();
+            assert_eq!(arrived, Arrived::Control(expected));
+        }
+    }
+    let rows = rows_to_wire(large_part());
+    let apply = Message::Apply {
+        request_id: 4,
+        server: 1,
+        node_id: 0,
+        flush_id: NO_PART_ID,
+        staged: false,
+        held_from: 0,
+        forwarded: false,
+        updates: rows,
+    };
+    send_sized(&link, apply).await.unwrap();
+    let (arrived, _) = peer.arrived.recv().await.unwrap();
+    assert_eq!(arrived, Arrived::OwnStream(MessageKind::Apply));
 }

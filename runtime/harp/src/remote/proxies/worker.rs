@@ -81,7 +81,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     fetch,
                 };
                 let gone = format!("the node creating {executor} went away");
-                ask_node(link, pending, (Pending::Adopted, request), created, gone);
+                ask_node(link, pending, (Pending::Adopted, request), created, gone).await;
             }
             WorkerMsg::Release { executor, reply } => {
                 let (tx, rx) = oneshot::channel();
@@ -154,7 +154,7 @@ impl<A: App> Actor for WorkerProxy<A> {
                     pending: pending_tasks,
                 };
                 let gone = format!("the node adopting {executor} went away");
-                ask_node(link, pending, (Pending::Adopted, request), adopted, gone);
+                ask_node(link, pending, (Pending::Adopted, request), adopted, gone).await;
             }
             WorkerMsg::Save { executor, reply } => {
                 let (tx, rx) = oneshot::channel();
@@ -198,16 +198,9 @@ pub(super) type Filing<T> = fn(oneshot::Sender<Result<T, HarpError>>) -> Pending
 /// Sends a worker node the request `request` makes of its id, and hands its answer to
 /// `answer` once it comes (`waiting` files the awaited reply); if the send fails, that
 /// error, and if the node goes away first, `gone`.
-///
-/// The request goes on the control stream whatever its size: it brings an executor
-/// (`CreateExecutor`, `AdoptExecutor`), and the master dispatches micro-tasks to that
-/// executor right after it without waiting for the answer, on the same stream, so they
-/// must not overtake it. (A state of 1 MiB or more is parked and fetched, `carry`, so the
-/// message stays under that plus the executor's pending tasks. Sent on a stream of its
-/// own, as [`send_sized`] sends anything of 64 KiB or more, a message with a 200 KB state
-/// was overtaken by the next micro-task, which the node refused for an executor it did not
-/// host, ending the job.)
-pub(super) fn ask_node<T: Send + 'static>(
+/// The request brings an executor (`CreateExecutor`, `AdoptExecutor`), so [`send_sized`]
+/// keeps it on the control stream, ahead of the micro-tasks dispatched to it next.
+pub(super) async fn ask_node<T: Send + 'static>(
     link: &Link,
     pending: &PendingReplies,
     (waiting, request): (Filing<T>, impl FnOnce(u64) -> Message),
@@ -216,9 +209,9 @@ pub(super) fn ask_node<T: Send + 'static>(
 ) {
     let (tx, rx) = oneshot::channel();
     let request_id = pending.register(waiting(tx));
-    if let Err(e) = link.send(&request(request_id)) {
+    if let Err(e) = send_sized(link, request(request_id)).await {
         pending.forget(request_id);
-        let _ = answer.send(Err(e.into()));
+        let _ = answer.send(Err(e));
         return;
     }
     crate::spawn::spawn(async move {

@@ -365,8 +365,14 @@ fn mlr_across_processes_resumes_after_the_master_is_killed_to_the_uninterrupted_
     // Across processes a task may read the other node's update of the same iteration when
     // it was flushed first (reads may be fresher than the bound), so two uninterrupted runs
     // differ by up to about 1.3% per epoch (measured); an epoch lost or rows reset cost
-    // 5-12%. The accuracy's tolerance is the in-process test's.
-    mlr_resume_matches_uninterrupted("6", across, 0.03, 0.25);
+    // 5-12%: the loss of every epoch is what tells a bad resume. The final accuracy varies
+    // too: eight uninterrupted runs on the 2-core VM, two at a time beside two busy loops,
+    // ended between 90.75% and 91.05%, and a CI run's resume ended 0.40 points below its
+    // uninterrupted run with every epoch's loss within the 3% (the in-process test's 0.25
+    // points, used here before 2026-12-07, is tighter than that spread). A lost epoch moves
+    // it by about 0.2 points (90.55%, 90.75%, 90.8% after 4, 5, 6 epochs), so the accuracy
+    // only guards against a gross failure, with 0.6 points (12 of the 2000 rows).
+    mlr_resume_matches_uninterrupted("6", across, 0.03, 0.6);
 }
 
 /// The held-out accuracy (in %) of the last epoch, from `harp run mlr`'s final line.

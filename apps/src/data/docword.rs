@@ -15,7 +15,7 @@
 //! without an entry, a vocabulary whose line count is not W, and an empty word.
 //! Blank lines are skipped (they do not count as entries).
 
-use super::error::DataError;
+use super::error::{non_negative_integer, quote, DataError};
 use super::gzip;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -267,15 +267,7 @@ pub fn parse_docword_reader<R: BufRead>(
             ));
         };
         let integer = |what: &str, field: &str| {
-            field.parse::<u64>().map_err(|_| {
-                syntax(
-                    number,
-                    format!(
-                        "the {what} {:?} is not a non-negative integer",
-                        quote(field)
-                    ),
-                )
-            })
+            non_negative_integer(what, field).map_err(|message| syntax(number, message))
         };
         let (doc, word, count) = (
             integer("document id", doc)?,
@@ -444,11 +436,6 @@ pub fn parse_vocab_reader<R: BufRead>(
         });
     }
     Ok(vocab)
-}
-
-/// At most 40 characters of `text`, for messages.
-fn quote(text: &str) -> String {
-    text.chars().take(40).collect()
 }
 
 #[cfg(test)]

@@ -182,9 +182,37 @@ impl DataError {
     }
 }
 
+/// At most 40 characters of `text`, for messages quoting a text file's content.
+pub(super) fn quote(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
+/// A text field as a non-negative integer, or the message saying it is not one (`what` it
+/// should be, the field quoted), for the caller's [`DataError::Syntax`] at its line.
+pub(super) fn non_negative_integer(what: &str, field: &str) -> Result<u64, String> {
+    field.parse::<u64>().map_err(|_| {
+        format!(
+            "the {what} {:?} is not a non-negative integer",
+            quote(field)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_that_is_not_a_non_negative_integer_is_quoted() {
+        assert_eq!(
+            non_negative_integer("count", " 7"),
+            Err("the count \" 7\" is not a non-negative integer".to_string())
+        );
+        assert_eq!(non_negative_integer("count", "7"), Ok(7));
+        let long = "9".repeat(50);
+        let said = non_negative_integer("word id", &long).unwrap_err();
+        assert!(said.contains(&format!("{:?}", &long[..40])), "{said}");
+    }
 
     #[test]
     fn location_display() {

@@ -8,7 +8,7 @@
 //! | file           | owns                                                     |
 //! |----------------|----------------------------------------------------------|
 //! | `dataset.rs`   | [`Dataset`], validation, splits, partitions, scaling     |
-//! | `error.rs`     | [`DataError`], [`Location`]                              |
+//! | `error.rs`     | [`DataError`], [`Location`]; the text loaders' shared field parsing and quoting |
 //! | `libsvm.rs`    | [`load_libsvm`], [`parse_libsvm_reader`], [`LibsvmOptions`] |
 //! | `idx.rs`       | [`load_idx_pair`], [`load_idx_pair_from_bytes`]          |
 //! | `discover.rs`  | [`load_path`] (directory → IDX pair, file → LibSVM)      |

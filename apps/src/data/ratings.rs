@@ -8,7 +8,7 @@
 //! not parse, a rating outside the accepted range, and a second rating of the same
 //! (user, item) pair (naming the line of the first).
 
-use super::error::DataError;
+use super::error::{non_negative_integer, quote, DataError};
 use super::gzip;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -216,17 +216,9 @@ fn parse_line(
         ));
     };
     let id = |what: &str, text: &str| {
-        text.parse::<u64>().map_err(|_| {
-            syntax(
-                number,
-                format!(
-                    "the {what} id {:?} is not a non-negative integer",
-                    quote(text)
-                ),
-            )
-        })
+        non_negative_integer(what, text).map_err(|message| syntax(number, message))
     };
-    let (user, item) = (id("user", user)?, id("item", item)?);
+    let (user, item) = (id("user id", user)?, id("item id", item)?);
     let value: f32 = rating.parse().map_err(|_| {
         syntax(
             number,
@@ -293,16 +285,11 @@ fn line_of(index: usize, skipped: &[usize]) -> usize {
     line
 }
 
-/// At most 40 characters of `text`, for messages.
 /// Whether the first non-blank line is the header (`userId,movieId,rating,...`): none of
 /// its first three fields is a number. A rating line with a bad id (`-1,5,3.0`, `x,5,3.0`)
 /// is not one, so it is refused with its line instead of skipped.
 fn is_header(fields: &[&str]) -> bool {
     fields.iter().take(3).all(|f| f.parse::<f64>().is_err())
-}
-
-fn quote(text: &str) -> String {
-    text.chars().take(40).collect()
 }
 
 #[cfg(test)]

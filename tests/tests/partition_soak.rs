@@ -154,6 +154,15 @@ impl Soak {
         }
     }
 
+    /// The soak whose nodes, faults and checks this one shares: a variant that only adds
+    /// options to a job ([`Soak::WorkerCheckpoints`]) is its base's in everything else.
+    fn base(self) -> Soak {
+        match self {
+            Soak::WorkerCheckpoints => Soak::WorkerNodes,
+            other => other,
+        }
+    }
+
     /// What the master is given beyond the run's arguments (`dir`: the round's directory).
     fn master_args(self, dir: &std::path::Path) -> Vec<String> {
         match self {
@@ -169,39 +178,35 @@ impl Soak {
 
     /// `harp node` options of the node on `host`.
     fn role(self, host: usize) -> &'static [&'static str] {
-        match (self, host) {
+        match (self.base(), host) {
             (Soak::AnyNode | Soak::Elastic, _) => &[],
-            (Soak::ServerNodes, 0 | 1) | (Soak::WorkerNodes | Soak::WorkerCheckpoints, 0..=2) => {
-                &["--role", "worker"]
-            }
-            (Soak::ServerNodes | Soak::WorkerNodes | Soak::WorkerCheckpoints, _) => {
-                &["--role", "server"]
-            }
+            (Soak::ServerNodes, 0 | 1) | (Soak::WorkerNodes, 0..=2) => &["--role", "worker"],
+            _ => &["--role", "server"],
         }
     }
 
     /// The line the master prints for each node it recovers.
     fn recovery_line(self) -> &'static str {
-        match self {
-            Soak::AnyNode | Soak::WorkerNodes | Soak::WorkerCheckpoints | Soak::Elastic => {
-                "worker recovery: node"
-            }
+        match self.base() {
             Soak::ServerNodes => "recovery: server",
+            _ => "worker recovery: node",
         }
     }
 
     /// The faults of round `seed`.
     fn faults(self, seed: u64) -> Vec<Fault> {
+        let soak = self.base();
         let mut rng = harp::mix64(seed);
         let mut next = |n: usize| {
             rng = harp::mix64(rng);
             (rng % n as u64) as usize
         };
-        let (mut untouched, keep, most): (Vec<usize>, usize, usize) = match self {
+        let (mut untouched, keep, most): (Vec<usize>, usize, usize) = match soak {
             Soak::AnyNode => ((0..HOSTS).collect(), 2, 3),
             Soak::ServerNodes => ((2..HOSTS).collect(), 1, 2),
-            Soak::WorkerNodes | Soak::WorkerCheckpoints => ((0..3).collect(), 1, 2),
             Soak::Elastic => ((0..HOSTS).collect(), 2, 4),
+            // The worker-node soaks.
+            _ => ((0..3).collect(), 1, 2),
         };
         let mut joined = false;
         let mut faults = Vec::new();
@@ -210,10 +215,10 @@ impl Soak {
             // A server node cut off from a worker node is not evicted where flushes are
             // not staged (`remote/eviction.rs`): no such cut in a job without
             // `--recover-workers`, which would end as `PeerLost`.
-            let kinds = match self {
-                Soak::AnyNode | Soak::WorkerNodes | Soak::WorkerCheckpoints => 6,
+            let kinds = match soak {
                 Soak::ServerNodes => 4,
                 Soak::Elastic => 8,
+                _ => 6,
             };
             let fault = match next(kinds) {
                 6 => Fault::Leave(h),
@@ -227,9 +232,7 @@ impl Soak {
                 2 => Fault::Killed(h),
                 3 => Fault::Blip(h),
                 4 => Fault::OffTheOthers(h),
-                _ if matches!(self, Soak::WorkerNodes | Soak::WorkerCheckpoints) => {
-                    Fault::Between(h, 3 + next(2))
-                }
+                _ if matches!(soak, Soak::WorkerNodes) => Fault::Between(h, 3 + next(2)),
                 _ => {
                     let others: Vec<usize> =
                         untouched.iter().copied().filter(|o| *o != h).collect();
@@ -398,7 +401,7 @@ fn one_round(hosts: &NetHosts, soak: Soak, seed: u64) {
         verdict["rows"].as_u64().unwrap(),
         "seed {seed}: {report}"
     );
-    if matches!(soak, Soak::WorkerNodes | Soak::WorkerCheckpoints) {
+    if matches!(soak.base(), Soak::WorkerNodes) {
         assert_eq!(
             report["exact"], true,
             "seed {seed}: no server lost: {report}"

@@ -428,6 +428,24 @@ fn mlr_killed_and_resumed_reaches_the_uninterrupted_accuracy() {
     mlr_resume_matches_uninterrupted("8", one_worker, 1e-12, 0.25);
 }
 
+#[test]
+fn mlr_across_processes_on_one_node_resumes_to_the_uninterrupted_run_exactly() {
+    // The across-process job laid out as the in-process test above: one node process
+    // hosting the job's one worker (both executors) and its one server, so it repeats
+    // itself to the last bit and a resume (the master SIGKILLed, the node leaving when its
+    // link goes quiet, a new node adopting both saved states over QUIC) must match every
+    // epoch's loss to rounding and the accuracy exactly. The two-node test above checks
+    // adoptions on two nodes, with the tolerance a job that does not repeat itself needs.
+    mlr_resume_matches_uninterrupted("8", one_node, 1e-12, 0.0);
+}
+
+/// `list` with the job across processes on one node process: the master and one `harp
+/// node`, a worker hosting two executors and a server.
+fn one_node(mut list: Vec<OsString>) -> Vec<OsString> {
+    list.extend(args(&["--processes", "2", "--executors-per-worker", "2"]));
+    list
+}
+
 /// `list` with the job on one worker hosting two executors.
 fn one_worker(mut list: Vec<OsString>) -> Vec<OsString> {
     list.extend(args(&["--workers", "1", "--executors-per-worker", "2"]));

@@ -4,8 +4,9 @@
 //! - Without worker recovery the job ends with a clear error: every process exits, the move
 //!   is never reported done, and the job claims no result.
 //! - With `--recover-workers` the job goes on: the move is reported failed, the executor is
-//!   created afresh on a live worker, its uncommitted micro-tasks run again, and at the end
-//!   every counter is exact (no update lost or applied twice).
+//!   created afresh on a live worker (or, when the job writes consistent checkpoints, made
+//!   again from its state in the newest one), its uncommitted micro-tasks run again, and at
+//!   the end every counter is exact (no update lost or applied twice).
 //!
 //! Also, with `--recover-workers`, a node that leaves after its moves: it departs only once
 //! the flushes staged on its server are reported and committed, and a worker node that
@@ -366,6 +367,68 @@ fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
         said.contains(&executor) && said.contains("afresh"),
         "harp scale --remove did not say what became of {executor}: {said}"
     );
+}
+
+/// `--recover-workers` with consistent checkpoints: the *releasing* node (worker-only) is
+/// SIGKILLed while node 0 fetches the executor it gave up on `harp scale --remove 1`. The
+/// master makes the executor again on node 0 from its state in the newest consistent
+/// checkpoint, not afresh, says so in the leave event and in `harp scale`'s answer, and
+/// the job ends with every counter exact. The states are 2 MB (parked, as every state of
+/// 1 MiB or more is) and node 1 holds the fetch of the state it released for a minute
+/// (`RELEASED_STATE_SERVE_DELAY_VAR`), so the kill comes mid-fetch however fast the
+/// machine, with states small enough to checkpoint every 500 iterations.
+#[test]
+fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = recovering_run();
+    let state_bytes = run.iter().position(|a| *a == "--state-bytes").unwrap() + 1;
+    run[state_bytes] = "2000000";
+    let (metrics, checkpoints) = (dir.path().join("metrics.jsonl"), dir.path().join("ckpt"));
+    let mut master_args = run.clone();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    master_args.extend(["--checkpoint-dir", checkpoints.to_str().unwrap()]);
+    master_args.extend(["--checkpoint-every", "500"]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let adopting = LoggedNode::start(&master, &run);
+    wait_until_running(&master);
+    let held = [(harp::remote::RELEASED_STATE_SERVE_DELAY_VAR, "60000")];
+    let mut releasing = LoggedNode::start_with_env(&master, "worker", &run, &held);
+    wait_for_join(&metrics);
+    master.wait_for_line(&["checkpoint", "written"]);
+    let remove = remove_node_1(&master);
+    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
+    let executor = executor_in(&parked);
+    releasing.wait_for_line(&["fetch is held by a fault delay"]);
+    releasing.kill();
+    let (_, releaser_log) = releasing.exit("the releasing node 1");
+    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+
+    let (records, node_log) = assert_exact_end(master, &metrics, adopting);
+    // Node 0 fetched the executor's state once: the checkpointed one, from the master.
+    let restored: Vec<_> = (node_log.lines())
+        .filter(|l| l.contains("executor state fetched and restored"))
+        .collect();
+    assert_eq!(restored.len(), 1, "{node_log}");
+    assert!(restored[0].contains("how=Recovered"), "{node_log}");
+    let event = the_event(&records, "leave");
+    assert_eq!(event["ok"], false, "{event}");
+    let why = event["error"].as_str().unwrap_or_default();
+    println!("its leave event: {why}");
+    let made_again = |said: &str| {
+        let (_, after) = said.split_once("from its state in checkpoint ")?;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u64>().ok()
+    };
+    let checkpoint = made_again(why)
+        .filter(|_| why.contains(&executor))
+        .unwrap_or_else(|| panic!("not made again from a checkpoint: {event}"));
+    assert!(
+        checkpoint >= 500 && checkpoint % 500 == 0,
+        "checkpoints are taken every 500 iterations: {why}"
+    );
+    let said = failed_answer(remove);
+    assert_eq!(made_again(&said), Some(checkpoint), "{said}");
+    assert!(said.contains(&executor), "{said}");
 }
 
 /// The counter run of the late-report tests: 600 micro-tasks, 50 in flight per executor,

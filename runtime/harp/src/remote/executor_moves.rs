@@ -4,6 +4,7 @@
 //! restored, then handed to the worker), and re-creating a dead worker node's executor
 //! (from its state in a consistent checkpoint when the master sends one).
 
+use super::fault_delays::{fault_delay, RELEASED_STATE_SERVE_DELAY_VAR};
 use super::proxies::{answer_sized, send_sized, tasks_to_wire};
 use super::server_links::Dialer;
 use super::state_transfer::{StateOutbox, PARK_BYTES_MIN};
@@ -88,7 +89,8 @@ pub(super) fn release_executor<A: App>(
                         let save_ms = millis(saving.elapsed());
                         let bytes = state.len() as u64;
                         let parking = Instant::now();
-                        let transfer = outbox.park(state);
+                        let held = fault_delay(RELEASED_STATE_SERVE_DELAY_VAR);
+                        let transfer = outbox.park_held(state, held);
                         tracing::info!(
                             %executor, bytes, transfer, release_ms, save_ms,
                             park_ms = millis(parking.elapsed()),

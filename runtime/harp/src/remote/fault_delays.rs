@@ -31,6 +31,12 @@ pub const DRAIN_ANSWER_DELAY_VAR: &str = "HARP_FAULT_DRAIN_ANSWER_DELAY_MS";
 /// not count twice).
 pub const APPLY_ANSWER_DELAY_VAR: &str = "HARP_FAULT_APPLY_ANSWER_DELAY_MS";
 
+/// A worker node holds the fetch of an executor state it released for a move (and parked
+/// for the adopting node, one of 1 MiB or more) this long before it serves it, so a test can
+/// kill it while the adopting node fetches, however small the state. States parked for a
+/// consistent checkpoint are served at once.
+pub const RELEASED_STATE_SERVE_DELAY_VAR: &str = "HARP_FAULT_RELEASED_STATE_SERVE_DELAY_MS";
+
 /// [`APPLY_ANSWER_DELAY_VAR`]'s delay for a part that node `node` sent (read once: it is
 /// asked for every flush part).
 pub(crate) fn apply_answer_delay(node: u32) -> Option<Duration> {

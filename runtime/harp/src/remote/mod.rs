@@ -66,7 +66,7 @@ mod state_transfer;
 
 pub use fault_delays::{
     APPLY_ANSWER_DELAY_VAR, DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR,
-    STAGED_REPORT_DELAY_VAR,
+    RELEASED_STATE_SERVE_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
 };
 pub use listen_addr::{check_bind_reaches, default_bind, dialable};
 pub use master_side::{

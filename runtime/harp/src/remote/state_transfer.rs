@@ -62,15 +62,30 @@ const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub(crate) struct StateOutbox {
     next: AtomicU64,
-    parked: DashMap<u64, Bytes>,
+    parked: DashMap<u64, Parked>,
     emptied: Notify,
+}
+
+/// A parked state, and how long its fetch is held before it is served (a fault delay).
+#[derive(Clone)]
+struct Parked {
+    state: Bytes,
+    held: Option<Duration>,
 }
 
 impl StateOutbox {
     /// Parks `state`; returns its transfer number.
     pub(crate) fn park(&self, state: Vec<u8>) -> u64 {
+        self.park_held(state, None)
+    }
+
+    /// Parks `state`, whose fetch waits `held` before it is served (fault injection:
+    /// [`RELEASED_STATE_SERVE_DELAY_VAR`](super::fault_delays::RELEASED_STATE_SERVE_DELAY_VAR));
+    /// returns its transfer number.
+    pub(crate) fn park_held(&self, state: Vec<u8>, held: Option<Duration>) -> u64 {
         let transfer = self.next.fetch_add(1, Ordering::Relaxed);
-        self.parked.insert(transfer, Bytes::from(state));
+        let state = Bytes::from(state);
+        self.parked.insert(transfer, Parked { state, held });
         transfer
     }
 
@@ -96,12 +111,20 @@ impl StateOutbox {
     /// Sends the state parked as `transfer` on `link` in chunks, and forgets it once every
     /// chunk is handed to QUIC. An unknown transfer is refused.
     pub(crate) async fn serve_fetch(&self, link: &Link, request_id: u64, transfer: u64) {
-        let Some(state) = self.parked.get(&transfer).map(|s| s.clone()) else {
+        let Some(Parked { state, held }) = self.parked.get(&transfer).map(|p| p.clone()) else {
             let _ = link.send(&Message::Refused {
                 reason: format!("no executor state is parked here as transfer {transfer}"),
             });
             return;
         };
+        if let Some(held) = held {
+            tracing::info!(
+                transfer,
+                held_ms = held.as_millis() as u64,
+                "a parked executor state's fetch is held by a fault delay"
+            );
+            tokio::time::sleep(held).await;
+        }
         let total = state.len() as u64;
         let began = Instant::now();
         let mut offset = 0;

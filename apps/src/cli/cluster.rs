@@ -54,7 +54,7 @@ pub struct ClusterArgs {
     pub metrics_out: Option<std::path::PathBuf>,
     /// Keep SCAR's running checkpoint, saving this fraction r of the parameters every r·C
     /// iterations (in (0, 1]); a failed server is then recovered from it (across processes:
-    /// a node with only a server role that dies).
+    /// a node with only a server role that dies; with --recover-workers too, any node).
     #[arg(long)]
     pub scar_fraction: Option<f64>,
     /// C: the full-checkpoint period in iterations that sets the budget of the running

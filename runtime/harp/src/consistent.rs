@@ -32,7 +32,8 @@ pub(crate) fn executor_file(id: u32) -> String {
     format!("executor-{id}")
 }
 
-/// Consistent checkpoints of an in-process job, and resuming from them.
+/// Consistent checkpoints of a job (in one process or across processes), and resuming
+/// from them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsistentOptions {
     /// Write checkpoints into this directory (created if missing; it must not hold another

@@ -197,7 +197,8 @@ pub(crate) enum MasterMsg<A: App> {
     Recovered(Recovered),
     /// Injected faults are in place (internal).
     Injected(Injected),
-    /// Consistent checkpoints and the resume point (in-process jobs, before `Start`).
+    /// Consistent checkpoints and the resume point (in one process and across processes,
+    /// before `Start`).
     Consistent(Box<ConsistentSetup<A>>),
     /// Something the job cannot continue after.
     Failed(HarpError),

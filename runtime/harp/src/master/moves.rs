@@ -200,8 +200,6 @@ impl<A: App> MasterState<A> {
             .filter(|w| !live_workers.contains(w))
             .copied()
             .collect();
-        // Shards move only where the master holds the servers (in one process for now).
-        let shards_movable = !self.servers.is_empty();
         let input = RebalanceInput {
             executors: self
                 .executors
@@ -213,7 +211,6 @@ impl<A: App> MasterState<A> {
                 })
                 .collect(),
             shards: (0..self.shards.num_shards())
-                .filter(|_| shards_movable)
                 .filter_map(|s| {
                     let shard = ShardId(s);
                     let owner = self.shards.server_of(shard).ok()?;
@@ -225,11 +222,7 @@ impl<A: App> MasterState<A> {
                 })
                 .collect(),
             live_workers,
-            live_servers: if shards_movable {
-                live_servers
-            } else {
-                Vec::new()
-            },
+            live_servers,
         };
         let plan = match plan_rebalance(&input) {
             Ok(plan) => plan,
@@ -292,18 +285,7 @@ impl<A: App> MasterState<A> {
         }
         let workers: BTreeSet<_> = workers.iter().collect();
         let servers: BTreeSet<_> = servers.iter().collect();
-        if self.servers.is_empty() {
-            // The servers live in node processes: shards stay where they are.
-            let owners: BTreeSet<ServerId> = (0..self.shards.num_shards())
-                .filter_map(|s| self.shards.server_of(ShardId(s)).ok())
-                .collect();
-            if servers.iter().any(|s| !owners.contains(s)) || servers.len() != owners.len() {
-                return Err(HarpError::InvalidConfig(
-                    "moving shards between node processes is not supported yet: keep every server"
-                        .into(),
-                ));
-            }
-        } else if let Some(s) = servers.iter().find(|s| !self.servers.contains_key(s)) {
+        if let Some(s) = servers.iter().find(|s| !self.servers.contains_key(s)) {
             return Err(HarpError::InvalidConfig(format!("unknown {s}")));
         }
         if workers.is_empty() {

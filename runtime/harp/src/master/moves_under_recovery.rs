@@ -14,16 +14,19 @@
 //! - **A worker node dies mid-move** ([`MasterMsg::WorkerLost`], which reaches the master
 //!   before any failed answer of that node, `remote/failures.rs`):
 //!   - an executor moving *from* it (its release asked for, or released and waiting for
-//!     reports) is created afresh with the dead node's own executors, since the map still
+//!     reports) is made again with the dead node's own executors, since the map still
 //!     names the node: its state and its unreported tasks died there, and every
 //!     uncommitted task runs again;
 //!   - an executor moving *to* it and not yet sent there goes back: the move's target
 //!     becomes its old worker, which adopts it again (a state it parked for the dead node
 //!     it fetches from itself);
-//!   - an executor it was adopting is created afresh with its own executors (the map names
+//!   - an executor it was adopting is made again with its own executors (the map names
 //!     it by then);
 //!   - an executor it released and a live node was fetching: the fetch fails, and on that
-//!     node's failed adoption the master creates the executor afresh there.
+//!     node's failed adoption the master makes the executor again there.
+//!
+//!   Made again means afresh, or from the executor's state in the newest consistent
+//!   checkpoint when the job writes them (`MasterState::recreate`).
 //!
 //!   In every case the move is reported failed (the scale event says which executor and
 //!   why), training goes on, and the executor has exactly one owner.

@@ -59,7 +59,8 @@ pub struct ClusterOptions {
     pub desired_nodes: Option<watch::Receiver<Option<u32>>>,
     /// SCAR's running checkpoint (rounds over the node processes' servers, fault
     /// injection); with it, the death of a node that holds only a server is recovered from
-    /// the checkpoint instead of ending the job.
+    /// the checkpoint instead of ending the job (with [`Self::worker_recovery`] too, the
+    /// death of any node).
     pub scar: Option<crate::scar::ScarOptions>,
     /// Survive the death of worker nodes (`harp run --recover-workers`): every flush is
     /// staged on the servers and committed by the master (one more round trip per flush),
@@ -147,8 +148,9 @@ pub async fn run_job_across_watched<A: App>(
 
 /// [`run_job_across_watched`], also carrying out the commands of the
 /// [`JobControl`](crate::JobControl) that `control` belongs to: executors move between the
-/// worker nodes while micro-tasks keep running (`rebalance_onto`, `scale_in` of workers);
-/// adding node processes and moving shards between them are refused as not supported yet.
+/// worker nodes and shards between the server nodes while micro-tasks keep running
+/// (`rebalance_onto`, `scale_in`); `scale_out` is refused (the job grows when node
+/// processes join it, `harp node --join` or `harp scale --add`, and those are given load).
 pub async fn run_job_across_controlled<A: App>(
     app: Arc<A>,
     creds: &JobCredentials,
@@ -419,7 +421,8 @@ async fn run_across_body<A: App>(
         courier: courier.clone(),
     });
     let mut workers: BTreeMap<WorkerId, ActorRef<WorkerMsg<A>>> = BTreeMap::new();
-    // The master reaches each node's server only to hand shards over.
+    // The master reaches each node's server for hand-offs, commits, take-overs and SCAR's
+    // requests (`ServerNodeProxy`); reads and flushes go node to node.
     let mut servers = BTreeMap::new();
     let mut routes = Vec::new();
     for node in nodes.iter_mut() {

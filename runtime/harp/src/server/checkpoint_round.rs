@@ -1,4 +1,4 @@
-//! One round of SCAR's checkpoint coordinator over the servers of this process (SCAR §5.4.3,
+//! One round of SCAR's checkpoint coordinator over the job's servers (SCAR §5.4.3,
 //! "Actions During a Checkpoint"; DESIGN §2.4).
 //!
 //! [`checkpoint_round`] asks every server for the distance of each of its rows from its

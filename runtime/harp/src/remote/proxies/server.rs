@@ -145,9 +145,12 @@ impl Actor for ServerProxy {
             | ServerMsg::Reset { .. }) => {
                 forward_on_link(&state.link, &state.pending, state.server, message)
             }
+            // The master asks a server node for a hand-off (`ServerNodeProxy`,
+            // `HandOffShard`); a node's proxy never carries one.
             ServerMsg::HandOff { shard, reply, .. } => {
                 let _ = reply.send(Err(HarpError::InvalidConfig(format!(
-                    "moving {shard} between node processes is not supported yet"
+                    "{shard} is handed off by the master's order to its server node, not \
+                     through another node"
                 ))));
             }
             ServerMsg::TakeOver {

@@ -13,7 +13,9 @@
 //!
 //! [`run_job`] runs an app on an in-process cluster (ractor actors: one master, N workers,
 //! M servers); [`run_job_controlled`] does the same and takes scale commands from a
-//! [`JobControl`] while it runs.
+//! [`JobControl`] while it runs. Across processes, [`run_job_across`] (and its
+//! `_controlled`, `_watched` and `_consistent` variants) runs the master and [`run_node`]
+//! each node process, over QUIC.
 
 pub mod app;
 pub mod consistent;

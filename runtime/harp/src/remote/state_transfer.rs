@@ -337,9 +337,13 @@ impl StateDialer {
             .await?;
             fetch_state(link, fetch).await
         };
+        // The address dialled, not a wildcard one the node listens on (`0.0.0.0:PORT`).
+        let from = (addr.parse())
+            .map(|parsed| dial_addr(parsed, self.master_ip).to_string())
+            .unwrap_or_else(|_| addr.to_string());
         fetched.await.map_err(|e| {
             HarpError::Remote(format!(
-                "could not fetch the state of {what} from {addr}: {e}"
+                "could not fetch the state of {what} from {from}: {e}"
             ))
         })
     }

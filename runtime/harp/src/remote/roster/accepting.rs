@@ -178,6 +178,9 @@ async fn take<A: App>(
 mod tests {
     use super::*;
     use crate::remote::scale_client::{send_scale_command, ScaleError};
+    use crate::remote::state_transfer::{StateDialer, CHUNK_BYTES};
+    use harp_wire::{NodeRole, StateFetch};
+    use std::time::Duration;
     // The acceptor's type parameter; never run (the job here never starts).
     use crate::test_support::OneIteration;
     use crate::JobCredentials;
@@ -213,20 +216,12 @@ mod tests {
         NetEndpoint::bind(addr, creds, &identity, TransportConfig::default()).unwrap()
     }
 
-    /// A node of the job (its hello names its id) that connects again fetches a state the
-    /// master parked (a resumed job's large executor state), in chunks, byte for byte; the
-    /// master forgets it once sent.
-    #[tokio::test]
-    async fn a_node_fetches_a_state_the_master_parked() {
-        use crate::remote::state_transfer::{StateDialer, CHUNK_BYTES};
-        use harp_wire::{NodeRole, StateFetch};
-        let (accepting, addr, creds, outbox) = starting_master_with_outbox();
-        let state: Vec<u8> = (0..2 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
-        let transfer = outbox.park(state.clone());
-        let node = bind(&creds, SocketAddr::from(([127, 0, 0, 1], 0)));
-        let dialer = StateDialer {
+    /// How node 1 of the job (a worker) fetches states from the master at `master`.
+    fn node_dialer(creds: &JobCredentials, master: SocketAddr) -> StateDialer {
+        let node = bind(creds, SocketAddr::from(([127, 0, 0, 1], 0)));
+        StateDialer {
             hello: harp_wire::hello(
-                crate::remote::job_id(&creds),
+                crate::remote::job_id(creds),
                 1,
                 NodeRole {
                     worker: true,
@@ -236,13 +231,29 @@ mod tests {
             ),
             endpoint: node,
             counters: Arc::default(),
-            master_ip: addr.ip(),
-        };
-        let fetch = StateFetch {
+            master_ip: master.ip(),
+        }
+    }
+
+    /// What names the state parked as `transfer`, of `bytes`.
+    fn fetch_of(transfer: u64, bytes: usize) -> StateFetch {
+        StateFetch {
             from_addr: harp_wire::STATE_FROM_MASTER.into(),
             transfer,
-            bytes: state.len() as u64,
-        };
+            bytes: bytes as u64,
+        }
+    }
+
+    /// A node of the job (its hello names its id) that connects again fetches a state the
+    /// master parked (a resumed job's large executor state), in chunks, byte for byte; the
+    /// master forgets it once sent.
+    #[tokio::test]
+    async fn a_node_fetches_a_state_the_master_parked() {
+        let (accepting, addr, creds, outbox) = starting_master_with_outbox();
+        let state: Vec<u8> = (0..2 * CHUNK_BYTES + 5).map(|i| (i % 251) as u8).collect();
+        let transfer = outbox.park(state.clone());
+        let dialer = node_dialer(&creds, addr);
+        let fetch = fetch_of(transfer, state.len());
         let fetched = dialer.fetch(&addr.to_string(), &fetch, "executor-0").await;
         assert!(
             fetched.as_ref().is_ok_and(|f| *f == state),
@@ -257,6 +268,51 @@ mod tests {
             error.to_string().contains(&format!("transfer {transfer}")),
             "{error}"
         );
+        accepting.close_endpoint().await;
+    }
+
+    /// A state parked with a hold (the fault delay a test sets on a node, so it can be
+    /// killed mid-fetch) is served whole once the hold has passed, not before.
+    #[tokio::test]
+    async fn a_held_state_is_served_whole_once_its_hold_has_passed() {
+        let (accepting, addr, creds, outbox) = starting_master_with_outbox();
+        let state: Vec<u8> = (0..CHUNK_BYTES + 3).map(|i| (i % 239) as u8).collect();
+        let hold = Duration::from_millis(300);
+        let transfer = outbox.park_held(state.clone(), Some(hold));
+        let dialer = node_dialer(&creds, addr);
+        let asked = std::time::Instant::now();
+        let fetched = dialer
+            .fetch(
+                &addr.to_string(),
+                &fetch_of(transfer, state.len()),
+                "executor-0",
+            )
+            .await;
+        assert!(asked.elapsed() >= hold, "served before its hold passed");
+        assert!(
+            fetched.as_ref().is_ok_and(|f| *f == state),
+            "{:?}",
+            fetched.err()
+        );
+        accepting.close_endpoint().await;
+    }
+
+    /// A failed fetch from a node that listens on every interface (`0.0.0.0:PORT`, as the
+    /// master tells it to the others) names the address it dialled, not the wildcard one.
+    #[tokio::test]
+    async fn a_failed_fetch_names_the_address_it_dialled() {
+        let (accepting, addr, creds) = starting_master();
+        let wildcard = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+        let dialer = node_dialer(&creds, addr);
+        let error = (dialer.fetch(&wildcard.to_string(), &fetch_of(7, 10), "executor-3"))
+            .await
+            .expect_err("nothing is parked as transfer 7");
+        let said = error.to_string();
+        assert!(
+            said.contains(&format!("the state of executor-3 from {addr}:")),
+            "{said}"
+        );
+        assert!(!said.contains("0.0.0.0"), "{said}");
         accepting.close_endpoint().await;
     }
 

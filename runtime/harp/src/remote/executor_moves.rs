@@ -7,7 +7,7 @@
 use super::fault_delays::{fault_delay, RELEASED_STATE_SERVE_DELAY_VAR};
 use super::proxies::{answer_sized, send_sized, tasks_to_wire};
 use super::server_links::Dialer;
-use super::state_transfer::{StateOutbox, PARK_BYTES_MIN};
+use super::state_transfer::{is_parked, StateOutbox};
 use crate::app::{App, Executor, JobInfo};
 use crate::error::HarpError;
 use crate::worker::{ExecutorBody, ReleasedExecutor, WorkerMsg};
@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Sends `executor`'s saved state to the master, keeping the executor (a consistent
-/// checkpoint). A small state goes in the answer; one of [`PARK_BYTES_MIN`] or more is
-/// parked in `outbox`, and the master fetches it from this node in chunks, so a state of
-/// any size can be saved.
+/// checkpoint). A small state goes in the answer; a large one
+/// ([`is_parked`](super::state_transfer::is_parked)) is parked in `outbox`, and the master
+/// fetches it from this node in chunks, so a state of any size can be saved.
 pub(super) fn save_executor<A: App>(
     worker: &ActorRef<WorkerMsg<A>>,
     (master_link, outbox): (&Link, &Arc<StateOutbox>),
@@ -38,7 +38,7 @@ pub(super) fn save_executor<A: App>(
             .await
             .unwrap_or_else(|_| Err(HarpError::Remote("the worker stopped".into())));
         let result = match saved {
-            Ok(state) if state.len() >= PARK_BYTES_MIN => ExecutorSaveResult::Parked {
+            Ok(state) if is_parked(state.len()) => ExecutorSaveResult::Parked {
                 bytes: state.len() as u64,
                 transfer: outbox.park(state),
             },
@@ -85,7 +85,7 @@ pub(super) fn release_executor<A: App>(
                 let release_ms = millis(asked.elapsed());
                 let saving = Instant::now();
                 match saved(released) {
-                    ReleaseResult::Released { state, pending } if state.len() >= PARK_BYTES_MIN => {
+                    ReleaseResult::Released { state, pending } if is_parked(state.len()) => {
                         let save_ms = millis(saving.elapsed());
                         let bytes = state.len() as u64;
                         let parking = Instant::now();

@@ -52,6 +52,12 @@ use tokio::sync::{mpsc, Notify};
 /// Saved states this large or larger are parked and fetched node to node.
 pub(crate) const PARK_BYTES_MIN: usize = 1 << 20;
 
+/// Whether a saved state of `bytes` is parked and fetched rather than carried in a
+/// message (one rule for moves, checkpoints and resumes).
+pub(crate) fn is_parked(bytes: usize) -> bool {
+    bytes >= PARK_BYTES_MIN
+}
+
 /// The size of one [`Message::StateChunk`]'s data.
 pub(crate) const CHUNK_BYTES: usize = 8 << 20;
 
@@ -372,7 +378,7 @@ impl MasterCourier {
     /// How `state` goes to a node in a message: in it when small, else parked here for the
     /// node to fetch (one of [`PARK_BYTES_MIN`] or more).
     pub(crate) fn carry(&self, state: Vec<u8>) -> (Vec<u8>, Option<StateFetch>) {
-        if state.len() >= PARK_BYTES_MIN {
+        if is_parked(state.len()) {
             (Vec::new(), Some(self.park(state)))
         } else {
             (state, None)
@@ -536,6 +542,16 @@ mod tests {
         assert!(e.to_string().contains("arrived twice"), "{e}");
         assert!(!assembly.complete());
         assert_eq!(assembly.buffer, vec![1, 2, 3, 4, 0, 0, 0, 0]);
+    }
+
+    /// A message carries a state of up to a byte under a mebibyte; from a mebibyte on,
+    /// it is parked (and then its message carries no state, so it stays small).
+    #[test]
+    fn states_from_a_mebibyte_on_are_parked_and_smaller_ones_carried() {
+        assert!(!is_parked(0));
+        assert!(!is_parked(PARK_BYTES_MIN - 1));
+        assert!(is_parked(PARK_BYTES_MIN));
+        assert!(is_parked(300_000_000));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use harp_apps::device::{Compute, Device};
 use harp_apps::lda::{LdaApp, LdaConfig, LdaSampler};
 use harp_apps::mf::{MfApp, MfConfig, MfSolver};
 use harp_apps::mlr::{MlrApp, MlrConfig, Quiet};
-use harp_tests::{harp_binary, run_process, runtime, shared_data, Threads};
+use harp_tests::{
+    harp_binary, run_process, runtime, shared_data, LoggedNode, MasterProcess, Threads, PATIENCE,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -83,6 +85,21 @@ fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
         );
         assert!(!out.stderr.contains("panicked"), "{}", out.describe());
     }
+    // With `--processes` the master checks the device before it starts any node process
+    // (they would each fail the same way), and computes nothing on it itself.
+    let out = run_process(
+        &harp_binary!(),
+        ["run", "mlr", "--epochs", "1", "--quiet", "--device", "cuda"]
+            .into_iter()
+            .chain(["--processes", "2"]),
+    );
+    assert!(!out.status.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("--device cuda:0: no CUDA device")
+            && !out.stderr.contains("master listening"),
+        "{}",
+        out.describe()
+    );
     // A device name that means nothing is a usage error naming the choices.
     let out = run_process(&harp_binary!(), ["run", "mlr", "--device", "tpu"]);
     assert!(!out.status.success());
@@ -91,6 +108,50 @@ fn every_app_refuses_cuda_without_a_gpu_and_says_why() {
         "{}",
         out.describe()
     );
+}
+
+/// A master whose nodes are started by hand (`--nodes`) runs no executor, so it opens no
+/// device: its host may have no GPU while its nodes have one each. Here the master says
+/// `--device cuda` and its node computes on the CPU (a node opens the device its own run
+/// arguments name), on this machine with or without a GPU; before, a master without a
+/// GPU refused the job.
+#[test]
+fn a_master_of_nodes_started_by_hand_opens_no_device() {
+    let run = ["run", "mlr", "--epochs", "1", "--quiet"];
+    let master_args: Vec<&str> = (run.iter().copied())
+        .chain(["--device", "cuda", "--nodes", "1"])
+        .collect();
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let node_args: Vec<&str> = run.iter().copied().chain(["--device", "cpu"]).collect();
+    let node = LoggedNode::start(&master, &node_args);
+    let (status, stderr) = master.finish_within(PATIENCE);
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("done: 1 epochs"), "{stderr}");
+    let (node_status, node_log) = node.exit("the node");
+    assert!(node_status.success(), "{node_log}");
+}
+
+/// LDA's sequential sampler cannot run on a GPU: said at once by the master, whatever its
+/// own device and before it reads the corpus or waits for nodes.
+#[test]
+fn lda_refuses_the_sequential_sampler_on_a_gpu_at_once() {
+    for layout in [&[][..], &["--nodes", "2"][..]] {
+        let args = ["run", "lda", "--data", "/nonexistent", "--device", "cuda"];
+        let out = run_process(
+            &harp_binary!(),
+            (args.iter().copied())
+                .chain(["--sampler", "sequential"])
+                .chain(layout.iter().copied()),
+        );
+        assert!(!out.status.success(), "{}", out.describe());
+        assert!(
+            out.stderr
+                .contains("--sampler sequential cannot run on --device cuda:0"),
+            "{layout:?}: {}",
+            out.describe()
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.describe());
+    }
 }
 
 fn mlr_losses(compute: Compute) -> Vec<(f64, f64)> {

@@ -1,6 +1,7 @@
 //! Options every `harp run` app shares: the shape of the in-process cluster and the thread
 //! pool that runs it.
 
+use crate::device::{Compute, Device};
 use anyhow::{Context, Result};
 use clap::Args;
 use harp::JobConfig;
@@ -260,6 +261,23 @@ impl ClusterArgs {
             anyhow::bail!("--inject needs --scar-fraction (faults are recovered from SCAR's running checkpoint)");
         }
         Ok(())
+    }
+
+    /// The device this process's executors compute on. In one process, `device` itself.
+    /// Across processes the master runs no executor and the nodes open their own: with
+    /// `--processes` (nodes on this host) `device` is opened once and let go, so a missing
+    /// GPU is said before any node starts; with `--nodes` (nodes on hosts that may have a
+    /// GPU this one lacks) the master opens nothing.
+    pub fn master_compute(&self, device: Device) -> Result<Compute> {
+        let open = || device.open().map_err(|e| anyhow::anyhow!("{e}"));
+        if self.nodes.is_some() {
+            Ok(Compute::Cpu)
+        } else if self.processes.is_some() {
+            drop(open()?);
+            Ok(Compute::Cpu)
+        } else {
+            open()
+        }
     }
 
     /// Refuses `--recover-workers` where it cannot help: in one process (workers cannot die

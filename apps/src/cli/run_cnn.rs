@@ -8,7 +8,7 @@ use crate::cnn::{
 };
 use crate::data::{load_path, Dataset};
 use crate::default_data::{mnist10k, DEFAULT_DATASET_NAME};
-use crate::device::Device;
+use crate::device::{Compute, Device};
 use crate::mlr::Quiet;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -128,9 +128,13 @@ fn load_split(args: &CnnCliArgs) -> Result<(Dataset, Dataset, String)> {
     Ok((train, test, name))
 }
 
-fn new_app(args: &CnnCliArgs, observer: Arc<dyn CnnObserver>) -> Result<(CnnApp, String)> {
-    // The device first: a missing GPU is reported before the data is read.
-    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
+/// The CNN app computing on `compute` (opened first, so a missing GPU is reported before
+/// the data is read).
+fn new_app(
+    args: &CnnCliArgs,
+    observer: Arc<dyn CnnObserver>,
+    compute: Compute,
+) -> Result<(CnnApp, String)> {
     let (train, test, name) = load_split(args)?;
     let app = CnnApp::new(cnn_config(args)?, Arc::new(train), Arc::new(test), observer)
         .and_then(|app| app.with_compute(compute))
@@ -140,7 +144,8 @@ fn new_app(args: &CnnCliArgs, observer: Arc<dyn CnnObserver>) -> Result<(CnnApp,
 
 /// The CNN app a node process runs: same data and hyperparameters, no output.
 pub fn build_app(args: &CnnCliArgs) -> Result<Arc<CnnApp>> {
-    Ok(Arc::new(new_app(args, Arc::new(Quiet))?.0))
+    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
+    Ok(Arc::new(new_app(args, Arc::new(Quiet), compute)?.0))
 }
 
 /// Epochs on the terminal and in the metrics file; the bar counts minibatches.
@@ -163,8 +168,9 @@ impl CnnObserver for RunOutput {
 }
 
 pub fn run(args: CnnCliArgs) -> Result<()> {
+    let compute = args.cluster.master_compute(args.device)?;
     let output = RunOutput::with_bar(&args.cluster, args.quiet, "minibatches")?;
-    let (app, name) = new_app(&args, output.clone())?;
+    let (app, name) = new_app(&args, output.clone(), compute)?;
     output.set_length(u64::from(args.epochs) * u64::from(app.batches_per_epoch()));
     eprintln!(
         "cnn on {name}: {} parameters (channels {}, hidden {}), batch {}, Adam lr {}, --partition {:?}",

@@ -127,7 +127,14 @@ impl LdaObserver for RunOutput {
 }
 
 pub fn run(args: LdaCliArgs) -> Result<()> {
-    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
+    if args.sampler == Some(SamplerArg::Sequential) && args.device != Device::Cpu {
+        bail!(
+            "lda: the GPU samples a block's tokens in parallel: --sampler sequential cannot \
+             run on --device {}",
+            args.device
+        );
+    }
+    let compute = args.cluster.master_compute(args.device)?;
     let corpus = load(&args)?;
     let config = lda_config(&args);
     eprintln!(

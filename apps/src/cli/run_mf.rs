@@ -120,7 +120,7 @@ impl MfObserver for RunOutput {
 }
 
 pub fn run(args: MfCliArgs) -> Result<()> {
-    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
+    let compute = args.cluster.master_compute(args.device)?;
     let (train, test) = load_split(&args)?;
     eprintln!(
         "mf on {}: {} users, {} items, {} training ratings, {} held out, rank {}, on {}",

@@ -134,7 +134,7 @@ pub fn build_app(args: &MlrCliArgs, _node: bool) -> Result<Arc<MlrApp>> {
 }
 
 pub fn run(args: MlrCliArgs) -> Result<()> {
-    let compute = args.device.open().map_err(|e| anyhow!("{e}"))?;
+    let compute = args.cluster.master_compute(args.device)?;
     let (train, test, name) = load_split(&args)?;
     eprintln!(
         "mlr on {name}: {} training rows, {} held out, {} features, {} classes, on {}",

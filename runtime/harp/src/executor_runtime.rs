@@ -49,9 +49,14 @@ impl ExecutorRuntime {
     }
 
     /// The layout of a node process: a runtime of the executors' own with as many threads
-    /// as the node's runtime, unless the variable says.
-    pub(crate) fn for_node() -> Result<Self, HarpError> {
+    /// as the node's runtime, unless the variable says. A node without a worker
+    /// (`hosts_executors` false: `--role server`) never runs an executor and starts no
+    /// threads for them.
+    pub(crate) fn for_node(hosts_executors: bool) -> Result<Self, HarpError> {
         let node = node_handle()?;
+        if !hosts_executors {
+            return Self::start(node, Layout::Shared);
+        }
         let threads = node.metrics().num_workers();
         Self::start(node, from_env(Layout::Own(threads))?)
     }

@@ -124,10 +124,15 @@ fn a_node_gives_its_executors_as_many_threads_as_it_has() {
                 eprintln!("skipped: {EXECUTOR_THREADS_VAR}={value:?} overrides the default layout");
                 return;
             }
-            _ => ExecutorRuntime::for_node().unwrap(),
+            _ => ExecutorRuntime::for_node(true).unwrap(),
         };
         let threads = layout.own.as_ref().map(|r| r.metrics().num_workers());
         assert_eq!(threads, Some(3));
+        let server_only = ExecutorRuntime::for_node(false).unwrap();
+        assert!(
+            server_only.own.is_none(),
+            "a node without a worker starts no executor threads"
+        );
         let job = ExecutorRuntime::for_job().unwrap();
         assert!(
             job.own.is_none(),

@@ -428,7 +428,9 @@ async fn start_node<A: App>(
         staging: assignment
             .worker_recovery
             .then(|| StagedFlushes::new(me).with_report_delay(staged_report_delay())),
-        executors_on: crate::executor_runtime::ExecutorRuntime::for_node()?,
+        executors_on: crate::executor_runtime::ExecutorRuntime::for_node(
+            assignment.worker.is_some(),
+        )?,
     });
     let worker = spawn(
         WorkerActor::<A>::new(),

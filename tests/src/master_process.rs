@@ -190,6 +190,24 @@ impl MasterProcess {
         crate::spawn_piped(&mut command)
     }
 
+    /// Waits until `harp scale` succeeds, i.e. the job runs and takes new nodes (while it
+    /// sets up, the master answers that it is still starting).
+    pub fn wait_until_running(&self) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let out = self.scale(&[]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job never started: {}",
+                out.describe()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Sends the master process signal `name` (`TERM`, `INT`, ...).
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")

@@ -483,7 +483,75 @@ fn dead_worker_states_come_back_from_a_checkpoint(state_bytes: &'static str) {
     let dir = tempfile::tempdir().unwrap();
     let metrics = dir.path().join("metrics.jsonl");
     let checkpoints = dir.path().join("checkpoints");
-    let run_args = [
+    let run_args = recoverable_counter(state_bytes);
+    let every_500 = ["--checkpoint-every", "500"];
+    let (master, nodes) = start_on_three_nodes(&run_args, &checkpoints, &every_500, &metrics);
+    master.wait_for_line(&["checkpoint", "written"]);
+    let taken = kill_a_worker_node_and_check_the_end(master, nodes, &metrics);
+    assert!(
+        taken.iter().all(|c| *c >= 500 && c % 500 == 0),
+        "checkpoints are taken every 500 iterations: {taken:?}"
+    );
+}
+
+/// A job resumed from one directory that writes its checkpoints into another (and none
+/// before its worker node dies: one every 1,000,000 iterations) makes the dead node's
+/// executors again from the checkpoint it resumed from, not afresh (until 2026-12-07 only
+/// the directory the job writes was looked in); every counter ends exact.
+#[test]
+fn a_job_resumed_into_another_directory_makes_dead_workers_again_from_the_resumed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let run_args = recoverable_counter("2000");
+    // The first run checkpoints into `first`; its master is SIGKILLed after one checkpoint.
+    let every_500 = ["--checkpoint-every", "500"];
+    let (master, nodes) = start_on_three_nodes(
+        &run_args,
+        &first,
+        &every_500,
+        &dir.path().join("first.jsonl"),
+    );
+    master.wait_for_line(&["checkpoint", "written"]);
+    master.signal("KILL");
+    let _ = master.finish();
+    for mut node in nodes {
+        let _ = node.kill();
+        let _ = node.wait();
+    }
+    // The second resumes from `first` and writes into `second`.
+    let metrics = dir.path().join("second.jsonl");
+    let resume = ["--resume", first.to_str().unwrap()];
+    let extra = [&resume[..], &["--checkpoint-every", "1000000"]].concat();
+    let (master, nodes) = start_on_three_nodes(&run_args, &second, &extra, &metrics);
+    master.wait_until_running();
+    let taken = kill_a_worker_node_and_check_the_end(master, nodes, &metrics);
+    let records = read_json_lines(&metrics);
+    let resumed = (records.iter())
+        .find(|r| r["event"] == "resumed")
+        .unwrap_or_else(|| panic!("no resume record: {records:?}"));
+    let seq = resumed["from"]["seq"].as_u64().unwrap();
+    assert!(
+        taken.iter().all(|c| *c == seq),
+        "made again from {taken:?}, not from the resumed checkpoint {seq}"
+    );
+}
+
+/// A worker recovery report's list of number pairs (`executors`: executor and worker;
+/// `restored_from_checkpoint`: executor and checkpoint).
+fn number_pairs(list: &serde_json::Value) -> Vec<(u64, u64)> {
+    let number = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{list}"));
+    (list
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter())
+    .map(|pair| (number(&pair[0]), number(&pair[1])))
+    .collect()
+}
+
+/// The counter run of the dead-worker tests: 40,000 micro-tasks of 1 ms, executor states
+/// of `state_bytes`, worker recovery.
+fn recoverable_counter(state_bytes: &'static str) -> [&'static str; 9] {
+    [
         "run",
         "counter",
         "--tasks",
@@ -493,29 +561,41 @@ fn dead_worker_states_come_back_from_a_checkpoint(state_bytes: &'static str) {
         "--state-bytes",
         state_bytes,
         "--recover-workers",
-    ];
+    ]
+}
+
+/// Starts `run_args`' master (4 executors per worker, a lease of 3 s, consistent
+/// checkpoints into `checkpoints`, `extra`, metrics into `metrics`) and its nodes: two
+/// worker nodes and a server node.
+fn start_on_three_nodes(
+    run_args: &[&str],
+    checkpoints: &Path,
+    extra: &[&str],
+    metrics: &Path,
+) -> (MasterProcess, Vec<Child>) {
     let mut args = run_args.to_vec();
-    args.extend([
-        "--nodes",
-        "3",
-        "--executors-per-worker",
-        "4",
-        "--lease-timeout-ms",
-        "3000",
-        "--checkpoint-dir",
-        checkpoints.to_str().unwrap(),
-        "--checkpoint-every",
-        "500",
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
+    args.extend(["--nodes", "3", "--executors-per-worker", "4"]);
+    args.extend(["--lease-timeout-ms", "3000"]);
+    args.extend(["--checkpoint-dir", checkpoints.to_str().unwrap()]);
+    args.extend(["--metrics-out", metrics.to_str().unwrap()]);
+    args.extend_from_slice(extra);
     let master = MasterProcess::start(harp_binary!(), &args);
-    let node_args = strings(&run_args);
-    let mut nodes: Vec<Child> = ["worker", "worker", "server"]
+    let node_args = strings(run_args);
+    let nodes = ["worker", "worker", "server"]
         .iter()
         .map(|role| node_process(&master, role, &node_args))
         .collect();
-    master.wait_for_line(&["checkpoint", "written"]);
+    (master, nodes)
+}
+
+/// SIGKILLs the first worker node of [`start_on_three_nodes`]; the job must end well: one
+/// worker recovery, whose executors were all made again from a checkpoint, and every
+/// counter exact. Returns the checkpoint each was made from.
+fn kill_a_worker_node_and_check_the_end(
+    master: MasterProcess,
+    mut nodes: Vec<Child>,
+    metrics: &Path,
+) -> Vec<u64> {
     nodes[0].kill().unwrap(); // SIGKILL
     let _ = nodes[0].wait();
     let (status, stderr) = master.finish();
@@ -530,35 +610,24 @@ fn dead_worker_states_come_back_from_a_checkpoint(state_bytes: &'static str) {
     {
         println!("{line}");
     }
-    let records = read_json_lines(&metrics);
+    let records = read_json_lines(metrics);
     let recoveries: Vec<_> = (records.iter())
         .filter(|r| r["event"] == "worker_recovery")
         .collect();
     assert_eq!(recoveries.len(), 1, "{stderr}");
     let report = &recoveries[0]["report"];
-    let firsts = |field: &str| -> Vec<u64> {
-        (report[field].as_array().unwrap().iter())
-            .map(|pair| pair[0].as_u64().unwrap())
-            .collect()
-    };
-    let executors = firsts("executors");
+    let pairs = |field: &str| number_pairs(&report[field]);
+    let executors: Vec<u64> = pairs("executors").into_iter().map(|p| p.0).collect();
     assert!(!executors.is_empty(), "{report}");
-    assert_eq!(firsts("restored_from_checkpoint"), executors, "{report}");
-    let taken: Vec<u64> = (report["restored_from_checkpoint"]
-        .as_array()
-        .unwrap()
-        .iter())
-    .map(|pair| pair[1].as_u64().unwrap())
-    .collect();
-    assert!(
-        taken.iter().all(|c| *c >= 500 && c % 500 == 0),
-        "checkpoints are taken every 500 iterations: {report}"
-    );
+    let restored = pairs("restored_from_checkpoint");
+    let made_again: Vec<u64> = restored.iter().map(|p| p.0).collect();
+    assert_eq!(made_again, executors, "{report}");
     let verdict = (records.iter())
         .find(|r| r["tasks"].is_u64())
         .unwrap_or_else(|| panic!("no final counter record: {records:?}"));
     assert_eq!(verdict["tasks"], 40000, "{verdict}");
     assert_eq!(verdict["exact"], true, "{verdict}");
+    restored.into_iter().map(|p| p.1).collect()
 }
 
 /// An LDA run with `--recover-workers` (and `flags`) across two worker nodes, the first
@@ -592,11 +661,7 @@ fn lda_with_a_killed_worker(app: &AppRun, flags: &[&str]) -> KilledWorkerRun {
         .take_while(|r| r["event"] != "worker_recovery")
         .filter(|r| r[app.progress].is_u64() && r.get("event").is_none())
         .count();
-    let pairs = |field: &str| -> Vec<(u64, u64)> {
-        (report[field].as_array().unwrap().iter())
-            .map(|pair| (pair[0].as_u64().unwrap(), pair[1].as_u64().unwrap()))
-            .collect()
-    };
+    let pairs = |field: &str| number_pairs(&report[field]);
     let executors: Vec<u64> = pairs("executors").into_iter().map(|(e, _)| e).collect();
     assert!(!executors.is_empty(), "{report}");
     let resyncs = (records.iter().filter_map(|r| r["resyncs"].as_u64()))

@@ -18,24 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Waits until `harp scale` succeeds, i.e. the job runs and takes new nodes (while it sets
-/// up, the master answers that it is still starting).
-fn wait_until_running(master: &MasterProcess) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let out = master.scale(&[]);
-        if out.status.success() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the job never started: {}",
-            out.describe()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The metrics file's scale events so far (a torn last line is skipped).
 fn scale_events_so_far(metrics: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(metrics)
@@ -169,7 +151,7 @@ fn kill_the_adopting_node_mid_fetch(
     role: &str,
 ) -> (LoggedNode, String) {
     let mut releasing = LoggedNode::start(master, run);
-    wait_until_running(master);
+    master.wait_until_running();
     let mut adopting = LoggedNode::start_as(master, role, run);
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
@@ -238,7 +220,7 @@ fn kill_the_releasing_node_mid_fetch(
     role: &str,
 ) -> (LoggedNode, Child, String) {
     let adopting = LoggedNode::start(master, run);
-    wait_until_running(master);
+    master.wait_until_running();
     let mut releasing = LoggedNode::start_as(master, role, run);
     wait_for_join(metrics);
     let remove = remove_node_1(master);
@@ -390,7 +372,7 @@ fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state()
     master_args.extend(["--checkpoint-every", "500"]);
     let master = MasterProcess::start(harp_binary!(), &master_args);
     let adopting = LoggedNode::start(&master, &run);
-    wait_until_running(&master);
+    master.wait_until_running();
     let held = [(harp::remote::RELEASED_STATE_SERVE_DELAY_VAR, "60000")];
     let mut releasing = LoggedNode::start_with_env(&master, "worker", &run, &held);
     wait_for_join(&metrics);
@@ -471,7 +453,7 @@ fn late_reports_job(
         run,
         &[(harp::remote::STAGED_REPORT_DELAY_VAR, delay_ms)],
     );
-    wait_until_running(&master);
+    master.wait_until_running();
     (master, metrics, late)
 }
 
@@ -704,7 +686,7 @@ fn a_dead_nodes_executors_are_not_created_on_a_node_that_is_leaving() {
         &run,
         &[(harp::remote::DRAIN_ANSWER_DELAY_VAR, "8000")],
     );
-    wait_until_running(&master);
+    master.wait_until_running();
     let leaving = LoggedNode::start_as(&master, "both", &run);
     assert_eq!(wait_for_events(&metrics, "join", 1)["ok"], true);
     let mut dying = LoggedNode::start_as(&master, "worker", &run);

@@ -491,6 +491,13 @@ pub(crate) fn consistent_start<A: App>(
     };
     let layout = resume.as_ref().map_or(layout, |point| point.meta.layout);
     let write = checkpoint_writer(app, options, layout, resume.as_ref())?;
+    // Worker recovery's states come from the resumed directory too when the job writes
+    // elsewhere (or nowhere), until it has written a checkpoint of its own.
+    let resumed_from = (resume.as_ref())
+        .filter(|point| {
+            (write.as_ref()).is_none_or(|w| !same_dir(w.store.dir(), point.store.dir()))
+        })
+        .map(|point| point.store.clone());
     let report = Arc::new(Mutex::new(ConsistentReport {
         resumed: resume.as_ref().map(|r| r.record.clone()),
         ..ConsistentReport::default()
@@ -521,6 +528,7 @@ pub(crate) fn consistent_start<A: App>(
             resume: resume_start,
             report,
             seed: None,
+            resumed_from,
         });
     }
     Ok(start)
@@ -564,11 +572,6 @@ fn checkpoint_writer<A: App>(
     let Some(dir) = &options.checkpoint_dir else {
         return Ok(None);
     };
-    let same_dir =
-        |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => a == b,
-        };
     let store = match resume {
         Some(point) if same_dir(point.store.dir(), dir) => point.store.clone(),
         Some(point) => harp_checkpoint::CheckpointStore::create(
@@ -588,6 +591,14 @@ fn checkpoint_writer<A: App>(
         layout,
         stop_wait: options.stop_wait,
     }))
+}
+
+/// Whether `a` and `b` name the same directory.
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// A job id for a new checkpoint directory: the app, the time and the process.

@@ -66,6 +66,10 @@ pub(crate) struct ConsistentSetup<A: App> {
     /// A resumed job with SCAR's running checkpoint: the full round run on the restored
     /// rows before the start, the image's first content (`crate::resume::seed_image`).
     pub seed: Option<RoundOutcome>,
+    /// The directory a resumed job started from, when it writes its checkpoints elsewhere
+    /// (or none): worker recovery takes a dead node's executor states from there until the
+    /// job has written a checkpoint of its own.
+    pub resumed_from: Option<CheckpointStore>,
 }
 
 /// What the job waits for after the master ends: the write still running, if any.
@@ -77,6 +81,8 @@ pub(crate) struct ConsistentEnd {
 pub(crate) struct ConsistentCheckpoint<A: App> {
     write: Option<WriteSetup>,
     resume: Option<Held<A::Args>>,
+    /// [`ConsistentSetup::resumed_from`].
+    resumed_from: Option<CheckpointStore>,
     /// The iteration whose checkpoint waits for the in-flight micro-tasks, and when the
     /// hold began.
     pending: Option<(u64, Instant)>,
@@ -110,8 +116,10 @@ impl<A: App> ConsistentCheckpoint<A> {
         record_told(&self.report, &self.events, record);
     }
 
-    /// Each of `ids`' state in the newest checkpoint of this job's directory that holds one
-    /// (worker recovery makes the executor again from it, `App::recover_executor`). Only
+    /// Each of `ids`' state in the newest checkpoint that holds one (worker recovery makes
+    /// the executor again from it, `App::recover_executor`): in this job's directory, else,
+    /// for a resumed job, in the directory it resumed from (the resume point, until the job
+    /// has written a checkpoint of its own elsewhere). Only
     /// the manifests (listed once) and those files are read, each checked against its
     /// checksum; a checkpoint whose file cannot be read is passed over with a warning for
     /// the one before. Empty when the job writes no checkpoints; an executor no checkpoint
@@ -121,10 +129,8 @@ impl<A: App> ConsistentCheckpoint<A> {
         &self,
         ids: &[ExecutorId],
     ) -> BTreeMap<ExecutorId, CheckpointedState> {
-        let Some(write) = &self.write else {
-            return BTreeMap::new();
-        };
-        blocking_io(|| read_saved_states(&write.store, ids))
+        let written = self.write.as_ref().map(|write| &write.store);
+        blocking_io(|| states_written_or_resumed(written, self.resumed_from.as_ref(), ids))
     }
 
     /// The state to hand back when the job ends.
@@ -177,6 +183,7 @@ impl<A: App> MasterState<A> {
         self.consistent = Some(ConsistentCheckpoint {
             write: setup.write,
             resume,
+            resumed_from: setup.resumed_from,
             pending: None,
             last_iteration,
             writing: None,
@@ -551,7 +558,29 @@ fn write_checkpoint(store: &CheckpointStore, seq: u64, captured: Captured) -> Re
     write().map_err(|e| e.to_string())
 }
 
-/// [`ConsistentCheckpoint::saved_states_of`]'s reading, in `store`.
+/// [`ConsistentCheckpoint::saved_states_of`]'s reading: each of `ids` from the newest
+/// checkpoint in `written` that holds it, else from `resumed`.
+fn states_written_or_resumed(
+    written: Option<&CheckpointStore>,
+    resumed: Option<&CheckpointStore>,
+    ids: &[ExecutorId],
+) -> BTreeMap<ExecutorId, CheckpointedState> {
+    let mut found = written
+        .map(|store| read_saved_states(store, ids))
+        .unwrap_or_default();
+    if let Some(resumed) = resumed {
+        let missing: Vec<ExecutorId> = (ids.iter())
+            .filter(|id| !found.contains_key(id))
+            .copied()
+            .collect();
+        if !missing.is_empty() {
+            found.extend(read_saved_states(resumed, &missing));
+        }
+    }
+    found
+}
+
+/// Each of `ids`' state in the newest checkpoint in `store` that holds a sound copy.
 fn read_saved_states(
     store: &CheckpointStore,
     ids: &[ExecutorId],
@@ -637,6 +666,38 @@ mod tests {
         assert_eq!(
             got,
             vec![(0, 2, vec![2, 0]), (1, 1, vec![1, 1]), (2, 1, vec![1, 2])]
+        );
+    }
+
+    /// A resumed job that writes its checkpoints into another directory recovers a dead
+    /// node's executors from the checkpoint it resumed from until it has written one of its
+    /// own, and from its own from then on; an executor neither holds is left out.
+    #[test]
+    fn states_come_from_the_resumed_directory_until_the_job_wrote_its_own() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let identity = JobIdentity::new("job", "test");
+        let resumed = CheckpointStore::create(a.path(), identity.clone(), 3).unwrap();
+        commit(&resumed, 4, &[0, 1]);
+        let written = CheckpointStore::create(b.path(), identity, 3).unwrap();
+        let ids = [ExecutorId(0), ExecutorId(1), ExecutorId(2)];
+        let got = |written: Option<&CheckpointStore>, resumed: Option<&CheckpointStore>| {
+            (states_written_or_resumed(written, resumed, &ids).into_iter())
+                .map(|(id, s)| (id.0, s.checkpoint, s.state))
+                .collect::<Vec<_>>()
+        };
+        let from_resumed = vec![(0, 4, vec![4, 0]), (1, 4, vec![4, 1])];
+        assert_eq!(got(Some(&written), Some(&resumed)), from_resumed);
+        assert_eq!(
+            got(None, Some(&resumed)),
+            from_resumed,
+            "a job that writes none"
+        );
+        assert_eq!(got(Some(&written), None), vec![], "nothing resumed");
+
+        commit(&written, 6, &[1]);
+        assert_eq!(
+            got(Some(&written), Some(&resumed)),
+            vec![(0, 4, vec![4, 0]), (1, 6, vec![6, 1])]
         );
     }
 

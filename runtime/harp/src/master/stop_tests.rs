@@ -37,6 +37,7 @@ async fn a_stop_gives_up_its_last_checkpoint_when_a_micro_task_never_finishes() 
         resume: None,
         report: report.clone(),
         seed: None,
+        resumed_from: None,
     };
     master
         .send_message(MasterMsg::Consistent(Box::new(setup)))

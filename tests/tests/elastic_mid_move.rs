@@ -219,14 +219,29 @@ fn kill_the_releasing_node_mid_fetch(
     run: &[&str],
     role: &str,
 ) -> (LoggedNode, Child, String) {
+    let releasing = (role, &[][..]);
+    let handed = "parked executor state handed to QUIC";
+    kill_the_releasing_node_at(master, (metrics, run), releasing, || {}, handed)
+}
+
+/// The steps of [`kill_the_releasing_node_mid_fetch`], with node 1 started as `role` with
+/// `env`, `before_remove` run once it joined, and the kill when node 1 logs `kill_at`.
+fn kill_the_releasing_node_at(
+    master: &MasterProcess,
+    (metrics, run): (&Path, &[&str]),
+    (role, env): (&str, &[(&str, &str)]),
+    before_remove: impl FnOnce(),
+    kill_at: &str,
+) -> (LoggedNode, Child, String) {
     let adopting = LoggedNode::start(master, run);
     master.wait_until_running();
-    let mut releasing = LoggedNode::start_as(master, role, run);
+    let mut releasing = LoggedNode::start_with_env(master, role, run, env);
     wait_for_join(metrics);
+    before_remove();
     let remove = remove_node_1(master);
     let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
     let executor = executor_in(&parked);
-    releasing.wait_for_line(&["parked executor state handed to QUIC"]);
+    releasing.wait_for_line(&[kill_at]);
     releasing.kill();
     let (_, releaser_log) = releasing.exit("the releasing node 1");
     assert!(!releaser_log.contains("panicked"), "{releaser_log}");
@@ -371,19 +386,16 @@ fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state()
     master_args.extend(["--checkpoint-dir", checkpoints.to_str().unwrap()]);
     master_args.extend(["--checkpoint-every", "500"]);
     let master = MasterProcess::start(harp_binary!(), &master_args);
-    let adopting = LoggedNode::start(&master, &run);
-    master.wait_until_running();
     let held = [(harp::remote::RELEASED_STATE_SERVE_DELAY_VAR, "60000")];
-    let mut releasing = LoggedNode::start_with_env(&master, "worker", &run, &held);
-    wait_for_join(&metrics);
-    master.wait_for_line(&["checkpoint", "written"]);
-    let remove = remove_node_1(&master);
-    let parked = releasing.wait_for_line(&["state parked for the adopting node"]);
-    let executor = executor_in(&parked);
-    releasing.wait_for_line(&["fetch is held by a fault delay"]);
-    releasing.kill();
-    let (_, releaser_log) = releasing.exit("the releasing node 1");
-    assert!(!releaser_log.contains("panicked"), "{releaser_log}");
+    let (adopting, remove, executor) = kill_the_releasing_node_at(
+        &master,
+        (&metrics, &run),
+        ("worker", &held),
+        || {
+            master.wait_for_line(&["checkpoint", "written"]);
+        },
+        "fetch is held by a fault delay",
+    );
 
     let (records, node_log) = assert_exact_end(master, &metrics, adopting);
     // Node 0 fetched the executor's state once: the checkpointed one, from the master.

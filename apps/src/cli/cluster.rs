@@ -273,7 +273,8 @@ impl ClusterArgs {
         if self.nodes.is_some() {
             Ok(Compute::Cpu)
         } else if self.processes.is_some() {
-            drop(open()?);
+            // Opened to check it, and let go at once (the nodes open their own).
+            let _checked = open()?;
             Ok(Compute::Cpu)
         } else {
             open()

@@ -480,9 +480,9 @@ fn a_node_joining_while_another_is_cut_off_is_placed_after_the_eviction() {
     for other in [0, 1, 3] {
         hosts.cut_between(2, other, true);
     }
-    // The other nodes report their links to host 2 broken once those time out (3 s of
-    // silence); the master's verdict comes a lease and a second (3 s) after that. The node
-    // joins in between.
+    // The other nodes report their links to host 2 broken once those time out (a lease, 2 s,
+    // of silence); the master's verdict comes a lease and a second (3 s) after that. The
+    // node joins in between.
     std::thread::sleep(Duration::from_millis(4500));
     let join = format!("{}:{}", hosts.gateway(), master.port());
     let joiner = master.join(hosts.command(3, &harp_binary!()), &join, &[], &run_args);

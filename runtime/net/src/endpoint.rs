@@ -71,11 +71,37 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 }
 
 /// A bound endpoint that accepts and opens connections to nodes of one job. Clones share
-/// the endpoint.
+/// the endpoint, and its transport settings ([`NetEndpoint::set_transport`]).
 #[derive(Clone)]
 pub struct NetEndpoint {
     endpoint: quinn::Endpoint,
     config: TransportConfig,
+    tls: Arc<EndpointTls>,
+    /// What connections this endpoint opens from now on use (quinn keeps a default
+    /// client configuration per handle, so clones would not see a change to it).
+    client: Arc<std::sync::RwLock<quinn::ClientConfig>>,
+}
+
+/// The endpoint's TLS settings, kept to build its QUIC settings again with other
+/// transport settings.
+struct EndpointTls {
+    server: Arc<QuicServerConfig>,
+    client: Arc<QuicClientConfig>,
+}
+
+impl EndpointTls {
+    /// The server and client settings for `transport`.
+    fn quic_configs(
+        &self,
+        transport: &TransportConfig,
+    ) -> Result<(quinn::ServerConfig, quinn::ClientConfig), NetError> {
+        let transport = transport.quinn_transport()?;
+        let mut server = quinn::ServerConfig::with_crypto(self.server.clone());
+        server.transport_config(transport.clone());
+        let mut client = quinn::ClientConfig::new(self.client.clone());
+        client.transport_config(transport);
+        Ok((server, client))
+    }
 }
 
 /// A connection to another node.
@@ -109,15 +135,15 @@ impl NetEndpoint {
         identity: &NodeIdentity,
         config: TransportConfig,
     ) -> Result<Self, NetError> {
-        let transport = config.quinn_transport()?;
         let server_tls = QuicServerConfig::try_from(tls::server_config(creds, identity)?)
             .map_err(|e| NetError::Tls(e.to_string()))?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_tls));
-        server.transport_config(transport.clone());
         let client_tls = QuicClientConfig::try_from(tls::client_config(creds, identity)?)
             .map_err(|e| NetError::Tls(e.to_string()))?;
-        let mut client = quinn::ClientConfig::new(Arc::new(client_tls));
-        client.transport_config(transport);
+        let tls = Arc::new(EndpointTls {
+            server: Arc::new(server_tls),
+            client: Arc::new(client_tls),
+        });
+        let (server, client) = tls.quic_configs(&config)?;
         let bind_error = |e: std::io::Error| NetError::Bind {
             addr,
             message: e.to_string(),
@@ -125,10 +151,32 @@ impl NetEndpoint {
         let socket = bind_udp(addr).map_err(bind_error)?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| bind_error(std::io::Error::other("no async runtime found")))?;
-        let mut endpoint = quinn::Endpoint::new(Default::default(), Some(server), socket, runtime)
+        let endpoint = quinn::Endpoint::new(Default::default(), Some(server), socket, runtime)
             .map_err(bind_error)?;
-        endpoint.set_default_client_config(client);
-        Ok(Self { endpoint, config })
+        Ok(Self {
+            endpoint,
+            config,
+            tls,
+            client: Arc::new(std::sync::RwLock::new(client)),
+        })
+    }
+
+    /// The idle timeout and keep-alive of the connections this endpoint (and every clone
+    /// of it) opens or accepts from now on; connections already open keep theirs. (QUIC
+    /// takes the shorter of the two ends' idle timeouts.) The connect deadline stays.
+    pub fn set_transport(&self, idle_timeout_ms: u64, keep_alive_ms: u64) -> Result<(), NetError> {
+        let transport = TransportConfig {
+            idle_timeout_ms,
+            keep_alive_ms,
+            ..self.config.clone()
+        };
+        let (server, client) = self.tls.quic_configs(&transport)?;
+        self.endpoint.set_server_config(Some(server));
+        *self
+            .client
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+        Ok(())
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr, NetError> {
@@ -140,9 +188,12 @@ impl NetEndpoint {
 
     /// Connects to the node at `addr`, within the connect deadline.
     pub async fn connect(&self, addr: SocketAddr) -> Result<PeerConnection, NetError> {
+        let client = (self.client.read())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         let connecting = self
             .endpoint
-            .connect(addr, NODE_NAME)
+            .connect_with(client, addr, NODE_NAME)
             .map_err(|e| NetError::Connect {
                 addr,
                 message: e.to_string(),

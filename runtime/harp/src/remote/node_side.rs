@@ -158,11 +158,17 @@ pub async fn run_node_leaving<A: App>(
     check_bind_reaches(bind, join)?;
     let job = job_id(creds);
     let identity = creds.issue_node()?;
+    // Until the welcome says the job's lease, an idle timeout that does not cut the
+    // master's short (QUIC takes the shorter of the two ends'): the master link's is the
+    // lease the master set.
     let endpoint = NetEndpoint::bind(
         SocketAddr::new(bind, 0),
         creds,
         &identity,
-        TransportConfig::default(),
+        TransportConfig {
+            idle_timeout_ms: IDLE_TIMEOUT_BEFORE_WELCOME_MS,
+            ..TransportConfig::default()
+        },
     )?;
     let listen_addr = endpoint.local_addr()?;
     let counters = Arc::new(WireCounters::new());
@@ -193,6 +199,8 @@ pub async fn run_node_leaving<A: App>(
         }
     };
     check_welcome(&welcome, job).map_err(|e| HarpError::Remote(e.to_string()))?;
+    // Links to the other nodes break after the job's lease of silence too, not sooner.
+    endpoint.set_transport(welcome.lease_timeout_ms, welcome.heartbeat_interval_ms)?;
     if let Err(e) = AppIdentity::of(&*app).check(&welcome) {
         tell_master_failed(&master_link, &e).await;
         return Err(e);
@@ -443,6 +451,11 @@ async fn start_node<A: App>(
     .await?;
     Ok((worker, node, servers, store))
 }
+
+/// The idle timeout of a node's endpoint until the master's welcome says the job's lease
+/// (after which its links break after a lease of silence, as the master's do): long enough
+/// never to cut the master link's idle timeout, the lease, short.
+const IDLE_TIMEOUT_BEFORE_WELCOME_MS: u64 = 3_600_000;
 
 /// [`STAGED_REPORT_DELAY_VAR`]'s delay, said once when there is one.
 fn staged_report_delay() -> Option<Duration> {

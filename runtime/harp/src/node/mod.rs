@@ -51,6 +51,8 @@ use unacked::{HeldPart, Unacked};
 /// How long a read or a flush waits for a server's answer before the task fails with
 /// [`HarpError::RequestTimedOut`]. Servers answer at once (they never wait on versions), so
 /// only a stuck or overloaded peer runs into it; a dead one is noticed sooner by its lease.
+/// A node process waits at least a lease and a second (`remote/node_side.rs`), so a peer
+/// silent for less than a long lease fails no request.
 pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long traffic for a failed server waits for its shards to be rerouted (detection by
@@ -248,7 +250,6 @@ impl ParamStore {
     }
 
     /// The same store with another deadline for server requests.
-    #[cfg(test)]
     pub(crate) fn with_request_deadline(mut self, deadline: Duration) -> Self {
         self.request_deadline = deadline;
         self

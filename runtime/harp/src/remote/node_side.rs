@@ -20,7 +20,7 @@ use super::state_transfer::{StateDialer, StateOutbox};
 use crate::app::{App, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
-use crate::node::{ParamStore, Routing};
+use crate::node::{ParamStore, Routing, DEFAULT_REQUEST_DEADLINE};
 use crate::server::{ServerActor, ServerMsg};
 use crate::worker::{NodeShared, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg};
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
@@ -240,7 +240,7 @@ pub async fn run_node_leaving<A: App>(
         app.clone(),
         &assignment,
         &placement,
-        (me, job),
+        (me, job, welcome.lease_timeout_ms),
         master_link.clone(),
         &dialer,
         outbox.clone(),
@@ -350,7 +350,7 @@ async fn start_node<A: App>(
     app: Arc<A>,
     assignment: &Assignment,
     placement: &Placement,
-    (me, job): (u32, harp_wire::JobId),
+    (me, job, lease_timeout_ms): (u32, harp_wire::JobId, u64),
     master_link: Link,
     dialer: &Dialer,
     outbox: Arc<StateOutbox>,
@@ -393,7 +393,8 @@ async fn start_node<A: App>(
             servers: servers.clone(),
         },
     )
-    .with_node_id(me);
+    .with_node_id(me)
+    .with_request_deadline(request_deadline(lease_timeout_ms));
     // With SCAR's running checkpoint the master recovers failed servers: a flush part or a
     // read a failed server left unanswered goes to its shards' new owners, and what each
     // server acknowledged since each row's last save is kept for the report of its loss
@@ -450,6 +451,14 @@ async fn start_node<A: App>(
     )
     .await?;
     Ok((worker, node, servers, store))
+}
+
+/// How long a node's reads and flushes wait for a server's answer in a job whose lease is
+/// `lease_timeout_ms`: [`DEFAULT_REQUEST_DEADLINE`], or a lease and a second when that is
+/// longer (when the master would declare a silent node dead), so a server silent for less
+/// than the lease (a long pause, a network hiccup) fails no request.
+fn request_deadline(lease_timeout_ms: u64) -> Duration {
+    DEFAULT_REQUEST_DEADLINE.max(Duration::from_millis(lease_timeout_ms) + Duration::from_secs(1))
 }
 
 /// The idle timeout of a node's endpoint until the master's welcome says the job's lease
@@ -789,5 +798,17 @@ async fn serve_master<A: App>(
             }
             other => tracing::debug!(kind = ?other.kind(), "ignored from the master"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_wait_ten_seconds_or_a_lease_and_a_second_when_that_is_longer() {
+        assert_eq!(request_deadline(3_000), Duration::from_secs(10));
+        assert_eq!(request_deadline(9_000), Duration::from_secs(10));
+        assert_eq!(request_deadline(30_000), Duration::from_secs(31));
     }
 }

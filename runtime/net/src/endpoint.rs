@@ -77,9 +77,15 @@ pub struct NetEndpoint {
     endpoint: quinn::Endpoint,
     config: TransportConfig,
     tls: Arc<EndpointTls>,
-    /// What connections this endpoint opens from now on use (quinn keeps a default
+    /// How connections this endpoint opens from now on are made (quinn keeps a default
     /// client configuration per handle, so clones would not see a change to it).
-    client: Arc<std::sync::RwLock<quinn::ClientConfig>>,
+    dialing: Arc<std::sync::RwLock<Dialing>>,
+}
+
+/// The settings of the connections an endpoint opens.
+struct Dialing {
+    client: quinn::ClientConfig,
+    connect_timeout_ms: u64,
 }
 
 /// The endpoint's TLS settings, kept to build its QUIC settings again with other
@@ -153,29 +159,33 @@ impl NetEndpoint {
             .ok_or_else(|| bind_error(std::io::Error::other("no async runtime found")))?;
         let endpoint = quinn::Endpoint::new(Default::default(), Some(server), socket, runtime)
             .map_err(bind_error)?;
+        let dialing = Dialing {
+            client,
+            connect_timeout_ms: config.connect_timeout_ms,
+        };
         Ok(Self {
             endpoint,
             config,
             tls,
-            client: Arc::new(std::sync::RwLock::new(client)),
+            dialing: Arc::new(std::sync::RwLock::new(dialing)),
         })
     }
 
-    /// The idle timeout and keep-alive of the connections this endpoint (and every clone
-    /// of it) opens or accepts from now on; connections already open keep theirs. (QUIC
-    /// takes the shorter of the two ends' idle timeouts.) The connect deadline stays.
-    pub fn set_transport(&self, idle_timeout_ms: u64, keep_alive_ms: u64) -> Result<(), NetError> {
-        let transport = TransportConfig {
-            idle_timeout_ms,
-            keep_alive_ms,
-            ..self.config.clone()
-        };
-        let (server, client) = self.tls.quic_configs(&transport)?;
+    /// `config` for the connections this endpoint (and every clone of it) opens or accepts
+    /// from now on: their idle timeout and keep-alive (QUIC takes the shorter of the two
+    /// ends' idle timeouts) and the deadline of the connections it opens (an accepted
+    /// handshake keeps the deadline the endpoint was bound with, so one stalled peer cannot
+    /// hold the others' longer). Connections already open keep theirs.
+    pub fn set_transport(&self, config: &TransportConfig) -> Result<(), NetError> {
+        let (server, client) = self.tls.quic_configs(config)?;
         self.endpoint.set_server_config(Some(server));
         *self
-            .client
+            .dialing
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = client;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Dialing {
+            client,
+            connect_timeout_ms: config.connect_timeout_ms,
+        };
         Ok(())
     }
 
@@ -188,9 +198,10 @@ impl NetEndpoint {
 
     /// Connects to the node at `addr`, within the connect deadline.
     pub async fn connect(&self, addr: SocketAddr) -> Result<PeerConnection, NetError> {
-        let client = (self.client.read())
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let (client, connect_timeout_ms) = {
+            let dialing = (self.dialing.read()).unwrap_or_else(std::sync::PoisonError::into_inner);
+            (dialing.client.clone(), dialing.connect_timeout_ms)
+        };
         let connecting = self
             .endpoint
             .connect_with(client, addr, NODE_NAME)
@@ -198,7 +209,7 @@ impl NetEndpoint {
                 addr,
                 message: e.to_string(),
             })?;
-        let deadline = Duration::from_millis(self.config.connect_timeout_ms);
+        let deadline = Duration::from_millis(connect_timeout_ms);
         match tokio::time::timeout(deadline, connecting).await {
             Ok(Ok(conn)) => Ok(PeerConnection { conn }),
             Ok(Err(e)) => Err(NetError::Handshake {
@@ -207,7 +218,7 @@ impl NetEndpoint {
             }),
             Err(_) => Err(NetError::Timeout {
                 what: format!("connecting to {addr}"),
-                after_ms: self.config.connect_timeout_ms,
+                after_ms: connect_timeout_ms,
             }),
         }
     }

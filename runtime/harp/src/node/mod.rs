@@ -249,6 +249,11 @@ impl ParamStore {
         self
     }
 
+    /// How long a read or a flush waits for a server's answer.
+    pub(crate) fn request_deadline(&self) -> Duration {
+        self.request_deadline
+    }
+
     /// The same store with another deadline for server requests.
     pub(crate) fn with_request_deadline(mut self, deadline: Duration) -> Self {
         self.request_deadline = deadline;

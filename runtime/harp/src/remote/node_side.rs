@@ -199,8 +199,12 @@ pub async fn run_node_leaving<A: App>(
         }
     };
     check_welcome(&welcome, job).map_err(|e| HarpError::Remote(e.to_string()))?;
-    // Links to the other nodes break after the job's lease of silence too, not sooner.
-    endpoint.set_transport(welcome.lease_timeout_ms, welcome.heartbeat_interval_ms)?;
+    // Links to the other nodes break after the job's lease of silence too, not sooner, and
+    // a dial waits for a peer silent for less than the lease.
+    endpoint.set_transport(&lease_transport(
+        welcome.lease_timeout_ms,
+        welcome.heartbeat_interval_ms,
+    ))?;
     if let Err(e) = AppIdentity::of(&*app).check(&welcome) {
         tell_master_failed(&master_link, &e).await;
         return Err(e);
@@ -459,6 +463,18 @@ async fn start_node<A: App>(
 /// than the lease (a long pause, a network hiccup) fails no request.
 fn request_deadline(lease_timeout_ms: u64) -> Duration {
     DEFAULT_REQUEST_DEADLINE.max(Duration::from_millis(lease_timeout_ms) + Duration::from_secs(1))
+}
+
+/// A node's transport once it knows the job's lease: links break after a lease of silence
+/// (QUIC's idle timeout, kept alive every heartbeat), and a dial gives up after the default
+/// 3 s or the lease when that is longer.
+fn lease_transport(lease_timeout_ms: u64, heartbeat_interval_ms: u64) -> TransportConfig {
+    let patient = TransportConfig::default();
+    TransportConfig {
+        connect_timeout_ms: patient.connect_timeout_ms.max(lease_timeout_ms),
+        idle_timeout_ms: lease_timeout_ms,
+        keep_alive_ms: heartbeat_interval_ms,
+    }
 }
 
 /// The idle timeout of a node's endpoint until the master's welcome says the job's lease

@@ -182,9 +182,12 @@ pub(super) fn drain_server<A: App>(
 ) {
     let node = node.clone();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let asked = servers
-        .get(&server)
-        .is_some_and(|proxy| proxy.send_message(ServerMsg::Drain { reply: tx }).is_ok());
+    let within = node.store.request_deadline();
+    let asked = (servers.get(&server)).is_some_and(|proxy| {
+        proxy
+            .send_message(ServerMsg::Drain { reply: tx, within })
+            .is_ok()
+    });
     crate::spawn::spawn(async move {
         if asked {
             let _ = rx.await;

@@ -174,10 +174,14 @@ pub(crate) enum ServerMsg {
         /// A failed server's shard re-created from the running checkpoint (`None`: a move).
         restore: Option<Restore>,
     },
-    /// Answer once nothing sent through this handle waits for an answer (a server about to
-    /// leave the job is drained by every node before it goes). A server in this process
-    /// answers in order, so at once.
-    Drain { reply: oneshot::Sender<()> },
+    /// Answer once nothing sent through this handle waits for an answer, or after `within`
+    /// (the node's deadline for a server's answer: a server about to leave the job is
+    /// drained by every node before it goes). A server in this process answers in order,
+    /// so at once.
+    Drain {
+        reply: oneshot::Sender<()>,
+        within: std::time::Duration,
+    },
     /// The new owner of `shard` confirmed it holds the rows (internal): send the requests
     /// held for it, then answer the hand-off.
     HandedOver {
@@ -1068,7 +1072,7 @@ impl Actor for ServerActor {
             ServerMsg::Stats { reply } => {
                 let _ = reply.send(state.stats());
             }
-            ServerMsg::Drain { reply } => {
+            ServerMsg::Drain { reply, .. } => {
                 let _ = reply.send(());
             }
             ServerMsg::Checkpoint(request) => state.checkpoint(request),
@@ -1148,7 +1152,7 @@ mod tests {
                     let rows = keys.iter().map(|_| Arc::new(RowData::F32(vec![0.0; 2])));
                     let _ = reply.send(Ok(rows.collect()));
                 }
-                ServerMsg::Drain { reply } => {
+                ServerMsg::Drain { reply, .. } => {
                     let _ = reply.send(());
                 }
                 _ => seen.kinds.push("other"),
@@ -1180,7 +1184,10 @@ mod tests {
 
     async fn drained(server: ActorRef<ServerMsg>) {
         let (tx, rx) = oneshot::channel();
-        server.send_message(ServerMsg::Drain { reply: tx }).unwrap();
+        let within = std::time::Duration::from_secs(10);
+        server
+            .send_message(ServerMsg::Drain { reply: tx, within })
+            .unwrap();
         rx.await.unwrap();
     }
 

@@ -183,10 +183,10 @@ impl Actor for ServerProxy {
             ServerMsg::Relocated { .. } => {
                 tracing::debug!(server = %state.server, "only the master relocates a shard");
             }
-            ServerMsg::Drain { reply } => {
+            ServerMsg::Drain { reply, within } => {
                 let pending = state.pending.clone();
                 crate::spawn::spawn(async move {
-                    wait_drained(&pending).await;
+                    wait_drained(&pending, within).await;
                     let _ = reply.send(());
                 });
             }
@@ -413,9 +413,11 @@ impl Drop for UnconfirmedRows {
 
 /// Waits until no reply is awaited on `pending`, twice in a row [`DRAIN_RECHECK`] apart (a
 /// request routed just before the reroute may still be on its way into the proxy's
-/// mailbox), or at most [`DRAIN_DEADLINE`] (every request has its own deadline anyway).
-pub(super) async fn wait_drained(pending: &PendingReplies) {
-    let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+/// mailbox), or at most `within`: the node's deadline for a server's answer (10 s, or a
+/// lease and a second when longer), which every request has too, so a server silent for
+/// less than the lease is waited for.
+pub(super) async fn wait_drained(pending: &PendingReplies, within: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + within;
     let mut quiet_checks = 0;
     while quiet_checks < 2 && tokio::time::Instant::now() < deadline {
         if pending.outstanding() == 0 {
@@ -428,7 +430,6 @@ pub(super) async fn wait_drained(pending: &PendingReplies) {
 }
 
 pub(super) const DRAIN_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
-pub(super) const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a shard's old owner waits for the new one to confirm it holds the rows.
 pub(super) const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);

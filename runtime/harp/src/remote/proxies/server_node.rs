@@ -93,7 +93,7 @@ impl Actor for ServerNodeProxy {
                     node_id: node,
                 });
             }
-            ServerMsg::Drain { reply } => {
+            ServerMsg::Drain { reply, .. } => {
                 let _ = reply.send(());
             }
             // A failed server's shards re-created here from the running checkpoint.

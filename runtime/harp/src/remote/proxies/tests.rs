@@ -210,3 +210,31 @@ async fn messages_that_move_an_executor_keep_their_place_on_the_control_stream()
     let (arrived, _) = peer.arrived.recv().await.unwrap();
     assert_eq!(arrived, Arrived::OwnStream(MessageKind::Apply));
 }
+
+/// A drain (a leaving server's node departs once every node drained it) answers as soon as
+/// no request waits for the server, and otherwise waits as long as it is given: the node's
+/// deadline for a server's answer, a lease and a second under a long lease, not a fixed
+/// 10 s, so a server silent for less than the lease is waited for. (Paused time: the waits
+/// are exact.)
+#[tokio::test(start_paused = true)]
+async fn a_drain_waits_for_unanswered_requests_as_long_as_it_is_given() {
+    let pending = PendingReplies::default();
+    let asked = tokio::time::Instant::now();
+    wait_drained(&pending, std::time::Duration::from_secs(31)).await;
+    assert_eq!(
+        asked.elapsed(),
+        2 * DRAIN_RECHECK,
+        "nothing awaited: two quiet checks"
+    );
+
+    let (reply, _unanswered) = oneshot::channel();
+    pending.register(Pending::Applied(reply));
+    let within = std::time::Duration::from_secs(31);
+    let asked = tokio::time::Instant::now();
+    wait_drained(&pending, within).await;
+    let waited = asked.elapsed();
+    assert!(
+        waited >= within && waited <= within + DRAIN_RECHECK,
+        "waited {waited:?} for an unanswered request, given {within:?}"
+    );
+}

@@ -355,7 +355,7 @@ fn recovers<A: App>(ctx: &RosterContext<A>) -> Recovers {
 /// How long the master waits for its verdict on a node another node lost: its lease
 /// timeout and a second.
 fn verdict_limit<A: App>(ctx: &RosterContext<A>) -> Duration {
-    Duration::from_millis(ctx.lease_timeout_ms) + Duration::from_secs(1)
+    super::lease::verdict_after(ctx.lease_timeout_ms)
 }
 
 /// What [`hold_for_verdict`] waited for.

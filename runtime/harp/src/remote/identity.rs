@@ -42,7 +42,7 @@ impl AppIdentity {
             app_tables: self.tables.clone(),
             app_settings: self.settings.clone(),
             lease_timeout_ms,
-            heartbeat_interval_ms: (lease_timeout_ms / 6).max(50),
+            heartbeat_interval_ms: super::lease::heartbeat_interval_ms(lease_timeout_ms),
         })
     }
 

@@ -24,7 +24,7 @@ use harp_core::{
     ExecutorId, ExecutorMap, MemberInfo, MembershipConfig, MembershipEvent, MembershipView, NodeId,
     NodeRoles, ServerId, ShardMap, WorkerId,
 };
-use harp_net::{Incoming, JobCredentials, Link, NetEndpoint, TransportConfig};
+use harp_net::{Incoming, JobCredentials, Link, NetEndpoint};
 use harp_wire::{
     Assignment, JobInfoWire, Message, NodeRole, Placement, ServerPlace, ShardPlace, WireCounters,
     NODE_ID_UNASSIGNED,
@@ -91,14 +91,6 @@ impl Default for ClusterOptions {
             worker_recovery: false,
             consistent: crate::consistent::ConsistentOptions::default(),
         }
-    }
-}
-
-fn transport(lease_timeout_ms: u64) -> TransportConfig {
-    TransportConfig {
-        idle_timeout_ms: lease_timeout_ms,
-        keep_alive_ms: (lease_timeout_ms / 6).max(50),
-        ..TransportConfig::default()
     }
 }
 
@@ -221,7 +213,7 @@ async fn run_across_body<A: App>(
         options.listen,
         creds,
         &identity,
-        transport(options.lease_timeout_ms),
+        super::lease::lease_transport(options.lease_timeout_ms),
     )?;
     listening(endpoint.local_addr()?);
     let job = job_id(creds);

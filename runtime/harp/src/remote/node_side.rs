@@ -201,10 +201,7 @@ pub async fn run_node_leaving<A: App>(
     check_welcome(&welcome, job).map_err(|e| HarpError::Remote(e.to_string()))?;
     // Links to the other nodes break after the job's lease of silence too, not sooner, and
     // a dial waits for a peer silent for less than the lease.
-    endpoint.set_transport(&lease_transport(
-        welcome.lease_timeout_ms,
-        welcome.heartbeat_interval_ms,
-    ))?;
+    endpoint.set_transport(&node_transport(welcome.lease_timeout_ms))?;
     if let Err(e) = AppIdentity::of(&*app).check(&welcome) {
         tell_master_failed(&master_link, &e).await;
         return Err(e);
@@ -462,18 +459,17 @@ async fn start_node<A: App>(
 /// longer (when the master would declare a silent node dead), so a server silent for less
 /// than the lease (a long pause, a network hiccup) fails no request.
 fn request_deadline(lease_timeout_ms: u64) -> Duration {
-    DEFAULT_REQUEST_DEADLINE.max(Duration::from_millis(lease_timeout_ms) + Duration::from_secs(1))
+    DEFAULT_REQUEST_DEADLINE.max(super::lease::verdict_after(lease_timeout_ms))
 }
 
-/// A node's transport once it knows the job's lease: links break after a lease of silence
-/// (QUIC's idle timeout, kept alive every heartbeat), and a dial gives up after the default
-/// 3 s or the lease when that is longer.
-fn lease_transport(lease_timeout_ms: u64, heartbeat_interval_ms: u64) -> TransportConfig {
-    let patient = TransportConfig::default();
+/// A node's transport once it knows the job's lease: the job's links
+/// ([`lease_transport`](super::lease::lease_transport)), and a dial that gives up after the
+/// default 3 s or the lease when that is longer.
+fn node_transport(lease_timeout_ms: u64) -> TransportConfig {
+    let links = super::lease::lease_transport(lease_timeout_ms);
     TransportConfig {
-        connect_timeout_ms: patient.connect_timeout_ms.max(lease_timeout_ms),
-        idle_timeout_ms: lease_timeout_ms,
-        keep_alive_ms: heartbeat_interval_ms,
+        connect_timeout_ms: links.connect_timeout_ms.max(lease_timeout_ms),
+        ..links
     }
 }
 

@@ -522,7 +522,16 @@ pub fn spawn_piped(command: &mut Command) -> std::process::Child {
 /// Waits (at most 30 s) for `child` to exit; a process that does not fails the test
 /// (`what` names it).
 pub fn wait_exit(child: &mut std::process::Child, what: &str) -> ExitStatus {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    wait_exit_within(child, what, std::time::Duration::from_secs(30))
+}
+
+/// [`wait_exit`] with another limit.
+pub fn wait_exit_within(
+    child: &mut std::process::Child,
+    what: &str,
+    limit: std::time::Duration,
+) -> ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;

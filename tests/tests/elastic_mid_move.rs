@@ -8,11 +8,16 @@
 //!   again from its state in the newest one), its uncommitted micro-tasks run again, and at
 //!   the end every counter is exact (no update lost or applied twice).
 //!
+//! Under a long lease a fetch held for longer than the usual 30 s still moves the state
+//! (the waits on a silent peer outlast the master's verdict: `remote/lease.rs`).
+//!
 //! Also, with `--recover-workers`, a node that leaves after its moves: it departs only once
 //! the flushes staged on its server are reported and committed, and a worker node that
 //! dies meanwhile has its executors created afresh elsewhere than on the leaving node.
 
-use harp_tests::{harp_binary, read_json_lines, wait_exit, LoggedNode, MasterProcess, PATIENCE};
+use harp_tests::{
+    harp_binary, read_json_lines, wait_exit, wait_exit_within, LoggedNode, MasterProcess, PATIENCE,
+};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -423,6 +428,53 @@ fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state()
     let said = failed_answer(remove);
     assert_eq!(made_again(&said), Some(checkpoint), "{said}");
     assert!(said.contains(&executor), "{said}");
+}
+
+/// A long lease holds during a move too: under a 40 s lease, node 1 holds the fetch of the
+/// executor state it released on `harp scale --remove 1` for 33 s
+/// (`RELEASED_STATE_SERVE_DELAY_VAR`), longer than a fetch's usual 30 s wait for the next
+/// chunk. Node 0 waits for it (a lease and a second: a peer silent for less than the lease
+/// fails nothing), restores the moved state, the leave succeeds, both nodes exit 0 and
+/// every counter is exact. While the chunk wait stayed at 30 s whatever the lease, the
+/// fetch gave up and the executor was created afresh.
+#[test]
+fn under_a_long_lease_a_state_fetch_held_past_thirty_seconds_still_moves_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = recovering_run();
+    let state_bytes = run.iter().position(|a| *a == "--state-bytes").unwrap() + 1;
+    run[state_bytes] = "2000000";
+    run.extend(["--lease-timeout-ms", "40000"]);
+    let metrics = dir.path().join("metrics.jsonl");
+    let mut master_args = run.clone();
+    master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let adopting = LoggedNode::start(&master, &run);
+    master.wait_until_running();
+    let held = [(harp::remote::RELEASED_STATE_SERVE_DELAY_VAR, "33000")];
+    let mut releasing = LoggedNode::start_with_env(&master, "worker", &run, &held);
+    wait_for_join(&metrics);
+    let began = Instant::now();
+    let mut remove = remove_node_1(&master);
+    releasing.wait_for_line(&["fetch is held by a fault delay"]);
+    let status = wait_exit_within(&mut remove, "harp scale --remove 1", PATIENCE);
+    assert!(status.success(), "harp scale --remove 1 failed");
+    assert!(
+        began.elapsed() >= Duration::from_secs(33),
+        "the leave did not wait for the held fetch: {:?}",
+        began.elapsed()
+    );
+    let (records, _) = assert_exact(master, &metrics);
+    let event = the_event(&records, "leave");
+    assert_eq!(event["ok"], true, "{event}");
+    let node_log = assert_nodes_exit_0(vec![(releasing, "node 1"), (adopting, "node 0")]);
+    let restored: Vec<_> = (node_log.lines())
+        .filter(|l| l.contains("executor state fetched and restored"))
+        .collect();
+    assert!(
+        restored.iter().any(|l| l.contains("how=Moved")),
+        "{node_log}"
+    );
+    assert!(!node_log.contains("afresh"), "{node_log}");
 }
 
 /// The counter run of the late-report tests: 600 micro-tasks, 50 in flight per executor,

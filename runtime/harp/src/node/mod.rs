@@ -56,7 +56,8 @@ use unacked::{HeldPart, Unacked};
 pub(crate) const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long traffic for a failed server waits for its shards to be rerouted (detection by
-/// lease expiry plus re-creating the shards) before the task fails.
+/// lease expiry plus re-creating the shards) before the task fails. A node process under a
+/// long lease waits longer: the verdict and 30 s (`remote/lease.rs::reroute_wait`).
 pub(crate) const SERVER_RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
 type Batches = BTreeMap<ServerId, Vec<(ParamKey, RowData)>>;
@@ -107,6 +108,8 @@ pub(crate) struct ParamStore {
     routing: RwLock<Routing>,
     num_shards: u32,
     request_deadline: Duration,
+    /// How long traffic for a server that does not answer waits for a reroute.
+    reroute_wait: Duration,
     /// Traffic for a server that does not answer waits for a reroute (SCAR recovery) or
     /// for the master's verdict (an eviction).
     await_lost_servers: bool,
@@ -139,6 +142,7 @@ impl ParamStore {
             routing: RwLock::new(routing),
             num_shards,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
+            reroute_wait: SERVER_RECOVERY_WAIT,
             await_lost_servers: false,
             rerouted: tokio::sync::Notify::new(),
             servers_awaited: Mutex::default(),
@@ -260,6 +264,13 @@ impl ParamStore {
         self
     }
 
+    /// The same store with another wait for a reroute away from a server that does not
+    /// answer ([`SERVER_RECOVERY_WAIT`] otherwise).
+    pub(crate) fn with_reroute_wait(mut self, wait: Duration) -> Self {
+        self.reroute_wait = wait;
+        self
+    }
+
     /// Rows valid for a task of `version` (from the cache or fetched).
     pub(crate) async fn read(
         &self,
@@ -280,7 +291,7 @@ impl ParamStore {
         version: Version,
         visit: &mut Visitor<'_>,
     ) -> Result<(), HarpError> {
-        let deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
+        let deadline = tokio::time::Instant::now() + self.reroute_wait;
         loop {
             let result = self
                 .cache
@@ -320,7 +331,7 @@ impl ParamStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(server);
         if first {
-            tracing::warn!(%server, wait_s = SERVER_RECOVERY_WAIT.as_secs(), "a server does not answer: its traffic waits for the master's verdict on its node (dead: its shards re-created elsewhere; alive: one of the two nodes evicted, or the job ends)");
+            tracing::warn!(%server, wait_s = self.reroute_wait.as_secs(), "a server does not answer: its traffic waits for the master's verdict on its node (dead: its shards re-created elsewhere; alive: one of the two nodes evicted, or the job ends)");
             if let Some(hook) = &self.server_awaited_hook {
                 hook(server);
             }
@@ -427,7 +438,7 @@ impl ParamStore {
     /// [`Self::apply`] or [`Self::stage`]: the servers that acknowledged a part, ascending.
     async fn flush(&self, batches: Batches, mode: FlushMode) -> Result<Vec<ServerId>, HarpError> {
         let rows: usize = batches.values().map(Vec::len).sum();
-        let recovery_deadline = tokio::time::Instant::now() + SERVER_RECOVERY_WAIT;
+        let recovery_deadline = tokio::time::Instant::now() + self.reroute_wait;
         // A server's part larger than a message may carry goes as several, each
         // acknowledged (and recorded in the ledger at its save epoch) on its own.
         let mut pending: Outgoing = batches

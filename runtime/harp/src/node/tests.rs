@@ -386,3 +386,44 @@ async fn without_server_recovery_a_failed_server_fails_the_flush_and_the_read() 
         "{err}"
     );
 }
+
+/// A node process under a long lease (`remote::lease::reroute_wait`): its traffic for a
+/// dead server waits for the master's verdict and the shards' re-creation after it, so a
+/// reroute 75 s after the loss (a 60 s lease, then 14 s to re-create) saves the flush that
+/// the usual minute gives up on.
+#[tokio::test(start_paused = true)]
+async fn under_a_long_lease_traffic_for_a_dead_server_waits_for_the_verdict_and_the_recovery() {
+    let long_lease = crate::remote::lease::reroute_wait(SERVER_RECOVERY_WAIT, 60_000);
+    for (wait, saved) in [(SERVER_RECOVERY_WAIT, false), (long_lease, true)] {
+        let (store, key, [s0, s1]) = store_on_two_servers(true).await;
+        let store = Arc::new(Arc::into_inner(store).unwrap().with_reroute_wait(wait));
+        crash(&s0).await;
+        store.record(key, RowData::F32(vec![1.0, 2.0])).unwrap();
+        let began = tokio::time::Instant::now();
+        let flushing = crate::spawn::spawn({
+            let store = store.clone();
+            async move { store.apply(store.drain_log()).await }
+        });
+        tokio::time::sleep(Duration::from_secs(75)).await;
+        store.reroute(ShardId(0), ServerId(1)).unwrap();
+        store.forget_server(ServerId(0));
+        let flushed = flushing.await.unwrap();
+        if saved {
+            flushed.unwrap();
+            assert_eq!(dump(&s1).await, vec![(key, RowData::F32(vec![1.0, 2.0]))]);
+        } else {
+            let err = flushed.unwrap_err();
+            assert!(
+                matches!(err, HarpError::ServerUnreachable(ServerId(0))),
+                "{err}"
+            );
+            // It gave up when the usual wait was over, before the reroute.
+            assert!(
+                began.elapsed() >= SERVER_RECOVERY_WAIT,
+                "{:?}",
+                began.elapsed()
+            );
+            assert_eq!(dump(&s1).await, vec![]);
+        }
+    }
+}

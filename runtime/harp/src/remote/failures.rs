@@ -262,7 +262,7 @@ pub(crate) async fn report_after_verdict<A: App>(
 /// between the two live nodes broke (a partition between them) and no recovery would come:
 /// the master evicts one of them where the job can recover it (declared dead, as if it
 /// had died: [`super::eviction`]), and otherwise ends the job as [`HarpError::PeerLost`],
-/// both now rather than once the node's own wait (`node::SERVER_RECOVERY_WAIT`) is over.
+/// both now rather than once the node's own wait (`lease::reroute_wait`, a minute or more) is over.
 pub(crate) async fn peer_lost_unless_gone<A: App>(
     ctx: std::sync::Arc<RosterContext<A>>,
     (node, server): (u32, u32),

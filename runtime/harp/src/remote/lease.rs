@@ -18,6 +18,28 @@ pub(crate) fn verdict_after(lease_timeout_ms: u64) -> Duration {
     Duration::from_millis(lease_timeout_ms) + Duration::from_secs(1)
 }
 
+/// How long a wait on a peer's answer lasts in a job whose lease is `lease_timeout_ms`:
+/// `usual`, or until the master's verdict on a silent peer ([`verdict_after`]) when that is
+/// later, so that a peer silent for less than the lease (a long pause, a network hiccup)
+/// fails no wait; one silent longer is declared dead, and its waiters fail then. The
+/// node's reads and flushes, its drain of a leaving server, a shard's take-over
+/// confirmation, a state fetch's next chunk, a parked state's fetch, the master's drain of
+/// a leaving node and its final dump wait this long.
+pub(crate) fn outlasting_verdict(usual: Duration, lease_timeout_ms: u64) -> Duration {
+    usual.max(verdict_after(lease_timeout_ms))
+}
+
+/// How long a node's traffic for a server that does not answer waits for the server's
+/// shards to be rerouted (the master's verdict on its node, then re-creating its shards
+/// from the running checkpoint) before the task fails: `usual`, or the verdict and
+/// [`RECREATE_AFTER_VERDICT`] when that is later.
+pub(crate) fn reroute_wait(usual: Duration, lease_timeout_ms: u64) -> Duration {
+    usual.max(verdict_after(lease_timeout_ms) + RECREATE_AFTER_VERDICT)
+}
+
+/// What [`reroute_wait`] leaves for re-creating a dead server's shards after the verdict.
+pub(crate) const RECREATE_AFTER_VERDICT: Duration = Duration::from_secs(30);
+
 /// The QUIC settings of a job's links: a link breaks after a lease of silence (QUIC takes
 /// the shorter of its two ends' idle timeouts, so both ends use the lease), kept alive
 /// every heartbeat; the default connect deadline.
@@ -44,5 +66,25 @@ mod tests {
             (30_000, 5_000)
         );
         assert!(links.quinn_transport().is_ok());
+    }
+
+    #[test]
+    fn a_wait_on_a_peer_outlasts_the_verdict_only_under_a_long_lease() {
+        let usual = Duration::from_secs(15);
+        assert_eq!(outlasting_verdict(usual, 3_000), usual);
+        assert_eq!(outlasting_verdict(usual, 14_000), usual);
+        assert_eq!(
+            outlasting_verdict(usual, 30_000),
+            Duration::from_secs(31),
+            "a peer silent for less than a 30 s lease is waited for"
+        );
+        let minute = Duration::from_secs(60);
+        assert_eq!(reroute_wait(minute, 3_000), minute);
+        assert_eq!(reroute_wait(minute, 29_000), minute);
+        assert_eq!(
+            reroute_wait(minute, 60_000),
+            Duration::from_secs(91),
+            "the verdict on a dead server after a minute, then 30 s to re-create its shards"
+        );
     }
 }

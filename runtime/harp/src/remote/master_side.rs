@@ -7,7 +7,9 @@ use super::identity::AppIdentity;
 use super::job_id;
 use super::master_start::{accept_nodes, not_started, start_interrupted, wait_ready, JoinedNode};
 use super::pending::{Pending, PendingReplies};
-use super::proxies::{completions_from_wire, ServerNodeProxy, WorkerLink, WorkerProxy};
+use super::proxies::{
+    completions_from_wire, take_over_wait, ServerNodeProxy, WorkerLink, WorkerProxy,
+};
 use super::roster::{self, now_ms, NodeEntry, NodeLauncher, Roster, RosterContext};
 use super::row_parts::InParts;
 use super::state_transfer::{MasterCourier, StateDialer, StateOutbox};
@@ -218,7 +220,7 @@ async fn run_across_body<A: App>(
     listening(endpoint.local_addr()?);
     let job = job_id(creds);
     let counters = Arc::new(WireCounters::new());
-    let courier = master_courier(&endpoint, job, &counters)?;
+    let courier = master_courier(&endpoint, job, &counters, options.lease_timeout_ms)?;
     let identity = AppIdentity::of(&*app);
     // Until the job starts, a stop or an exited node process ends the start; the nodes that
     // joined hear why (after a stop they exit 0). Other deaths reported meanwhile are
@@ -434,7 +436,12 @@ async fn run_across_body<A: App>(
         }
         if node.roles.server {
             let id = ServerId(node.id);
-            let proxy = spawn(ServerNodeProxy, (id, node.link.clone(), pending.clone())).await?;
+            let take_over_wait = take_over_wait(options.lease_timeout_ms);
+            let proxy = spawn(
+                ServerNodeProxy,
+                (id, node.link.clone(), pending.clone(), take_over_wait),
+            )
+            .await?;
             servers.insert(id, proxy);
         }
         routes.push(RouteTarget::Remote {
@@ -543,7 +550,9 @@ async fn run_across_body<A: App>(
             // A failed collection still goes on to tell the nodes the job ended (with
             // its error): returning here would leave them waiting for the master.
             let params = if options.collect_params {
-                dump_params(&live).await.map(Some)
+                let patience =
+                    super::lease::outlasting_verdict(DUMP_DEADLINE, options.lease_timeout_ms);
+                dump_params(&live, patience).await.map(Some)
             } else {
                 Ok(None)
             };
@@ -637,6 +646,7 @@ fn master_courier(
     endpoint: &NetEndpoint,
     job: harp_wire::JobId,
     counters: &Arc<WireCounters>,
+    lease_timeout_ms: u64,
 ) -> Result<MasterCourier, HarpError> {
     let role = NodeRole {
         master: true,
@@ -651,6 +661,7 @@ fn master_courier(
             counters: counters.clone(),
             // The master's host is this one.
             master_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            lease_timeout_ms,
         },
         outbox: Arc::new(StateOutbox::default()),
     })
@@ -853,11 +864,14 @@ fn holdings_of(node: &JoinedNode, executors: &ExecutorMap, shards: &ShardMap) ->
     parts.join(" and ")
 }
 
-/// How long the master waits for one node's final parameter dump (a whole server's rows).
+/// How long the master waits for one node's final parameter dump (a whole server's rows);
+/// under a lease over 59 s, a lease and a second (`lease::outlasting_verdict`).
 const DUMP_DEADLINE: Duration = Duration::from_secs(60);
 
+/// The live server nodes' final parameters, each waited for `patience` at most.
 async fn dump_params(
     nodes: &[(u32, Link, NodeRoles, Arc<PendingReplies>)],
+    patience: Duration,
 ) -> Result<ParamDump, HarpError> {
     let mut dump = ParamDump::default();
     for (id, link, roles, pending) in nodes {
@@ -870,7 +884,7 @@ async fn dump_params(
             request_id,
             server: *id,
         })?;
-        let rows = match tokio::time::timeout(DUMP_DEADLINE, rx).await {
+        let rows = match tokio::time::timeout(patience, rx).await {
             Ok(Ok(rows)) => rows,
             Ok(Err(_)) => {
                 return Err(HarpError::NodeDied {
@@ -881,7 +895,7 @@ async fn dump_params(
             Err(_) => {
                 return Err(HarpError::Remote(format!(
                     "node {id} did not send its parameters within {} s",
-                    DUMP_DEADLINE.as_secs()
+                    patience.as_secs()
                 )))
             }
         };

@@ -52,7 +52,7 @@ mod failures;
 mod fault_delays;
 mod identity;
 mod job_counters;
-mod lease;
+pub(crate) mod lease;
 mod listen_addr;
 mod master_side;
 mod master_start;

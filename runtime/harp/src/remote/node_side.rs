@@ -9,6 +9,7 @@ use super::executor_moves::{
 use super::fault_delays::{fault_delay, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
 use super::identity::AppIdentity;
 use super::job_id;
+use super::lease;
 use super::listen_addr::{check_bind_reaches, dialable};
 use super::proxies::{serve_server_request, tasks_from_wire, MasterProxy};
 use super::row_parts::KeysInParts;
@@ -20,7 +21,7 @@ use super::state_transfer::{StateDialer, StateOutbox};
 use crate::app::{App, JobInfo};
 use crate::error::HarpError;
 use crate::job::{create_executors, spawn};
-use crate::node::{ParamStore, Routing, DEFAULT_REQUEST_DEADLINE};
+use crate::node::{ParamStore, Routing, DEFAULT_REQUEST_DEADLINE, SERVER_RECOVERY_WAIT};
 use crate::server::{ServerActor, ServerMsg};
 use crate::worker::{NodeShared, StagedFlushes, WorkerActor, WorkerArgs, WorkerMsg};
 use harp_core::{ExecutorId, FlushBook, NodeRoles, ServerId, ShardId, ShardMap, WorkerId};
@@ -233,6 +234,7 @@ pub async fn run_node_leaving<A: App>(
             hello: hello(me),
             counters: counters.clone(),
             master_ip: join.ip(),
+            lease_timeout_ms: welcome.lease_timeout_ms,
         },
         me,
         master_addr: join,
@@ -310,7 +312,8 @@ pub async fn run_node_leaving<A: App>(
     .await;
     heartbeat.abort();
     reports.abort();
-    if outbox.waiting() > 0 && !outbox.wait_empty(PARKED_WAIT).await {
+    let parked_wait = lease::outlasting_verdict(PARKED_WAIT, welcome.lease_timeout_ms);
+    if outbox.waiting() > 0 && !outbox.wait_empty(parked_wait).await {
         tracing::warn!(
             node = me,
             states = outbox.waiting(),
@@ -344,7 +347,8 @@ type Started<A> = (
     Arc<ParamStore>,
 );
 
-/// How long a node that is done waits for the executor states it parked to be fetched.
+/// How long a node that is done waits for the executor states it parked to be fetched
+/// (under a long lease, a lease and a second: `lease::outlasting_verdict`).
 const PARKED_WAIT: Duration = Duration::from_secs(30);
 
 async fn start_node<A: App>(
@@ -395,7 +399,8 @@ async fn start_node<A: App>(
         },
     )
     .with_node_id(me)
-    .with_request_deadline(request_deadline(lease_timeout_ms));
+    .with_request_deadline(request_deadline(lease_timeout_ms))
+    .with_reroute_wait(lease::reroute_wait(SERVER_RECOVERY_WAIT, lease_timeout_ms));
     // With SCAR's running checkpoint the master recovers failed servers: a flush part or a
     // read a failed server left unanswered goes to its shards' new owners, and what each
     // server acknowledged since each row's last save is kept for the report of its loss
@@ -459,14 +464,14 @@ async fn start_node<A: App>(
 /// longer (when the master would declare a silent node dead), so a server silent for less
 /// than the lease (a long pause, a network hiccup) fails no request.
 fn request_deadline(lease_timeout_ms: u64) -> Duration {
-    DEFAULT_REQUEST_DEADLINE.max(super::lease::verdict_after(lease_timeout_ms))
+    lease::outlasting_verdict(DEFAULT_REQUEST_DEADLINE, lease_timeout_ms)
 }
 
 /// A node's transport once it knows the job's lease: the job's links
 /// ([`lease_transport`](super::lease::lease_transport)), and a dial that gives up after the
 /// default 3 s or the lease when that is longer.
 fn node_transport(lease_timeout_ms: u64) -> TransportConfig {
-    let links = super::lease::lease_transport(lease_timeout_ms);
+    let links = lease::lease_transport(lease_timeout_ms);
     TransportConfig {
         connect_timeout_ms: links.connect_timeout_ms.max(lease_timeout_ms),
         ..links

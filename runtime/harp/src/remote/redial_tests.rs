@@ -50,6 +50,7 @@ async fn a_passed_over_server_is_dialled_again_when_a_shard_is_routed_to_it() {
             ),
             counters: Arc::new(WireCounters::new()),
             master_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            lease_timeout_ms: 3_000,
         },
         master_addr: node.local_addr().unwrap(),
     };

@@ -23,7 +23,7 @@ pub(crate) use desired::{count_joins, follow_desired};
 
 use super::identity::AppIdentity;
 use super::pending::{Pending, PendingReplies};
-use super::proxies::{ServerNodeProxy, WorkerLink, WorkerProxy};
+use super::proxies::{take_over_wait, ServerNodeProxy, WorkerLink, WorkerProxy};
 use super::state_transfer::MasterCourier;
 use crate::app::App;
 use crate::control::{EventSink, JobControl, JobEvent, ScaleEvent};
@@ -257,7 +257,8 @@ pub(crate) struct RosterContext<A: App> {
 }
 
 /// How long the master waits for the other nodes to drain a leaving server (see [`drain`]
-/// for the jobs that wait longer), and how often it says it still waits.
+/// for the jobs that wait longer; under a lease over 14 s, a lease and a second:
+/// `lease::outlasting_verdict`), and how often it says it still waits.
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
 
 /// A node joins the running job: it gets an empty assignment and the placement; once it is
@@ -339,7 +340,8 @@ async fn admit<A: App>(
     retry_waiting_leaves(ctx);
 }
 
-/// How long a joining node's placement waits for the verdicts on broken links at most.
+/// How long a joining node's placement waits for the verdicts on broken links at most
+/// (under a lease over 9 s, a lease and a second: the verdict comes after as long).
 const VERDICTS_WAIT: Duration = Duration::from_secs(10);
 /// How often [`wait_until`] looks at the roster again.
 pub(crate) const ROSTER_POLL: Duration = Duration::from_millis(10);
@@ -365,7 +367,7 @@ pub(crate) async fn wait_until(
 
 /// Holds joining node `id`'s placement while two live nodes lost the link between them and
 /// the master's verdict (an eviction: `failures.rs::peer_lost_unless_gone`) is still to
-/// come, for at most [`VERDICTS_WAIT`]. A node cut off from the others is in the placement
+/// come, for at most [`VERDICTS_WAIT`] (or the lease and a second). A node cut off from the others is in the placement
 /// until its eviction; a joiner placed before it dials its server in vain and does not
 /// start (the elastic partition soak's seed 23: a node joined 2.5 s after another was cut
 /// off from every node, whose eviction came a second later). Placed after it, the joiner
@@ -381,7 +383,8 @@ async fn await_link_verdicts<A: App>(ctx: &RosterContext<A>, id: u32) {
         node = id,
         "a joining node waits for the verdict on a broken link between two nodes"
     );
-    wait_until(&ctx.roster, VERDICTS_WAIT, settled).await;
+    let limit = super::lease::outlasting_verdict(VERDICTS_WAIT, ctx.lease_timeout_ms);
+    wait_until(&ctx.roster, limit, settled).await;
 }
 
 /// Takes a ready node in: its lease, its proxies on the master, its reader
@@ -417,7 +420,12 @@ async fn enlist<A: App>(
     if roles.server {
         let proxy = spawn(
             ServerNodeProxy,
-            (ServerId(id), link.clone(), pending.clone()),
+            (
+                ServerId(id),
+                link.clone(),
+                pending.clone(),
+                take_over_wait(ctx.lease_timeout_ms),
+            ),
         )
         .await?;
         let _ = ctx
@@ -642,7 +650,8 @@ async fn give_load_away<A: App>(
 
 /// Asks every other node to answer once nothing it sent to `server` is unanswered (and,
 /// with worker recovery, every flush it staged so far is reported). A node that does not
-/// answer within [`DRAIN_WAIT`] is given up on, except in a job that recovers worker
+/// answer within [`DRAIN_WAIT`] (or a lease and a second, when longer: a node silent for
+/// less than the lease is not given up on) is given up on, except in a job that recovers worker
 /// nodes while it is still in the job: a flush it staged on `server` and has not reported
 /// yet (one waiting on a lost server, say) would be lost with the server, so the wait goes
 /// on until it answers, or dies or is evicted (its staged flushes are dropped then, and
@@ -660,9 +669,10 @@ async fn drain<A: App>(ctx: &Arc<RosterContext<A>>, server: u32) {
             waits.push((other.id, rx));
         }
     }
+    let patience = super::lease::outlasting_verdict(DRAIN_WAIT, ctx.lease_timeout_ms);
     for (other, mut rx) in waits {
         // Answered, or the node is gone (its waiters fail).
-        while tokio::time::timeout(DRAIN_WAIT, &mut rx).await.is_err() {
+        while tokio::time::timeout(patience, &mut rx).await.is_err() {
             let in_job = {
                 let roster = lock(&ctx.roster);
                 !roster.job_ended() && roster.nodes.contains_key(&other)

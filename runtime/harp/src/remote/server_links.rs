@@ -71,7 +71,8 @@ impl Dialer {
         addr: &str,
     ) -> Result<ActorRef<ServerMsg>, HarpError> {
         let (link, incoming) = self.open(addr, &id.to_string()).await?;
-        spawn(ServerProxy, (id, self.me, link, incoming)).await
+        let lease_timeout_ms = self.peers.lease_timeout_ms;
+        spawn(ServerProxy, (id, self.me, link, incoming, lease_timeout_ms)).await
     }
 }
 

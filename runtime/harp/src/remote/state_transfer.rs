@@ -61,7 +61,8 @@ pub(crate) fn is_parked(bytes: usize) -> bool {
 /// The size of one [`Message::StateChunk`]'s data.
 pub(crate) const CHUNK_BYTES: usize = 8 << 20;
 
-/// How long a fetch waits for the next chunk before it gives up.
+/// How long a fetch waits for the next chunk before it gives up (under a lease over 29 s, a
+/// lease and a second: [`chunk_wait`]).
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Saved executor states parked on this node until the adopting node fetches them.
@@ -299,6 +300,16 @@ pub(crate) struct StateDialer {
     /// The master's IP as this process reaches it (a loopback address on the master's
     /// host): where a listen address with a wildcard IP is dialled (`listen_addr`).
     pub master_ip: IpAddr,
+    /// The job's lease (`ClusterOptions::lease_timeout_ms`, a node's from its welcome): a
+    /// fetch waits for a peer silent for less than it.
+    pub lease_timeout_ms: u64,
+}
+
+/// How long a fetch waits for the next chunk in a job whose lease is `lease_timeout_ms`:
+/// [`CHUNK_TIMEOUT`], or a lease and a second when that is longer
+/// (`lease::outlasting_verdict`), so a peer silent for less than the lease fails no fetch.
+fn chunk_wait(lease_timeout_ms: u64) -> Duration {
+    super::lease::outlasting_verdict(CHUNK_TIMEOUT, lease_timeout_ms)
 }
 
 impl StateDialer {
@@ -341,7 +352,7 @@ impl StateDialer {
                 self.counters.clone(),
             )
             .await?;
-            fetch_state(link, fetch).await
+            fetch_state(link, fetch, chunk_wait(self.lease_timeout_ms)).await
         };
         // The address dialled, not a wildcard one the node listens on (`0.0.0.0:PORT`).
         let from = (addr.parse())
@@ -405,10 +416,11 @@ pub(crate) async fn serve_state_fetches(
 }
 
 /// Fetches the state named by `fetch` on a link of its own to the node that parked it
-/// (closed when the state is in).
+/// (closed when the state is in), waiting `chunk_wait` at most for each chunk.
 pub(crate) async fn fetch_state(
     (link, mut incoming, mut chunks): FetchLink,
     fetch: &StateFetch,
+    chunk_wait: Duration,
 ) -> Result<Vec<u8>, HarpError> {
     let began = Instant::now();
     let mut assembly = Assembly::new(fetch.bytes, CHUNK_BYTES)?;
@@ -422,7 +434,7 @@ pub(crate) async fn fetch_state(
         let result = receive_chunks(
             (&mut incoming, &mut chunks),
             &mut assembly,
-            link.remote_addr(),
+            (link.remote_addr(), chunk_wait),
         )
         .await;
         if let Err(e) = result {
@@ -455,14 +467,14 @@ async fn receive_chunks(
         &mut mpsc::UnboundedReceiver<IncomingChunk>,
     ),
     assembly: &mut Assembly,
-    addr: SocketAddr,
+    (addr, chunk_wait): (SocketAddr, Duration),
 ) -> Result<(), HarpError> {
     let lost = |e: Option<harp_net::NetError>| {
         let why = e.map(|e| format!(": {e}")).unwrap_or_default();
         HarpError::Remote(format!("lost {addr} while fetching an executor state{why}"))
     };
     while !assembly.complete() {
-        let next = tokio::time::timeout(CHUNK_TIMEOUT, async {
+        let next = tokio::time::timeout(chunk_wait, async {
             tokio::select! {
                 chunk = chunks.recv() => Next::Chunk(chunk),
                 message = incoming.recv() => Next::Message(message),
@@ -472,7 +484,7 @@ async fn receive_chunks(
         .map_err(|_| {
             HarpError::Remote(format!(
                 "{addr} sent no part of an executor state for {} s",
-                CHUNK_TIMEOUT.as_secs()
+                chunk_wait.as_secs()
             ))
         })?;
         match next {
@@ -552,6 +564,39 @@ mod tests {
         assert!(!is_parked(PARK_BYTES_MIN - 1));
         assert!(is_parked(PARK_BYTES_MIN));
         assert!(is_parked(300_000_000));
+    }
+
+    /// A fetch waits for the next part as long as the lease says: a peer that answers
+    /// (here: refuses) after 35 s of silence is heard under a 40 s lease, and taken for
+    /// silent under the default one, after the usual 30 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_waits_for_a_peer_silent_for_less_than_the_lease() {
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        for lease_timeout_ms in [3_000, 40_000] {
+            let (tx, mut incoming) = mpsc::unbounded_channel();
+            let (_chunk_tx, mut chunks) = mpsc::unbounded_channel();
+            let mut assembly = Assembly::new(10, CHUNK_BYTES).unwrap();
+            crate::spawn::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(35)).await;
+                let reason = "no such transfer".to_string();
+                let _ = tx.send(Ok(Message::Refused { reason }));
+            });
+            let began = tokio::time::Instant::now();
+            let wait = chunk_wait(lease_timeout_ms);
+            let received =
+                receive_chunks((&mut incoming, &mut chunks), &mut assembly, (addr, wait)).await;
+            let err = received.unwrap_err().to_string();
+            if lease_timeout_ms == 3_000 {
+                assert!(
+                    err.contains("sent no part of an executor state for 30 s"),
+                    "{err}"
+                );
+                assert_eq!(began.elapsed(), Duration::from_secs(30));
+            } else {
+                assert!(err.contains("refused to send an executor state"), "{err}");
+                assert_eq!(wait, Duration::from_secs(41));
+            }
+        }
     }
 
     #[test]

@@ -16,17 +16,21 @@ pub(crate) struct ServerProxyState {
     /// Shard rows sent in order and not yet confirmed by their new owner (see
     /// [`send_flush_part`]).
     unconfirmed_rows: Arc<AtomicUsize>,
+    /// How long a take-over waits for the new owner's confirmation ([`take_over_wait`]).
+    take_over_wait: std::time::Duration,
 }
 
 impl Actor for ServerProxy {
     type Msg = ServerMsg;
     type State = ServerProxyState;
-    type Arguments = (ServerId, u32, Link, mpsc::UnboundedReceiver<Incoming>);
+    /// The server, this node's id, the link to the server's node and what comes on it, and
+    /// the job's lease.
+    type Arguments = (ServerId, u32, Link, mpsc::UnboundedReceiver<Incoming>, u64);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<ServerMsg>,
-        (server, node, link, mut incoming): Self::Arguments,
+        (server, node, link, mut incoming, lease_timeout_ms): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let pending = Arc::new(PendingReplies::default());
         let replies = pending.clone();
@@ -44,6 +48,7 @@ impl Actor for ServerProxy {
             link,
             pending,
             unconfirmed_rows: Arc::default(),
+            take_over_wait: take_over_wait(lease_timeout_ms),
         })
     }
 
@@ -164,11 +169,12 @@ impl Actor for ServerProxy {
                 // old owner forwards after it. Otherwise the old owner holds the shard's
                 // requests until `ack`, so nothing it forwards can overtake the rows.
                 take_over_on_link(
-                    &state.link,
-                    &state.pending,
-                    state.server,
+                    (&state.link, &state.pending, state.server),
                     (shard, rows, ack, restore),
-                    in_order.then_some(&state.unconfirmed_rows),
+                    (
+                        in_order.then_some(&state.unconfirmed_rows),
+                        state.take_over_wait,
+                    ),
                 );
             }
             ServerMsg::HandedOver { reply, .. } => {
@@ -314,18 +320,17 @@ pub(crate) fn forward_on_link(
 /// [`PART_BYTES`](harp_wire::PART_BYTES), each a `TakeOverShard` of its own (as
 /// [`send_sized`] chooses), and `ack` goes once every part is in, so a shard of any size
 /// moves. On failure `ack` is dropped, which tells the sender the take-over failed, and the
-/// replies are no longer awaited (a drain must not wait for them).
+/// replies are no longer awaited (a drain must not wait for them). The new owner's
+/// confirmation is waited for `confirm_within` at most ([`take_over_wait`]).
 pub(super) fn take_over_on_link(
-    link: &Link,
-    pending: &Arc<PendingReplies>,
-    server: ServerId,
+    (link, pending, server): (&Link, &Arc<PendingReplies>, ServerId),
     (shard, rows, ack, restore): (
         harp_core::ShardId,
         ShardRows,
         oneshot::Sender<()>,
         Option<crate::server::Restore>,
     ),
-    unconfirmed: Option<&Arc<AtomicUsize>>,
+    (unconfirmed, confirm_within): (Option<&Arc<AtomicUsize>>, std::time::Duration),
 ) {
     let restore = restore.map(|r| harp_wire::RestoreWire {
         generation: r.generation,
@@ -378,7 +383,7 @@ pub(super) fn take_over_on_link(
             forget_all(&pending, &answers);
             return;
         }
-        let deadline = tokio::time::Instant::now() + TAKE_OVER_DEADLINE;
+        let deadline = tokio::time::Instant::now() + confirm_within;
         let mut confirmed = true;
         for (_, rx) in answers.iter_mut() {
             confirmed &= matches!(tokio::time::timeout_at(deadline, rx).await, Ok(Ok(())));
@@ -431,5 +436,14 @@ pub(super) async fn wait_drained(pending: &PendingReplies, within: std::time::Du
 
 pub(super) const DRAIN_RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// How long a shard's old owner waits for the new one to confirm it holds the rows.
-pub(super) const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a shard's old owner waits for the new one to confirm it holds the rows (see
+/// [`take_over_wait`] for a long lease).
+const TAKE_OVER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a shard's old owner (or the master, re-creating a dead server's shards) waits
+/// for the new owner's confirmation in a job whose lease is `lease_timeout_ms`:
+/// [`TAKE_OVER_DEADLINE`], or a lease and a second when that is longer, so a new owner
+/// silent for less than the lease fails no move.
+pub(crate) fn take_over_wait(lease_timeout_ms: u64) -> std::time::Duration {
+    crate::remote::lease::outlasting_verdict(TAKE_OVER_DEADLINE, lease_timeout_ms)
+}

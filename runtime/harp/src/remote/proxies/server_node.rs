@@ -11,8 +11,10 @@ pub(crate) struct ServerNodeProxy;
 
 impl Actor for ServerNodeProxy {
     type Msg = ServerMsg;
-    type State = (ServerId, Link, Arc<PendingReplies>);
-    type Arguments = (ServerId, Link, Arc<PendingReplies>);
+    /// The node's server, the link to its node, the replies awaited on it, and how long a
+    /// take-over waits for its confirmation ([`take_over_wait`]).
+    type State = (ServerId, Link, Arc<PendingReplies>, std::time::Duration);
+    type Arguments = Self::State;
 
     async fn pre_start(
         &self,
@@ -26,7 +28,7 @@ impl Actor for ServerNodeProxy {
         &self,
         _myself: ActorRef<ServerMsg>,
         msg: ServerMsg,
-        (server, link, pending): &mut Self::State,
+        (server, link, pending, take_over_wait): &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let unsupported = || {
             HarpError::InvalidConfig(format!(
@@ -105,7 +107,11 @@ impl Actor for ServerNodeProxy {
                 restore,
                 ..
             } => {
-                take_over_on_link(link, pending, *server, (shard, rows, ack, restore), None);
+                take_over_on_link(
+                    (link, pending, *server),
+                    (shard, rows, ack, restore),
+                    (None, *take_over_wait),
+                );
             }
             message @ (ServerMsg::Dump { .. }
             | ServerMsg::Checkpoint(_)

@@ -117,7 +117,7 @@ async fn linked_peer() -> (Link, mpsc::UnboundedReceiver<Incoming>, Peer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_parts_follow_unconfirmed_in_order_rows_on_the_control_stream() {
     let (link, incoming, mut peer) = linked_peer().await;
-    let (proxy, _) = Actor::spawn(None, ServerProxy, (ServerId(1), 0, link, incoming))
+    let (proxy, _) = Actor::spawn(None, ServerProxy, (ServerId(1), 0, link, incoming, 3_000))
         .await
         .unwrap();
 
@@ -237,4 +237,12 @@ async fn a_drain_waits_for_unanswered_requests_as_long_as_it_is_given() {
         waited >= within && waited <= within + DRAIN_RECHECK,
         "waited {waited:?} for an unanswered request, given {within:?}"
     );
+}
+
+#[test]
+fn a_take_over_waits_thirty_seconds_or_a_lease_and_a_second_when_that_is_longer() {
+    let secs = std::time::Duration::from_secs;
+    assert_eq!(take_over_wait(3_000), secs(30));
+    assert_eq!(take_over_wait(29_000), secs(30));
+    assert_eq!(take_over_wait(45_000), secs(46));
 }

@@ -232,6 +232,7 @@ mod tests {
             endpoint: node,
             counters: Arc::default(),
             master_ip: master.ip(),
+            lease_timeout_ms: 3_000,
         }
     }
 

@@ -133,6 +133,37 @@ impl PeerConnection {
     }
 }
 
+/// A peer's connection whose handshake is under way ([`NetEndpoint::accept_handshaking`]).
+pub struct Handshaking {
+    incoming: quinn::Incoming,
+    deadline_ms: u64,
+}
+
+impl Handshaking {
+    /// Where the peer connects from.
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.incoming.remote_address()
+    }
+
+    /// The connection once the handshake is done; an error if the peer fails it (no or
+    /// foreign credentials) or does not finish it within the deadline.
+    pub async fn finish(self) -> Result<PeerConnection, NetError> {
+        let addr = self.remote_addr();
+        let deadline = Duration::from_millis(self.deadline_ms);
+        match tokio::time::timeout(deadline, self.incoming).await {
+            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
+            Ok(Err(e)) => Err(NetError::Handshake {
+                addr,
+                message: e.to_string(),
+            }),
+            Err(_) => Err(NetError::Timeout {
+                what: format!("handshake with {addr}"),
+                after_ms: self.deadline_ms,
+            }),
+        }
+    }
+}
+
 impl NetEndpoint {
     /// Binds `addr` (port 0 picks a free port) with the job's credentials.
     pub fn bind(
@@ -223,23 +254,23 @@ impl NetEndpoint {
         }
     }
 
-    /// Waits for the next incoming connection; `None` once the endpoint is closed. A peer
-    /// that fails the handshake (no or foreign credentials) yields an error, and the endpoint
-    /// keeps accepting.
+    /// Waits for the next incoming connection and its handshake; `None` once the endpoint
+    /// is closed. A peer that fails the handshake (no or foreign credentials) yields an
+    /// error, and the endpoint keeps accepting. One handshake at a time: a loop that takes
+    /// every peer uses [`Self::accept_handshaking`] instead, so that a peer whose handshake
+    /// stalls does not hold the others up to the handshake deadline.
     pub async fn accept(&self) -> Option<Result<PeerConnection, NetError>> {
+        Some(self.accept_handshaking().await?.finish().await)
+    }
+
+    /// Waits for the next incoming connection, whose handshake is still to finish
+    /// ([`Handshaking::finish`], within the deadline the endpoint was bound with); `None`
+    /// once the endpoint is closed.
+    pub async fn accept_handshaking(&self) -> Option<Handshaking> {
         let incoming = self.endpoint.accept().await?;
-        let addr = incoming.remote_address();
-        let deadline = Duration::from_millis(self.config.connect_timeout_ms);
-        Some(match tokio::time::timeout(deadline, incoming).await {
-            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
-            Ok(Err(e)) => Err(NetError::Handshake {
-                addr,
-                message: e.to_string(),
-            }),
-            Err(_) => Err(NetError::Timeout {
-                what: format!("handshake with {addr}"),
-                after_ms: self.config.connect_timeout_ms,
-            }),
+        Some(Handshaking {
+            incoming,
+            deadline_ms: self.config.connect_timeout_ms,
         })
     }
 

@@ -21,7 +21,7 @@ pub mod state_link;
 pub mod tls;
 
 pub use credentials::{JobCredentials, NodeIdentity};
-pub use endpoint::{bind_udp, NetEndpoint, PeerConnection, TransportConfig};
+pub use endpoint::{bind_udp, Handshaking, NetEndpoint, PeerConnection, TransportConfig};
 pub use error::NetError;
 pub use link::{Incoming, Link};
 pub use state_link::IncomingChunk;

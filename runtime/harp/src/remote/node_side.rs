@@ -531,10 +531,14 @@ pub(super) fn accept_peers(
 ) {
     let endpoint = endpoint.clone();
     crate::spawn::spawn(async move {
-        while let Some(conn) = endpoint.accept().await {
-            let Ok(conn) = conn else { continue };
+        // Each handshake on a task of its own: a peer that stalls in it holds up no other
+        // peer's dial (which gives up after its own deadline).
+        while let Some(handshaking) = endpoint.accept_handshaking().await {
             let (local, outbox, counters) = (local.clone(), outbox.clone(), counters.clone());
             crate::spawn::spawn(async move {
+                let Ok(conn) = handshaking.finish().await else {
+                    return;
+                };
                 let Ok((link, mut incoming)) =
                     Link::accept(conn, FrameLimits::default(), counters).await
                 else {

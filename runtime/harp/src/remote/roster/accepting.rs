@@ -113,15 +113,19 @@ async fn accept_loop<A: App>(
     running: watch::Receiver<Running<A>>,
     answers: OwedAnswers,
 ) {
-    while let Some(conn) = endpoint.accept().await {
-        let Ok(conn) = conn else { continue };
-        crate::spawn::spawn(take(
-            conn,
-            (job, counters.clone()),
-            outbox.clone(),
-            running.clone(),
-            answers.clone(),
-        ));
+    // Each handshake on a task of its own: a peer that stalls in it (a node that dies or
+    // is cut off while it connects) holds up no other joiner or `harp scale` client.
+    while let Some(handshaking) = endpoint.accept_handshaking().await {
+        let (counters, outbox) = (counters.clone(), outbox.clone());
+        let (running, answers) = (running.clone(), answers.clone());
+        crate::spawn::spawn(async move {
+            match handshaking.finish().await {
+                Ok(conn) => take(conn, (job, counters), outbox, running, answers).await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a connection to the master failed its handshake")
+                }
+            }
+        });
     }
 }
 

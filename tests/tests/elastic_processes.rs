@@ -4,7 +4,8 @@
 //! scale event lands in the metrics file; and through all of it every counter stays exact.
 //! After a node leaves, SCAR's rounds and consistent checkpoints go on over the nodes that
 //! stay, and a node that dies later is recovered onto them. (A node killed in the middle of
-//! a move: `elastic_mid_move.rs`.)
+//! a move: `elastic_mid_move.rs`.) Under a long lease, a leave waits for a new owner
+//! stopped for longer than the usual 30 s take-over wait.
 
 use harp_tests::{
     harp_binary, read_json_lines, scale_summaries, wait_exit, MasterProcess, SplitMix,
@@ -270,6 +271,73 @@ fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
     assert_eq!(report["tasks"], 20000);
     let events = scale_summaries(&records);
     assert_eq!(events, ["join:1:true", "leave:0:true"]);
+}
+
+/// A long lease holds during a leave: under `--lease-timeout-ms 45000`, node 0 (which takes
+/// some of the leaving node's shards) is stopped (SIGSTOP) for 35 s while `harp scale
+/// --remove 1` runs. Each hand-off to it waits for the new owner's confirmation a lease and
+/// a second, so the leave succeeds once node 0 is continued, no node is declared dead,
+/// every node exits 0 and every counter is exact. While a take-over confirmation waited a
+/// fixed 30 s, the rows left for node 0 were taken for lost ("did not confirm it holds
+/// them"), the shards stranded on the leaving node, and the job failed.
+#[test]
+fn under_a_long_lease_a_leave_waits_for_a_new_owner_stopped_for_longer_than_thirty_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let credentials = harp_tests::credentials_in(dir.path(), "long-lease-leave");
+    let run_args = [
+        "run",
+        "counter",
+        "--tasks",
+        "20000",
+        "--task-sleep-us",
+        "1000",
+        "--executors-per-worker",
+        "2",
+        "--lease-timeout-ms",
+        "45000",
+    ];
+    let mut master_args = run_args.to_vec();
+    master_args.extend(["--nodes", "1", "--credentials"]);
+    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
+    master_args.push(metrics.to_str().unwrap());
+    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let mut nodes = Vec::new();
+    for id in 0..3 {
+        nodes.push(node_process(&master, &run_args));
+        master.wait_for_nodes(&(0..=id).collect());
+    }
+    let pid = nodes[0].id().to_string();
+    let signal = move |name: &str| {
+        let sent = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let stopped_at = Instant::now();
+    let continuing = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(35));
+        signal("-CONT");
+    });
+    let removed = master.scale(&["--remove", "1"]);
+    continuing.join().unwrap();
+    assert!(removed.status.success(), "{}", removed.describe());
+    assert!(
+        stopped_at.elapsed() >= Duration::from_secs(35),
+        "the leave did not wait for node 0"
+    );
+    let (status, stderr) = master.finish();
+    assert!(status.success(), "the master failed: {stderr}");
+    assert!(!stderr.contains("died"), "{stderr}");
+    for (id, node) in nodes.iter_mut().enumerate() {
+        let status = wait_exit(node, &format!("node {id}"));
+        assert!(status.success(), "node {id} ended with {status:?}");
+    }
+    let records = read_json_lines(&metrics);
+    let report = records.last().unwrap();
+    assert_eq!(report["exact"], true, "{report}");
+    assert_eq!(report["tasks"], 20000);
+    let events = scale_summaries(&records);
+    assert_eq!(events, ["join:1:true", "join:2:true", "leave:1:true"]);
 }
 
 /// Epoch lines in a metrics file that is still being written (a torn last line is skipped).

@@ -115,6 +115,14 @@ pub enum HarpError {
         peer: u32,
         detail: String,
     },
+    /// Node `node`'s requests to its own server went unanswered while the node still renewed
+    /// its lease: no link broke, the server is stuck (say, holding the requests of a shard
+    /// it handed off whose new owner never confirmed the rows, in a job that keeps no
+    /// running checkpoint to re-create it from). Nothing the master can recover from.
+    #[error(
+        "node {node}'s own server stopped answering it ({detail}) while node {node} still          renews its lease with the master: the server is stuck, and the job cannot go on          without it"
+    )]
+    OwnServerStuck { node: u32, detail: String },
     /// A node process its launcher started for the job exited, not cleanly, before the job
     /// started ([`NodeFailure::Exited`](crate::NodeFailure::Exited) while the master still
     /// waited for its nodes): the job cannot have all its nodes, so it does not start.

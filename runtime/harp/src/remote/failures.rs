@@ -245,11 +245,7 @@ pub(crate) async fn report_after_verdict<A: App>(
         Verdict::NodeGone => HarpError::Remote(format!("node {node}: {message}")),
         Verdict::NoVerdict => {
             tracing::warn!(node, peer = server, %message, "a node lost a server whose node is still in the job");
-            HarpError::PeerLost {
-                node,
-                peer: server,
-                detail: message,
-            }
+            lost_a_live_server((node, server), message)
         }
     };
     let _ = ctx.master.send_message(MasterMsg::Failed(failure));
@@ -340,8 +336,19 @@ pub(crate) async fn peer_lost_unless_gone<A: App>(
 
 /// Ends the job: `node` lost the server of node `peer`, which is still in the job.
 fn end_as_peer_lost<A: App>(ctx: &RosterContext<A>, (node, peer): (u32, u32), detail: String) {
-    let lost = HarpError::PeerLost { node, peer, detail };
+    let lost = lost_a_live_server((node, peer), detail);
     let _ = ctx.master.send_message(MasterMsg::Failed(lost));
+}
+
+/// What ends a job whose node `node` lost the server of node `peer`, still in the job: the
+/// link between them broke ([`HarpError::PeerLost`]), or, for the node's own server, which
+/// no link leads to, the server is stuck ([`HarpError::OwnServerStuck`]).
+fn lost_a_live_server((node, peer): (u32, u32), detail: String) -> HarpError {
+    if node == peer {
+        HarpError::OwnServerStuck { node, detail }
+    } else {
+        HarpError::PeerLost { node, peer, detail }
+    }
 }
 
 /// What the job recovers when a node dies.
@@ -486,6 +493,33 @@ mod tests {
         assert_eq!(
             hold_for_verdict(&roster, 2, LIMIT).await,
             Verdict::NoVerdict
+        );
+    }
+
+    #[test]
+    fn a_node_that_lost_its_own_server_is_told_the_server_is_stuck_not_a_broken_link() {
+        let own = lost_a_live_server((1, 1), "server-1 did not answer a flush".into());
+        assert!(
+            matches!(own, HarpError::OwnServerStuck { node: 1, .. }),
+            "{own}"
+        );
+        let said = own.to_string();
+        assert!(
+            said.contains("node 1's own server stopped answering it"),
+            "{said}"
+        );
+        assert!(!said.contains("link"), "{said}");
+        let peer = lost_a_live_server((1, 2), "server-2 did not answer a read".into());
+        assert!(
+            matches!(
+                peer,
+                HarpError::PeerLost {
+                    node: 1,
+                    peer: 2,
+                    ..
+                }
+            ),
+            "{peer}"
         );
     }
 }

@@ -37,6 +37,23 @@ fn sigterm(child: &Child) {
     assert!(status.success());
 }
 
+/// Starts the master of `run_args` waiting for one node (more join the running job), with
+/// credentials in `dir` (named `name`) that the nodes join with; also returns its metrics
+/// file.
+fn master_of_one_node(
+    dir: &Path,
+    name: &str,
+    run_args: &[&str],
+) -> (MasterProcess, std::path::PathBuf) {
+    let metrics = dir.join("metrics.jsonl");
+    let credentials = harp_tests::credentials_in(dir, name);
+    let mut master_args = run_args.to_vec();
+    master_args.extend(["--nodes", "1", "--credentials"]);
+    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
+    master_args.push(metrics.to_str().unwrap());
+    (MasterProcess::start(harp_binary!(), &master_args), metrics)
+}
+
 /// The acceptance run: 50 random scale events (node processes joining, leaving on `harp
 /// scale --remove`, leaving on SIGTERM) while the counter app runs; every counter exact,
 /// every leaving process exits 0, every event in the metrics file.
@@ -44,8 +61,6 @@ fn sigterm(child: &Child) {
 fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
     const EVENTS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let credentials = harp_tests::credentials_in(dir.path(), "elastic-processes");
     // 8 executors, each with at most 4 tasks in flight that wait 2 ms: the job lasts at
     // least 4 s (about 30 s here, where the 50 events take about 3 s).
     let run_args = [
@@ -62,17 +77,7 @@ fn counter_is_exact_under_fifty_scale_events_of_real_processes() {
         "--threads",
         "2",
     ];
-    let mut master_args: Vec<&str> = run_args.to_vec();
-    let cred = credentials.to_str().unwrap();
-    master_args.extend([
-        "--nodes",
-        "1",
-        "--credentials",
-        cred,
-        "--metrics-out",
-        metrics.to_str().unwrap(),
-    ]);
-    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let (master, metrics) = master_of_one_node(dir.path(), "elastic-processes", &run_args);
     // node id → its process (the test started every node). Nodes start one at a time, so
     // each gets the next id.
     let mut nodes: Vec<(u32, Child)> = vec![(0, node_process(&master, &run_args))];
@@ -236,14 +241,8 @@ fn harp_scale_adds_and_removes_node_processes_and_refuses_bad_commands() {
 #[test]
 fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let credentials = harp_tests::credentials_in(dir.path(), "waits-to-leave");
     let run_args = harp_tests::busy_counter("20000", &[]);
-    let mut master_args = run_args.clone();
-    master_args.extend(["--nodes", "1", "--credentials"]);
-    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
-    master_args.push(metrics.to_str().unwrap());
-    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let (master, metrics) = master_of_one_node(dir.path(), "waits-to-leave", &run_args);
     let mut first = node_process(&master, &run_args);
     master.wait_for_nodes(&BTreeSet::from([0]));
     sigterm(&first);
@@ -283,8 +282,6 @@ fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
 #[test]
 fn under_a_long_lease_a_leave_waits_for_a_new_owner_stopped_for_longer_than_thirty_seconds() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = dir.path().join("metrics.jsonl");
-    let credentials = harp_tests::credentials_in(dir.path(), "long-lease-leave");
     let run_args = [
         "run",
         "counter",
@@ -297,11 +294,7 @@ fn under_a_long_lease_a_leave_waits_for_a_new_owner_stopped_for_longer_than_thir
         "--lease-timeout-ms",
         "45000",
     ];
-    let mut master_args = run_args.to_vec();
-    master_args.extend(["--nodes", "1", "--credentials"]);
-    master_args.extend([credentials.to_str().unwrap(), "--metrics-out"]);
-    master_args.push(metrics.to_str().unwrap());
-    let master = MasterProcess::start(harp_binary!(), &master_args);
+    let (master, metrics) = master_of_one_node(dir.path(), "long-lease-leave", &run_args);
     let mut nodes = Vec::new();
     for id in 0..3 {
         nodes.push(node_process(&master, &run_args));

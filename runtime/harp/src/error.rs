@@ -120,7 +120,9 @@ pub enum HarpError {
     /// it handed off whose new owner never confirmed the rows, in a job that keeps no
     /// running checkpoint to re-create it from). Nothing the master can recover from.
     #[error(
-        "node {node}'s own server stopped answering it ({detail}) while node {node} still          renews its lease with the master: the server is stuck, and the job cannot go on          without it"
+        "node {node}'s own server stopped answering it ({detail}) while node {node} still \
+         renews its lease with the master: the server is stuck, and the job cannot go on \
+         without it"
     )]
     OwnServerStuck { node: u32, detail: String },
     /// A node process its launcher started for the job exited, not cleanly, before the job

@@ -205,8 +205,8 @@ impl NetEndpoint {
     /// `config` for the connections this endpoint (and every clone of it) opens or accepts
     /// from now on: their idle timeout and keep-alive (QUIC takes the shorter of the two
     /// ends' idle timeouts) and the deadline of the connections it opens (an accepted
-    /// handshake keeps the deadline the endpoint was bound with, so one stalled peer cannot
-    /// hold the others' longer). Connections already open keep theirs.
+    /// handshake keeps the deadline the endpoint was bound with, so a stalled peer holds a
+    /// caller of [`Self::accept`] no longer than that). Connections already open keep theirs.
     pub fn set_transport(&self, config: &TransportConfig) -> Result<(), NetError> {
         let (server, client) = self.tls.quic_configs(config)?;
         self.endpoint.set_server_config(Some(server));
@@ -257,8 +257,9 @@ impl NetEndpoint {
     /// Waits for the next incoming connection and its handshake; `None` once the endpoint
     /// is closed. A peer that fails the handshake (no or foreign credentials) yields an
     /// error, and the endpoint keeps accepting. One handshake at a time: a loop that takes
-    /// every peer uses [`Self::accept_handshaking`] instead, so that a peer whose handshake
-    /// stalls does not hold the others up to the handshake deadline.
+    /// peers for as long as the job runs uses [`Self::accept_handshaking`] instead, so that
+    /// a peer whose handshake stalls does not hold the others up to the handshake deadline
+    /// (the master's start-up accept, which takes the job's first nodes once, uses this).
     pub async fn accept(&self) -> Option<Result<PeerConnection, NetError>> {
         Some(self.accept_handshaking().await?.finish().await)
     }

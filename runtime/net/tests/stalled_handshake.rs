@@ -1,7 +1,7 @@
 //! A peer whose handshake stalls (its datagrams stop after the first: it died or was cut off
 //! while it connected) holds up no other peer when the acceptor finishes each handshake on
-//! a task of its own ([`NetEndpoint::accept_handshaking`]), as the master's and the nodes'
-//! accept loops do. The control: [`NetEndpoint::accept`], one handshake at a time, finishes
+//! a task of its own ([`NetEndpoint::accept_handshaking`]), as the master's accept loop of
+//! a running job and the nodes' peer accept loop do. The control: [`NetEndpoint::accept`], one handshake at a time, finishes
 //! nothing else until the stalled handshake's deadline has passed.
 
 use harp_net::{JobCredentials, NetEndpoint, TransportConfig};

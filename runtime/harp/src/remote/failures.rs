@@ -31,7 +31,8 @@
 //! failure until it has a verdict on the server's node ([`report_after_verdict`]), so the
 //! death, not its symptom elsewhere, is what the job reports or recovers from. A server's
 //! node that outlives the wait is alive to the master: the two nodes lost each other (a
-//! partition between them), which ends the job as `HarpError::PeerLost`. In a job with
+//! partition between them), which ends the job as `HarpError::PeerLost` (a node that lost
+//! its own server, which no link leads to: `HarpError::OwnServerStuck`). In a job with
 //! server or worker recovery a node does not fail on a lost server: its traffic waits for
 //! the server's shards to be re-created, and it tells the master so (`Message::ServerAwaited`),
 //! which gives the server's node the same wait ([`peer_lost_unless_gone`]). If the
@@ -235,7 +236,8 @@ fn buried_node_died<A: App>(
 /// declared dead (or leaves) within its lease timeout and a second, the failure goes
 /// [`AFTER_VERDICT`] later, after the death's own report (`NodeDied`, which ends a job
 /// that cannot recover) or the start of its recovery; if it stays alive, the failure goes
-/// then as [`HarpError::PeerLost`]: the two nodes lost each other, not the master.
+/// then as [`HarpError::PeerLost`]: the two nodes lost each other, not the master (or, for
+/// the node's own server, which no link leads to, as [`HarpError::OwnServerStuck`]).
 pub(crate) async fn report_after_verdict<A: App>(
     ctx: std::sync::Arc<RosterContext<A>>,
     (node, server): (u32, u32),
@@ -503,12 +505,12 @@ mod tests {
             matches!(own, HarpError::OwnServerStuck { node: 1, .. }),
             "{own}"
         );
-        let said = own.to_string();
-        assert!(
-            said.contains("node 1's own server stopped answering it"),
-            "{said}"
+        assert_eq!(
+            own.to_string(),
+            "node 1's own server stopped answering it (server-1 did not answer a flush) while \
+             node 1 still renews its lease with the master: the server is stuck, and the job \
+             cannot go on without it"
         );
-        assert!(!said.contains("link"), "{said}");
         let peer = lost_a_live_server((1, 2), "server-2 did not answer a read".into());
         assert!(
             matches!(

@@ -24,7 +24,8 @@ pub(crate) fn verdict_after(lease_timeout_ms: u64) -> Duration {
 /// fails no wait; one silent longer is declared dead, and its waiters fail then. The
 /// node's reads and flushes, its drain of a leaving server, a shard's take-over
 /// confirmation, a state fetch's next chunk, a parked state's fetch, the master's drain of
-/// a leaving node and its final dump wait this long.
+/// a leaving node, a joining node's wait for the verdicts on broken links and the final
+/// dump wait this long.
 pub(crate) fn outlasting_verdict(usual: Duration, lease_timeout_ms: u64) -> Duration {
     usual.max(verdict_after(lease_timeout_ms))
 }

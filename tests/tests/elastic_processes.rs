@@ -264,12 +264,17 @@ fn the_last_node_asked_to_leave_leaves_once_another_node_joins() {
     assert!(status.success(), "the master failed: {stderr}");
     let status = wait_exit(&mut second, "node 1");
     assert!(status.success(), "node 1 ended with {status:?}");
-    let records = read_json_lines(&metrics);
+    assert_exact_after(&metrics, 20000, &["join:1:true", "leave:0:true"]);
+}
+
+/// The metrics file's last record says all `tasks` ran and every counter is exact, after
+/// exactly the scale `events` (`cause:node:ok`).
+fn assert_exact_after(metrics: &Path, tasks: u64, events: &[&str]) {
+    let records = read_json_lines(metrics);
     let report = records.last().unwrap();
     assert_eq!(report["exact"], true, "{report}");
-    assert_eq!(report["tasks"], 20000);
-    let events = scale_summaries(&records);
-    assert_eq!(events, ["join:1:true", "leave:0:true"]);
+    assert_eq!(report["tasks"], tasks);
+    assert_eq!(scale_summaries(&records), events);
 }
 
 /// A long lease holds during a leave: under `--lease-timeout-ms 45000`, node 0 (which takes
@@ -325,12 +330,11 @@ fn under_a_long_lease_a_leave_waits_for_a_new_owner_stopped_for_longer_than_thir
         let status = wait_exit(node, &format!("node {id}"));
         assert!(status.success(), "node {id} ended with {status:?}");
     }
-    let records = read_json_lines(&metrics);
-    let report = records.last().unwrap();
-    assert_eq!(report["exact"], true, "{report}");
-    assert_eq!(report["tasks"], 20000);
-    let events = scale_summaries(&records);
-    assert_eq!(events, ["join:1:true", "join:2:true", "leave:1:true"]);
+    assert_exact_after(
+        &metrics,
+        20000,
+        &["join:1:true", "join:2:true", "leave:1:true"],
+    );
 }
 
 /// Epoch lines in a metrics file that is still being written (a torn last line is skipped).

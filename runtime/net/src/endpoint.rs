@@ -149,18 +149,29 @@ impl Handshaking {
     /// foreign credentials) or does not finish it within the deadline.
     pub async fn finish(self) -> Result<PeerConnection, NetError> {
         let addr = self.remote_addr();
-        let deadline = Duration::from_millis(self.deadline_ms);
-        match tokio::time::timeout(deadline, self.incoming).await {
-            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
-            Ok(Err(e)) => Err(NetError::Handshake {
-                addr,
-                message: e.to_string(),
-            }),
-            Err(_) => Err(NetError::Timeout {
-                what: format!("handshake with {addr}"),
-                after_ms: self.deadline_ms,
-            }),
-        }
+        let what = format!("handshake with {addr}");
+        within_deadline(self.incoming, (addr, &what), self.deadline_ms).await
+    }
+}
+
+/// Waits at most `deadline_ms` for a handshake (`what` it is, with the peer at `addr`, for
+/// the timeout's error): a dial's or an accepted one's.
+async fn within_deadline(
+    handshake: impl std::future::IntoFuture<Output = Result<quinn::Connection, quinn::ConnectionError>>,
+    (addr, what): (SocketAddr, &str),
+    deadline_ms: u64,
+) -> Result<PeerConnection, NetError> {
+    let deadline = Duration::from_millis(deadline_ms);
+    match tokio::time::timeout(deadline, handshake).await {
+        Ok(Ok(conn)) => Ok(PeerConnection { conn }),
+        Ok(Err(e)) => Err(NetError::Handshake {
+            addr,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(NetError::Timeout {
+            what: what.to_string(),
+            after_ms: deadline_ms,
+        }),
     }
 }
 
@@ -240,18 +251,8 @@ impl NetEndpoint {
                 addr,
                 message: e.to_string(),
             })?;
-        let deadline = Duration::from_millis(connect_timeout_ms);
-        match tokio::time::timeout(deadline, connecting).await {
-            Ok(Ok(conn)) => Ok(PeerConnection { conn }),
-            Ok(Err(e)) => Err(NetError::Handshake {
-                addr,
-                message: e.to_string(),
-            }),
-            Err(_) => Err(NetError::Timeout {
-                what: format!("connecting to {addr}"),
-                after_ms: connect_timeout_ms,
-            }),
-        }
+        let what = format!("connecting to {addr}");
+        within_deadline(connecting, (addr, &what), connect_timeout_ms).await
     }
 
     /// Waits for the next incoming connection and its handshake; `None` once the endpoint

@@ -71,21 +71,24 @@ mod tests {
 
     #[test]
     fn a_wait_on_a_peer_outlasts_the_verdict_only_under_a_long_lease() {
-        let usual = Duration::from_secs(15);
-        assert_eq!(outlasting_verdict(usual, 3_000), usual);
-        assert_eq!(outlasting_verdict(usual, 14_000), usual);
-        assert_eq!(
-            outlasting_verdict(usual, 30_000),
-            Duration::from_secs(31),
-            "a peer silent for less than a 30 s lease is waited for"
-        );
-        let minute = Duration::from_secs(60);
-        assert_eq!(reroute_wait(minute, 3_000), minute);
-        assert_eq!(reroute_wait(minute, 29_000), minute);
-        assert_eq!(
-            reroute_wait(minute, 60_000),
-            Duration::from_secs(91),
-            "the verdict on a dead server after a minute, then 30 s to re-create its shards"
-        );
+        let secs = Duration::from_secs;
+        // (lease ms, outlasting a 15 s wait, reroute wait after a usual minute): a peer
+        // silent for less than a 30 s lease is waited for; a dead server's traffic waits
+        // for the verdict after a 60 s lease, then 30 s to re-create its shards.
+        let cases = [
+            (3_000, secs(15), secs(60)),
+            (14_000, secs(15), secs(60)),
+            (29_000, secs(30), secs(60)),
+            (30_000, secs(31), secs(61)),
+            (60_000, secs(61), secs(91)),
+        ];
+        for (lease, outlasting, reroute) in cases {
+            assert_eq!(
+                outlasting_verdict(secs(15), lease),
+                outlasting,
+                "lease {lease}"
+            );
+            assert_eq!(reroute_wait(secs(60), lease), reroute, "lease {lease}");
+        }
     }
 }

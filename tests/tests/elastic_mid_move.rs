@@ -292,6 +292,15 @@ fn recovering_run() -> Vec<&'static str> {
     run
 }
 
+/// [`recovering_run`] with 2 MB executor states: parked and fetched like the 300 MB ones,
+/// quick to checkpoint and to move.
+fn recovering_run_with_small_states() -> Vec<&'static str> {
+    let mut run = recovering_run();
+    let state_bytes = run.iter().position(|a| *a == "--state-bytes").unwrap() + 1;
+    run[state_bytes] = "2000000";
+    run
+}
+
 /// Micro-tasks of [`recovering_run`].
 const RECOVERED_TASKS: &str = "30000";
 
@@ -382,9 +391,7 @@ fn a_releasing_node_killed_mid_fetch_is_recovered_and_every_counter_stays_exact(
 #[test]
 fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state() {
     let dir = tempfile::tempdir().unwrap();
-    let mut run = recovering_run();
-    let state_bytes = run.iter().position(|a| *a == "--state-bytes").unwrap() + 1;
-    run[state_bytes] = "2000000";
+    let run = recovering_run_with_small_states();
     let (metrics, checkpoints) = (dir.path().join("metrics.jsonl"), dir.path().join("ckpt"));
     let mut master_args = run.clone();
     master_args.extend(["--nodes", "1", "--metrics-out", metrics.to_str().unwrap()]);
@@ -440,9 +447,7 @@ fn a_releasing_node_killed_mid_fetch_is_made_again_from_its_checkpointed_state()
 #[test]
 fn under_a_long_lease_a_state_fetch_held_past_thirty_seconds_still_moves_the_state() {
     let dir = tempfile::tempdir().unwrap();
-    let mut run = recovering_run();
-    let state_bytes = run.iter().position(|a| *a == "--state-bytes").unwrap() + 1;
-    run[state_bytes] = "2000000";
+    let mut run = recovering_run_with_small_states();
     run.extend(["--lease-timeout-ms", "40000"]);
     let metrics = dir.path().join("metrics.jsonl");
     let mut master_args = run.clone();

@@ -4,10 +4,11 @@
 //! joined hear why; before, it waited out its join timeout (30 s by default) and then said
 //! only that too few nodes had joined. Other deaths reported before the start are not
 //! lost: the job handles them once it runs. A node asked to leave (SIGTERM) while it joins
-//! does not end the start: it leaves as soon as the job runs.
+//! does not end the start: it leaves as soon as the job runs. A peer that connects and then
+//! says nothing holds up no node that joins after it.
 
 use harp::{job_control, HarpError, JobCredentials, NodeFailure, NodeRoles};
-use harp_apps::counter::CounterApp;
+use harp_apps::counter::{CounterApp, CounterConfig};
 use harp_tests::{
     endless_counter, resolve_binary, runtime, send_signal, sigkill, spawn_master,
     spawn_node_joined, spawn_piped, wait_for_children, wait_until_catching, MasterEnd, Threads,
@@ -180,4 +181,71 @@ fn a_node_given_sigterm_while_it_joins_leaves_once_the_job_runs() {
     let summary = records.iter().find(|r| r.get("exact").is_some()).unwrap();
     assert_eq!(summary["exact"], true, "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A peer with the job's credentials that connects to the master of a starting job and
+/// then says nothing (its handshake done, no stream opened, no hello: a node stuck right
+/// after it connected) takes no place of the job and holds up no node: the node that
+/// connects after it is welcomed, and the job runs to its end, every counter exact.
+/// Before, the master took its first nodes one at a time and waited for the silent peer's
+/// first stream without a bound: the node never joined.
+#[test]
+fn a_peer_that_connects_and_never_says_hello_holds_up_no_node_of_the_start() {
+    runtime(Threads::Multi(2)).block_on(async {
+        let creds = Arc::new(JobCredentials::generate("silent-peer").unwrap());
+        let config = CounterConfig {
+            tasks: 200,
+            ..CounterConfig::default()
+        };
+        let app = Arc::new(CounterApp::new(config).unwrap());
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let master = {
+            let (app, creds) = (app.clone(), creds.clone());
+            let options = harp::ClusterOptions {
+                nodes: 1,
+                collect_params: true,
+                join_timeout_ms: 600_000,
+                ..harp::ClusterOptions::default()
+            };
+            tokio::spawn(async move {
+                harp::run_job_across(app, &creds, &options, |addr| {
+                    let _ = addr_tx.send(addr);
+                })
+                .await
+            })
+        };
+        let addr = addr_rx.await.expect("the master listens");
+        let silent = {
+            let identity = creds.issue_node().unwrap();
+            let transport = harp_net::TransportConfig {
+                keep_alive_ms: 200,
+                idle_timeout_ms: 600_000,
+                ..harp_net::TransportConfig::default()
+            };
+            let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            let endpoint =
+                harp_net::NetEndpoint::bind(loopback, &creds, &identity, transport).unwrap();
+            let connection = endpoint
+                .connect(addr)
+                .await
+                .expect("the silent peer connects");
+            (endpoint, connection)
+        };
+        let (node, joined) = spawn_node_joined(&app, &creds, addr, NodeRoles::BOTH);
+        let id = tokio::time::timeout(GUARD, joined)
+            .await
+            .expect("the node joins while the silent peer holds its connection")
+            .expect("the node is welcomed");
+        assert_eq!(id, 0, "the silent peer took no place of the job");
+        let outcome = guarded("the master", master)
+            .await
+            .unwrap_or_else(|e| panic!("the job failed: {e}"));
+        let params = outcome.params.as_ref().expect("the final parameters");
+        app.verify(&outcome.driver, params)
+            .unwrap_or_else(|e| panic!("counters not exact: {e}"));
+        guarded("the node", node)
+            .await
+            .unwrap_or_else(|e| panic!("the node failed: {e}"));
+        drop(silent);
+    });
 }

@@ -229,16 +229,21 @@ async fn run_across_body<A: App>(
     tokio::pin!(stop_requested);
     let mut early_failures = Vec::new();
     let mut nodes = Vec::new();
+    // Until the job runs, `harp scale` hears that it is starting; the first nodes to say
+    // hello take its places, and later ones wait to join the running job.
+    let (accepting, mut founders) = roster::Accepting::<A>::start(
+        endpoint.clone(),
+        (job, options.nodes),
+        counters,
+        courier.outbox.clone(),
+    );
     let joined = tokio::select! {
-        joined = accept_nodes(&endpoint, &identity, job, options, &counters, &mut nodes) => joined,
+        joined = accept_nodes(&mut founders, &identity, job, options, &mut nodes) => joined,
         why = start_interrupted(&mut stop_requested, &mut failures, &mut early_failures) => Err(why),
     };
     if let Err(e) = joined {
         return Err(not_started(&nodes, e).await);
     }
-    // From here on, `harp scale` hears that the job is starting; later nodes wait to join.
-    let accepting =
-        roster::Accepting::<A>::start(endpoint.clone(), job, counters, courier.outbox.clone());
 
     // A node's worker and server take the node's id.
     let worker_ids: Vec<WorkerId> = nodes

@@ -7,12 +7,11 @@
 use super::identity::AppIdentity;
 use super::listen_addr::reachable_listen_addr;
 use super::master_side::{ended_by, tell_job_ended, ClusterOptions, NodeFailure};
-use super::roster;
+use super::roster::{self, Founder};
 use crate::error::HarpError;
 use harp_core::NodeRoles;
-use harp_net::{Incoming, Link, NetEndpoint};
-use harp_wire::{check_hello, refusal, FrameLimits, Message, WireCounters};
-use std::sync::Arc;
+use harp_net::{Incoming, Link};
+use harp_wire::Message;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -27,24 +26,21 @@ pub(super) struct JoinedNode {
     pub(super) launch_id: u64,
 }
 
-/// Accepts nodes into `nodes` until the job has all of them.
+/// Welcomes the nodes that take the places of the job's first nodes (`founders`, from
+/// [`roster::Accepting`], which takes every connection on a task of its own) into `nodes`
+/// until the job has all of them or its join timeout passed.
 pub(super) async fn accept_nodes(
-    endpoint: &NetEndpoint,
+    founders: &mut mpsc::UnboundedReceiver<Founder>,
     identity: &AppIdentity,
     job: harp_wire::JobId,
     options: &ClusterOptions,
-    counters: &Arc<WireCounters>,
     nodes: &mut Vec<JoinedNode>,
 ) -> Result<(), HarpError> {
     let deadline = Instant::now() + Duration::from_millis(options.join_timeout_ms);
     while nodes.len() < options.nodes as usize {
         let left = deadline.saturating_duration_since(Instant::now());
-        let conn = match tokio::time::timeout(left, endpoint.accept()).await {
-            Ok(Some(Ok(conn))) => conn,
-            Ok(Some(Err(e))) => {
-                tracing::warn!(error = %e, "a node failed to connect");
-                continue;
-            }
+        let founder = match tokio::time::timeout(left, founders.recv()).await {
+            Ok(Some(founder)) => founder,
             Ok(None) => return Err(HarpError::Remote("the master's endpoint closed".into())),
             Err(_) => {
                 return Err(HarpError::Remote(format!(
@@ -55,25 +51,11 @@ pub(super) async fn accept_nodes(
                 )))
             }
         };
-        let limits = FrameLimits::default();
-        let (link, mut incoming) = Link::accept(conn, limits, counters.clone()).await?;
-        let hello = match tokio::time::timeout(left, incoming.recv()).await {
-            Ok(Some(Ok(Message::Hello(hello)))) => hello,
-            _ => {
-                link.close("expected hello");
-                continue;
-            }
-        };
-        if let Err(e) = check_hello(&hello, job) {
-            tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a node");
-            let _ = link.send(&refusal(&e));
-            continue;
-        }
-        if !hello.role.worker && !hello.role.server {
-            // A `harp scale` client before the job started.
-            let _ = link.send(&super::scale_client::job_starting_answer());
-            continue;
-        }
+        let Founder {
+            link,
+            incoming,
+            hello,
+        } = founder;
         let id = nodes.len() as u32;
         link.send(&identity.welcome(job, id, options.lease_timeout_ms))?;
         tracing::info!(node = id, addr = %link.remote_addr(), "node joined");

@@ -7,8 +7,9 @@
 //! leave while it holds the job's last worker or server waits for a node to join that can
 //! take its load); `harp scale`
 //! commands arrive on the master's endpoint like nodes do ([`accepting`], from the moment
-//! every expected node joined: a command while the job still starts is refused at once, and
-//! the job's exit waits for the answers owed; [`scale_clients`]).
+//! the master listens: the first nodes take the job's places, a command while the job
+//! still starts is refused at once, and the job's exit waits for the answers owed;
+//! [`scale_clients`]).
 //!
 //! A node that left is remembered as departed, so its closed link and its silent lease are
 //! not reported as a death. An outside scheduler's desired node count ([`desired`]) grows and
@@ -18,7 +19,7 @@ mod accepting;
 mod desired;
 mod scale_clients;
 
-pub(crate) use accepting::Accepting;
+pub(crate) use accepting::{Accepting, Founder};
 pub(crate) use desired::{count_joins, follow_desired};
 
 use super::identity::AppIdentity;

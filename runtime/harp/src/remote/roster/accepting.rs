@@ -1,12 +1,15 @@
-//! The master's endpoint from the moment every expected node joined until the job ends:
-//! nodes that join later, and `harp scale` clients.
+//! The master's endpoint from the moment it listens until the job ends: the nodes the job
+//! starts with, nodes that join later, and `harp scale` clients.
 //!
-//! While the job is still starting (the nodes set up their executors and servers, the
-//! driver is created) nothing else serves the endpoint, so this takes connections from then
-//! on: a `harp scale` command is answered at once with the starting answer (the client's
-//! `ScaleError::JobStarting`) instead of timing out in a handshake nobody completes, and a
-//! node that connects is held until the job runs ([`Accepting::run`]), then taken in like any
-//! node joining the running job. At the job's end [`Accepting::stop`] stops taking
+//! Every connection is taken on a task of its own (its handshake, its hello), so a peer
+//! that stalls in its handshake or never says hello holds up no other. The first nodes to
+//! say hello, as many as the job starts with, take its places ([`Founder`]s, handed to the
+//! start in the order their hellos came); while the job is still starting (nodes join, set
+//! up their executors and servers, the driver is created) a `harp scale` command is
+//! answered at once with the starting answer (the client's `ScaleError::JobStarting`)
+//! instead of timing out in a handshake nobody completes, and a node that connects once
+//! every place is taken is held until the job runs ([`Accepting::run`]), then taken in like
+//! any node joining the running job. At the job's end [`Accepting::stop`] stops taking
 //! connections, and [`Accepting::close_endpoint`] closes the endpoint once every `harp
 //! scale` client taken has its answer (or a bounded wait passed): closing it discards what
 //! is still queued on its connections, and an answer queued as the job ended was lost that
@@ -22,13 +25,13 @@ use crate::app::App;
 use crate::remote::listen_addr::reachable_listen_addr;
 use crate::remote::state_transfer::{serve_state_fetches, StateOutbox};
 use harp_core::NodeRoles;
-use harp_net::{NetEndpoint, PeerConnection};
+use harp_net::{Incoming, Link, NetEndpoint, PeerConnection};
 use harp_wire::{
-    check_hello, refusal, FrameLimits, JobId, Message, WireCounters, NODE_ID_UNASSIGNED,
+    check_hello, refusal, FrameLimits, Hello, JobId, Message, WireCounters, NODE_ID_UNASSIGNED,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// How long a connection has to say hello.
@@ -40,6 +43,38 @@ const ANSWERS_WAIT: Duration = Duration::from_secs(2);
 /// The job's context once it runs (`None` while it starts).
 type Running<A> = Option<Arc<RosterContext<A>>>;
 
+/// A node that said hello while one of the places of the nodes the job starts with was
+/// free: the start welcomes it.
+pub(crate) struct Founder {
+    pub(crate) link: Link,
+    pub(crate) incoming: mpsc::UnboundedReceiver<Incoming>,
+    pub(crate) hello: Hello,
+}
+
+/// The places left for the nodes the job starts with, and where a node that takes one goes.
+#[derive(Clone)]
+struct FounderPlaces(Arc<Mutex<(u32, mpsc::UnboundedSender<Founder>)>>);
+
+impl FounderPlaces {
+    fn new(places: u32) -> (Self, mpsc::UnboundedReceiver<Founder>) {
+        let (to_start, founders) = mpsc::unbounded_channel();
+        (Self(Arc::new(Mutex::new((places, to_start)))), founders)
+    }
+
+    /// Hands `founder` to the start if a place is left and the start still takes nodes;
+    /// gives it back otherwise.
+    fn take_place(&self, founder: Founder) -> Result<(), Founder> {
+        let mut places = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (left, to_start) = &mut *places;
+        if *left == 0 {
+            return Err(founder);
+        }
+        to_start.send(founder).map_err(|refused| refused.0)?;
+        *left -= 1;
+        Ok(())
+    }
+}
+
 /// Takes the connections to the master's endpoint (see the module doc). Dropping it stops
 /// taking them.
 pub(crate) struct Accepting<A: App> {
@@ -50,29 +85,33 @@ pub(crate) struct Accepting<A: App> {
 }
 
 impl<A: App> Accepting<A> {
-    /// Starts taking connections on `endpoint` for job `job`; the job is starting. States
-    /// the master parks in `outbox` are served to the nodes that fetch them.
+    /// Starts taking connections on `endpoint` for job `job`, which starts with `places`
+    /// nodes: the first `places` nodes to say hello come out of the receiver returned, in
+    /// that order. States the master parks in `outbox` are served to the nodes that fetch
+    /// them.
     pub(crate) fn start(
         endpoint: NetEndpoint,
-        job: JobId,
+        (job, places): (JobId, u32),
         counters: Arc<WireCounters>,
         outbox: Arc<StateOutbox>,
-    ) -> Self {
+    ) -> (Self, mpsc::UnboundedReceiver<Founder>) {
         let (running, starting) = watch::channel(None);
         let answers = OwedAnswers::default();
+        let (places, founders) = FounderPlaces::new(places);
         let accept_loop = crate::spawn::spawn(accept_loop(
             endpoint.clone(),
             (job, counters),
             outbox,
             starting,
-            answers.clone(),
+            (answers.clone(), places),
         ));
-        Self {
+        let accepting = Self {
             endpoint,
             running,
             answers,
             accept_loop,
-        }
+        };
+        (accepting, founders)
     }
 
     /// The job runs: nodes held so far and from now on join it, `harp scale` commands are
@@ -111,16 +150,16 @@ async fn accept_loop<A: App>(
     (job, counters): (JobId, Arc<WireCounters>),
     outbox: Arc<StateOutbox>,
     running: watch::Receiver<Running<A>>,
-    answers: OwedAnswers,
+    owed: (OwedAnswers, FounderPlaces),
 ) {
     // Each handshake on a task of its own: a peer that stalls in it (a node that dies or
     // is cut off while it connects) holds up no other joiner or `harp scale` client.
     while let Some(handshaking) = endpoint.accept_handshaking().await {
         let (counters, outbox) = (counters.clone(), outbox.clone());
-        let (running, answers) = (running.clone(), answers.clone());
+        let (running, owed) = (running.clone(), owed.clone());
         crate::spawn::spawn(async move {
             match handshaking.finish().await {
-                Ok(conn) => take(conn, (job, counters), outbox, running, answers).await,
+                Ok(conn) => take(conn, (job, counters), outbox, running, owed).await,
                 Err(e) => {
                     tracing::debug!(error = %e, "a connection to the master failed its handshake")
                 }
@@ -129,14 +168,14 @@ async fn accept_loop<A: App>(
     }
 }
 
-/// One connection: its hello says whether it is a node joining, a node fetching a state or
-/// a `harp scale` client.
+/// One connection: its hello says whether it is a node the job starts with, a node joining
+/// later, a node fetching a state or a `harp scale` client.
 async fn take<A: App>(
     conn: PeerConnection,
     (job, counters): (JobId, Arc<WireCounters>),
     outbox: Arc<StateOutbox>,
     mut running: watch::Receiver<Running<A>>,
-    answers: OwedAnswers,
+    (answers, places): (OwedAnswers, FounderPlaces),
 ) {
     let accepted = harp_net::Link::accept(conn, FrameLimits::default(), counters).await;
     let Ok((link, mut incoming)) = accepted else {
@@ -159,7 +198,21 @@ async fn take<A: App>(
         server: hello.role.server,
     };
     if roles.worker || roles.server {
-        // A node that came while the job starts joins once it runs.
+        let founder = Founder {
+            link,
+            incoming,
+            hello,
+        };
+        let Err(Founder {
+            link,
+            incoming,
+            hello,
+        }) = places.take_place(founder)
+        else {
+            return;
+        };
+        // A node that came while the job starts, once its places were taken, joins once it
+        // runs.
         let ctx = running.wait_for(Option::is_some).await.map(|r| r.clone());
         match ctx {
             Ok(Some(ctx)) => {
@@ -211,7 +264,7 @@ mod tests {
         let job = crate::remote::job_id(&creds);
         let outbox = Arc::new(StateOutbox::default());
         let counters = Arc::new(WireCounters::new());
-        let accepting = Accepting::start(endpoint, job, counters, outbox.clone());
+        let (accepting, _founders) = Accepting::start(endpoint, (job, 0), counters, outbox.clone());
         (accepting, addr, creds, outbox)
     }
 

@@ -258,9 +258,8 @@ impl NetEndpoint {
     /// Waits for the next incoming connection and its handshake; `None` once the endpoint
     /// is closed. A peer that fails the handshake (no or foreign credentials) yields an
     /// error, and the endpoint keeps accepting. One handshake at a time: a loop that takes
-    /// peers for as long as the job runs uses [`Self::accept_handshaking`] instead, so that
-    /// a peer whose handshake stalls does not hold the others up to the handshake deadline
-    /// (the master's start-up accept, which takes the job's first nodes once, uses this).
+    /// many peers uses [`Self::accept_handshaking`] instead, so that a peer whose handshake
+    /// stalls does not hold the others up to the handshake deadline.
     pub async fn accept(&self) -> Option<Result<PeerConnection, NetError>> {
         Some(self.accept_handshaking().await?.finish().await)
     }

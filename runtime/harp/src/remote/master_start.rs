@@ -4,10 +4,11 @@
 //! start ([`start_interrupted`]); a start that ends tells every node that joined why
 //! ([`not_started`]).
 
+use super::greeting::Greeted;
 use super::identity::AppIdentity;
 use super::listen_addr::reachable_listen_addr;
 use super::master_side::{ended_by, tell_job_ended, ClusterOptions, NodeFailure};
-use super::roster::{self, Founder};
+use super::roster;
 use crate::error::HarpError;
 use harp_core::NodeRoles;
 use harp_net::{Incoming, Link};
@@ -30,7 +31,7 @@ pub(super) struct JoinedNode {
 /// [`roster::Accepting`], which takes every connection on a task of its own) into `nodes`
 /// until the job has all of them or its join timeout passed.
 pub(super) async fn accept_nodes(
-    founders: &mut mpsc::UnboundedReceiver<Founder>,
+    founders: &mut mpsc::UnboundedReceiver<Greeted>,
     identity: &AppIdentity,
     job: harp_wire::JobId,
     options: &ClusterOptions,
@@ -51,7 +52,7 @@ pub(super) async fn accept_nodes(
                 )))
             }
         };
-        let Founder {
+        let Greeted {
             link,
             incoming,
             hello,

@@ -50,6 +50,7 @@ mod eviction;
 mod executor_moves;
 mod failures;
 mod fault_delays;
+mod greeting;
 mod identity;
 mod job_counters;
 pub(crate) mod lease;

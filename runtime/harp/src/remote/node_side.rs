@@ -7,6 +7,7 @@ use super::executor_moves::{
     recreate_executor, release_executor, save_executor, take_executor, Adoption, Rebuild,
 };
 use super::fault_delays::{fault_delay, JOIN_DELAY_VAR, STAGED_REPORT_DELAY_VAR};
+use super::greeting::{greet, HELLO_WAIT};
 use super::identity::AppIdentity;
 use super::job_id;
 use super::lease;
@@ -14,7 +15,7 @@ use super::listen_addr::{check_bind_reaches, dialable};
 use super::proxies::{serve_server_request, tasks_from_wire, MasterProxy};
 use super::row_parts::KeysInParts;
 use super::server_links::{
-    drain_server, forget_server, hand_off_shard, reach_new_servers, relocate_shard, Dialer,
+    drain_server, forget_server, hand_off_shard, reach_new_servers, relocate_shard, Dialer, Orders,
     PassedOver, ServerProxies,
 };
 use super::state_transfer::{StateDialer, StateOutbox};
@@ -378,14 +379,15 @@ async fn start_node<A: App>(
         dialer.peers.counters.clone(),
         job,
     );
-    // Reach every other server through a proxy.
-    for place in &placement.servers {
+    // Reach every other server through a proxy, all dialled at once.
+    let others =
+        (placement.servers.iter()).filter(|place| !servers.contains_key(&ServerId(place.server)));
+    let dials = others.map(|place| async move {
         let id = ServerId(place.server);
-        if servers.contains_key(&id) {
-            continue;
-        }
-        servers.insert(id, dialer.connect(id, &place.listen_addr).await?);
-    }
+        Ok::<_, HarpError>((id, dialer.connect(id, &place.listen_addr).await?))
+    });
+    let proxies = futures::future::try_join_all(dials).await?;
+    servers.extend(proxies);
     let server_ids: Vec<ServerId> = servers.keys().copied().collect();
     let mut shard_map = ShardMap::round_robin(placement.num_shards, &server_ids)?;
     for place in &placement.shards {
@@ -539,18 +541,13 @@ pub(super) fn accept_peers(
                 let Ok(conn) = handshaking.finish().await else {
                     return;
                 };
-                let Ok((link, mut incoming)) =
-                    Link::accept(conn, FrameLimits::default(), counters).await
-                else {
+                let Some(greeted) = greet(conn, counters, HELLO_WAIT).await else {
                     return;
                 };
-                match incoming.recv().await {
-                    Some(Ok(Message::Hello(hello)))
-                        if harp_wire::check_hello(&hello, job).is_ok() =>
-                    {
-                        serve_peer(link, incoming, local, outbox).await
-                    }
-                    _ => link.close("expected a hello of this job"),
+                if harp_wire::check_hello(&greeted.hello, job).is_ok() {
+                    serve_peer(greeted.link, greeted.incoming, local, outbox).await
+                } else {
+                    greeted.link.close("expected a hello of this job")
                 }
             });
         }
@@ -610,6 +607,7 @@ async fn serve_master<A: App>(
     let mut leaving = false;
     let mut keys_in_parts = KeysInParts::default();
     let mut passed_over = PassedOver::default();
+    let mut in_hand: u64 = 0;
     loop {
         let next = tokio::select! {
             next = from_master.recv() => next,
@@ -624,6 +622,11 @@ async fn serve_master<A: App>(
             Some(Ok(m)) => m,
             Some(Err(e)) => return Err(HarpError::Remote(format!("lost the master: {e}"))),
             None => return Err(HarpError::Remote("lost the master".into())),
+        };
+        in_hand += 1;
+        let orders = Orders {
+            in_hand,
+            queue: from_master,
         };
         match message {
             Message::RunTasks { tasks } => {
@@ -692,7 +695,7 @@ async fn serve_master<A: App>(
             } => {
                 let to_server = ServerId(to_server);
                 passed_over
-                    .reach_again(to_server, (store, servers, dialer))
+                    .reach_again(to_server, (store, servers, dialer), &orders)
                     .await;
                 hand_off_shard(
                     local_server,
@@ -705,7 +708,7 @@ async fn serve_master<A: App>(
             Message::Reroute { shard, server } => {
                 let server = ServerId(server);
                 passed_over
-                    .reach_again(server, (store, servers, dialer))
+                    .reach_again(server, (store, servers, dialer), &orders)
                     .await;
                 store.reroute(ShardId(shard), server)?;
             }
@@ -716,7 +719,7 @@ async fn serve_master<A: App>(
             } => {
                 let to_id = ServerId(to_server);
                 passed_over
-                    .reach_again(to_id, (store, servers, dialer))
+                    .reach_again(to_id, (store, servers, dialer), &orders)
                     .await;
                 relocate_shard(
                     local_server,
@@ -769,7 +772,8 @@ async fn serve_master<A: App>(
                 }
             },
             Message::Placement(placement) => {
-                reach_new_servers(&placement, (store, servers, dialer), &mut passed_over).await;
+                let passed = (&mut passed_over, &orders);
+                reach_new_servers(&placement, (store, servers, dialer), passed).await;
             }
             Message::DrainServer { request_id, server } => {
                 drain_server(servers, node, request_id, ServerId(server));

@@ -82,18 +82,23 @@ async fn a_passed_over_server_is_dialled_again_when_a_shard_is_routed_to_it() {
             listen_addr: addr.clone(),
         }],
     };
+    let (_master, queue) = mpsc::unbounded_channel();
     let mut passed_over = PassedOver::default();
+    let placed = Orders {
+        in_hand: 1,
+        queue: &queue,
+    };
     reach_new_servers(
         &placement,
         (&store, &mut servers, &dialer),
-        &mut passed_over,
+        (&mut passed_over, &placed),
     )
     .await;
     assert!(
         !servers.contains_key(&ServerId(7)),
         "nothing listened there"
     );
-    assert_eq!(passed_over.0.get(&ServerId(7)), Some(&addr));
+    assert_eq!(passed_over.due(ServerId(7), 2), Some(addr.as_str()));
 
     // Server 7's node comes up at that address.
     let peer = endpoint(&creds, port);
@@ -107,9 +112,13 @@ async fn a_passed_over_server_is_dialled_again_when_a_shard_is_routed_to_it() {
         Arc::new(WireCounters::new()),
         job,
     );
-    // What the node does on `Reroute { server: 7 }`, before it reroutes.
+    // What the node does on `Reroute { server: 7 }`, its next order, before it reroutes.
+    let rerouted = Orders {
+        in_hand: 2,
+        queue: &queue,
+    };
     passed_over
-        .reach_again(ServerId(7), (&store, &mut servers, &dialer))
+        .reach_again(ServerId(7), (&store, &mut servers, &dialer), &rerouted)
         .await;
     assert!(servers.contains_key(&ServerId(7)), "dialled again");
     assert!(passed_over.0.is_empty());
@@ -130,7 +139,34 @@ async fn a_passed_over_server_is_dialled_again_when_a_shard_is_routed_to_it() {
     assert_eq!(*rows[0], RowData::F32(vec![3.0, 4.0]));
 
     // A server that left is not dialled again.
-    passed_over.0.insert(ServerId(9), "127.0.0.1:1".into());
+    passed_over.pass_over(ServerId(9), "127.0.0.1:1", &rerouted);
     passed_over.forget(ServerId(9));
     assert!(passed_over.0.is_empty());
+}
+
+/// The orders that came while a dial of a passed-over server failed (a lost server's
+/// shards rerouted to it, an order each, sent before the master could know) do not dial it
+/// again, each for a dial's deadline; the first order after them does.
+#[test]
+fn orders_that_came_while_a_dial_failed_do_not_dial_the_same_server_again() {
+    let (master, queue) = mpsc::unbounded_channel();
+    for _ in 0..3 {
+        let reroute = Message::Reroute {
+            shard: 0,
+            server: 7,
+        };
+        master.send(Ok(reroute)).unwrap();
+    }
+    let mut passed_over = PassedOver::default();
+    // Order 4 dialled server 7 and failed; orders 5 to 7 came meanwhile.
+    let failed_at = Orders {
+        in_hand: 4,
+        queue: &queue,
+    };
+    passed_over.pass_over(ServerId(7), "127.0.0.1:1", &failed_at);
+    for order in 5..=7 {
+        assert_eq!(passed_over.due(ServerId(7), order), None, "order {order}");
+    }
+    assert_eq!(passed_over.due(ServerId(7), 8), Some("127.0.0.1:1"));
+    assert_eq!(passed_over.due(ServerId(8), 8), None, "never passed over");
 }

@@ -19,7 +19,7 @@ mod accepting;
 mod desired;
 mod scale_clients;
 
-pub(crate) use accepting::{Accepting, Founder};
+pub(crate) use accepting::Accepting;
 pub(crate) use desired::{count_joins, follow_desired};
 
 use super::identity::AppIdentity;

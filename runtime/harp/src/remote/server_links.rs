@@ -77,28 +77,35 @@ impl Dialer {
 }
 
 /// A placement sent after start names the servers that joined since: reach each new one (in
-/// order with the master's later orders, so a shard is never rerouted to an unknown server).
-/// One that cannot be reached is passed over (with a warning, its address kept in
-/// `passed_over`): the master announces a joining node's server only once that node is
-/// ready, but it may still die before this node dials it, and reaching it used to be an
-/// error that ended this node, and with it a job that was running well.
+/// order with the master's later orders, so a shard is never rerouted to an unknown server;
+/// the new servers are dialled all at once, so one that does not answer holds the node's
+/// orders up for one dial's deadline, not one per server). One that cannot be reached is
+/// passed over (with a warning, its address kept in `passed_over`): the master announces a
+/// joining node's server only once that node is ready, but it may still die before this
+/// node dials it, and reaching it used to be an error that ended this node, and with it a
+/// job that was running well.
 pub(super) async fn reach_new_servers(
     placement: &Placement,
     (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
-    passed_over: &mut PassedOver,
+    (passed_over, orders): (&mut PassedOver, &Orders<'_>),
 ) {
-    for place in &placement.servers {
+    let new =
+        (placement.servers.iter()).filter(|place| !servers.contains_key(&ServerId(place.server)));
+    let dials = new.map(|place| async move {
         let id = ServerId(place.server);
-        if servers.contains_key(&id) {
-            continue;
-        }
-        match reach_server(id, &place.listen_addr, (store, servers, dialer)).await {
-            Ok(()) => {
+        (place, dialer.connect(id, &place.listen_addr).await)
+    });
+    for (place, dialled) in futures::future::join_all(dials).await {
+        let id = ServerId(place.server);
+        match dialled {
+            Ok(proxy) => {
+                store.add_server(id, proxy.clone());
+                servers.insert(id, proxy);
                 tracing::info!(server = %id, addr = %place.listen_addr, "reached a server that joined")
             }
             Err(e) => {
                 tracing::warn!(server = %id, addr = %place.listen_addr, error = %e, "could not reach a server that joined; passed over until something is routed to it");
-                passed_over.0.insert(id, place.listen_addr.clone());
+                passed_over.pass_over(id, &place.listen_addr, orders);
             }
         }
     }
@@ -119,28 +126,72 @@ pub(super) async fn reach_server(
     Ok(())
 }
 
+/// Where a node is in the master's orders: the number of the one in hand, and the queue of
+/// those that came after it.
+pub(super) struct Orders<'a> {
+    pub(super) in_hand: u64,
+    pub(super) queue: &'a mpsc::UnboundedReceiver<Incoming>,
+}
+
+impl Orders<'_> {
+    /// The number of the last order that has come so far.
+    fn last_come(&self) -> u64 {
+        self.in_hand + self.queue.len() as u64
+    }
+}
+
 /// The servers this node could not reach when they joined, with their addresses. One is
 /// dialled again when the master first sends this node something for it (a shard rerouted
 /// to it, a shard to hand to it), so a dial that failed once (a peer slow to answer, a
 /// network blip) does not fail this node's micro-tasks for as long as the job runs. Before,
 /// a passed-over server was never dialled again, and every later read or update of a shard
 /// moved to it failed this node.
+///
+/// The orders that came while a dial failed are not answered with another dial of the
+/// same server (they were sent before the master could know): a lost server's shards
+/// rerouted to one this node cannot reach, an order each, cost the node one dial's
+/// deadline, not one per shard, during which it took no other order (its micro-tasks, a
+/// save, a move, the job's end). Later orders dial it again.
 #[derive(Default)]
-pub(super) struct PassedOver(BTreeMap<ServerId, String>);
+pub(super) struct PassedOver(BTreeMap<ServerId, PassedOverServer>);
+
+struct PassedOverServer {
+    addr: String,
+    /// The last order that came while its last dial failed: up to it, no dial again.
+    quiet_through: u64,
+}
 
 impl PassedOver {
-    /// Dials `server` again if it was passed over; on success it is reached like any other
-    /// (and forgotten here). Nothing for a server this node reaches already or never heard
-    /// of. A second failure is logged, and what is routed to it fails as before.
+    /// `server`, at `addr`, could not be reached; `orders` is where the node is now.
+    fn pass_over(&mut self, server: ServerId, addr: &str, orders: &Orders<'_>) {
+        let passed = PassedOverServer {
+            addr: addr.to_string(),
+            quiet_through: orders.last_come(),
+        };
+        self.0.insert(server, passed);
+    }
+
+    /// Where to dial `server` again while the node handles order `in_hand`: its address,
+    /// if it was passed over and its last dial failed before that order came.
+    fn due(&self, server: ServerId, in_hand: u64) -> Option<&str> {
+        let passed = self.0.get(&server)?;
+        (in_hand > passed.quiet_through).then_some(passed.addr.as_str())
+    }
+
+    /// Dials `server` again if it was passed over (and is due, [`Self::due`]); on success
+    /// it is reached like any other (and forgotten here). Nothing for a server this node
+    /// reaches already or never heard of. A second failure is logged, and what is routed
+    /// to it fails as before.
     pub(super) async fn reach_again(
         &mut self,
         server: ServerId,
         (store, servers, dialer): (&ParamStore, &mut ServerProxies, &Dialer),
+        orders: &Orders<'_>,
     ) {
         if servers.contains_key(&server) {
             return;
         }
-        let Some(addr) = self.0.get(&server).cloned() else {
+        let Some(addr) = self.due(server, orders.in_hand).map(str::to_string) else {
             return;
         };
         match reach_server(server, &addr, (store, servers, dialer)).await {
@@ -149,6 +200,7 @@ impl PassedOver {
                 tracing::info!(%server, %addr, "reached a server that was passed over");
             }
             Err(e) => {
+                self.pass_over(server, &addr, orders);
                 tracing::warn!(%server, %addr, error = %e, "still cannot reach a server that was passed over; what is routed to it fails on this node")
             }
         }

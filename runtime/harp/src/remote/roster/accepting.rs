@@ -3,8 +3,8 @@
 //!
 //! Every connection is taken on a task of its own (its handshake, its hello), so a peer
 //! that stalls in its handshake or never says hello holds up no other. The first nodes to
-//! say hello, as many as the job starts with, take its places ([`Founder`]s, handed to the
-//! start in the order their hellos came); while the job is still starting (nodes join, set
+//! say hello, as many as the job starts with, take its places (handed to the start in the
+//! order their hellos came); while the job is still starting (nodes join, set
 //! up their executors and servers, the driver is created) a `harp scale` command is
 //! answered at once with the starting answer (the client's `ScaleError::JobStarting`)
 //! instead of timing out in a handshake nobody completes, and a node that connects once
@@ -22,20 +22,16 @@
 use super::scale_clients::{answer_starting, serve_scale_client, OwedAnswers};
 use super::{admit, RosterContext};
 use crate::app::App;
+use crate::remote::greeting::{greet, Greeted, HELLO_WAIT};
 use crate::remote::listen_addr::reachable_listen_addr;
 use crate::remote::state_transfer::{serve_state_fetches, StateOutbox};
 use harp_core::NodeRoles;
-use harp_net::{Incoming, Link, NetEndpoint, PeerConnection};
-use harp_wire::{
-    check_hello, refusal, FrameLimits, Hello, JobId, Message, WireCounters, NODE_ID_UNASSIGNED,
-};
+use harp_net::{NetEndpoint, PeerConnection};
+use harp_wire::{check_hello, refusal, JobId, WireCounters, NODE_ID_UNASSIGNED};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-
-/// How long a connection has to say hello.
-const HELLO_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the job's exit waits for the answers owed to `harp scale` clients.
 const ANSWERS_WAIT: Duration = Duration::from_secs(2);
@@ -43,27 +39,19 @@ const ANSWERS_WAIT: Duration = Duration::from_secs(2);
 /// The job's context once it runs (`None` while it starts).
 type Running<A> = Option<Arc<RosterContext<A>>>;
 
-/// A node that said hello while one of the places of the nodes the job starts with was
-/// free: the start welcomes it.
-pub(crate) struct Founder {
-    pub(crate) link: Link,
-    pub(crate) incoming: mpsc::UnboundedReceiver<Incoming>,
-    pub(crate) hello: Hello,
-}
-
 /// The places left for the nodes the job starts with, and where a node that takes one goes.
 #[derive(Clone)]
-struct FounderPlaces(Arc<Mutex<(u32, mpsc::UnboundedSender<Founder>)>>);
+struct FounderPlaces(Arc<Mutex<(u32, mpsc::UnboundedSender<Greeted>)>>);
 
 impl FounderPlaces {
-    fn new(places: u32) -> (Self, mpsc::UnboundedReceiver<Founder>) {
+    fn new(places: u32) -> (Self, mpsc::UnboundedReceiver<Greeted>) {
         let (to_start, founders) = mpsc::unbounded_channel();
         (Self(Arc::new(Mutex::new((places, to_start)))), founders)
     }
 
     /// Hands `founder` to the start if a place is left and the start still takes nodes;
     /// gives it back otherwise.
-    fn take_place(&self, founder: Founder) -> Result<(), Founder> {
+    fn take_place(&self, founder: Greeted) -> Result<(), Greeted> {
         let mut places = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let (left, to_start) = &mut *places;
         if *left == 0 {
@@ -94,7 +82,7 @@ impl<A: App> Accepting<A> {
         (job, places): (JobId, u32),
         counters: Arc<WireCounters>,
         outbox: Arc<StateOutbox>,
-    ) -> (Self, mpsc::UnboundedReceiver<Founder>) {
+    ) -> (Self, mpsc::UnboundedReceiver<Greeted>) {
         let (running, starting) = watch::channel(None);
         let answers = OwedAnswers::default();
         let (places, founders) = FounderPlaces::new(places);
@@ -177,13 +165,13 @@ async fn take<A: App>(
     mut running: watch::Receiver<Running<A>>,
     (answers, places): (OwedAnswers, FounderPlaces),
 ) {
-    let accepted = harp_net::Link::accept(conn, FrameLimits::default(), counters).await;
-    let Ok((link, mut incoming)) = accepted else {
+    let Some(Greeted {
+        link,
+        incoming,
+        hello,
+    }) = greet(conn, counters, HELLO_WAIT).await
+    else {
         return;
-    };
-    let hello = match tokio::time::timeout(HELLO_WAIT, incoming.recv()).await {
-        Ok(Some(Ok(Message::Hello(hello)))) => hello,
-        _ => return link.close("expected hello"),
     };
     if let Err(e) = check_hello(&hello, job) {
         tracing::warn!(error = %e, addr = %link.remote_addr(), "refused a connection");
@@ -198,16 +186,16 @@ async fn take<A: App>(
         server: hello.role.server,
     };
     if roles.worker || roles.server {
-        let founder = Founder {
+        let greeted = Greeted {
             link,
             incoming,
             hello,
         };
-        let Err(Founder {
+        let Err(Greeted {
             link,
             incoming,
             hello,
-        }) = places.take_place(founder)
+        }) = places.take_place(greeted)
         else {
             return;
         };

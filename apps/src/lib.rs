@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`data`] | the dense [`data::Dataset`], LibSVM / IDX / ratings loaders, the synthetic generator |
 //! | [`default_data`] | the default dataset embedded in the binary (mnist10k) |
+//! | [`host_memory`] | the memory this machine has available, checked before an input is expanded |
 //! | [`device`] | `--device cpu\|cuda[:N]`: where executors compute, and the opened GPU |
 //! | [`mlr`] | multinomial logistic regression under SSP |
 //! | [`mf`] | matrix factorization of ratings by ALS |
@@ -20,6 +21,7 @@ pub mod counter;
 pub mod data;
 pub mod default_data;
 pub mod device;
+pub mod host_memory;
 pub mod lda;
 pub mod metrics;
 pub mod mf;

@@ -347,6 +347,10 @@ fn invalid_cluster_shapes() {
         counter(&["--processes", "100000"]),
         &["--processes 100000: a master starts at most 256 node processes"],
     );
+    // A runtime of that many threads overflowed in tokio (a panic) or exhausted the OS.
+    for threads in ["0", "1025", "100000", "18446744073709551615"] {
+        refused(counter(&["--threads", threads]), &["--threads", "1..=1024"]);
+    }
 }
 
 #[test]

@@ -22,8 +22,8 @@ pub struct ClusterArgs {
     pub shards_per_server: u32,
     /// Threads of the runtime (default: the number of CPU cores). A `harp node` process
     /// runs its executors on a second runtime of as many threads (HARP_EXECUTOR_THREADS=N
-    /// sets N; 0 keeps them on the first).
-    #[arg(long)]
+    /// sets N; 0 keeps them on the first). At most 1024.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=harp::MAX_RUNTIME_THREADS as u64))]
     pub threads: Option<usize>,
     /// Run across processes: this process is the master and starts N-1 `harp node`
     /// processes, each hosting one worker and one server (--workers/--servers are ignored).

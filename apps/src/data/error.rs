@@ -147,6 +147,24 @@ pub enum DataError {
         num_features: usize,
     },
 
+    /// The labels make more classes than a model over the features can hold: features x
+    /// classes weights would exceed [`MAX_DENSE_VALUES`](super::MAX_DENSE_VALUES).
+    #[error("{}: {at}: label {label} makes {num_classes} classes; a model over {num_features} features would hold {num_features} x {num_classes} weights, more than {max}", .path.display())]
+    TooManyClasses {
+        /// The file.
+        path: PathBuf,
+        /// Where the largest label is.
+        at: Location,
+        /// The largest label.
+        label: u64,
+        /// The classes it makes (the label + 1).
+        num_classes: usize,
+        /// The number of features.
+        num_features: usize,
+        /// The most weights a model may hold.
+        max: usize,
+    },
+
     /// A directory did not hold exactly one IDX images file and one IDX labels file.
     #[error("{}: {message}", .path.display())]
     DirectoryLayout {

@@ -95,6 +95,8 @@ struct SparseRows {
     /// The largest 0-based column seen, if any.
     max_column: Option<u32>,
     max_label: u32,
+    /// The 1-based line of the first row with the largest label.
+    max_label_line: usize,
 }
 
 impl SparseRows {
@@ -124,6 +126,17 @@ impl SparseRows {
             .checked_mul(num_features)
             .filter(|&total| total <= MAX_DENSE_VALUES)
             .ok_or_else(too_large)?;
+        let weights = num_features.checked_mul(num_classes);
+        if weights.is_none_or(|weights| weights > MAX_DENSE_VALUES) {
+            return Err(DataError::TooManyClasses {
+                path: name.to_path_buf(),
+                at: Location::Line(self.max_label_line),
+                label: u64::from(self.max_label),
+                num_classes,
+                num_features,
+                max: MAX_DENSE_VALUES,
+            });
+        }
         let mut features: Vec<f32> = Vec::new();
         features.try_reserve_exact(total).map_err(|_| too_large())?;
         features.resize(total, 0.0);
@@ -204,7 +217,10 @@ impl LineParser<'_> {
         if let Some(&(last, _)) = row_entries.last() {
             rows.max_column = rows.max_column.max(Some(last));
         }
-        rows.max_label = rows.max_label.max(label);
+        if label > rows.max_label || rows.labels.is_empty() {
+            rows.max_label = label;
+            rows.max_label_line = self.line;
+        }
         rows.labels.push(label);
         rows.row_ends.push(rows.entries.len());
         Ok(())
@@ -517,6 +533,19 @@ mod tests {
         let err = parse_err("0 1:1\n1 1:1\n", huge);
         assert!(matches!(err, DataError::TooLarge { rows: 2, .. }));
         assert!(err.to_string().starts_with("mem.libsvm: dataset too large"));
+
+        // A label so large that features x classes weights would not fit: refused before
+        // any model is made, naming the line of the largest label.
+        let err = parse_err("0 1:1\n4000000000 1:1\n7 1:1\n", LibsvmOptions::default());
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "mem.libsvm: line 2: label 4000000000 makes 4000000001 classes; a model over 1 features would hold 1 x 4000000001 weights, more than {MAX_DENSE_VALUES}"
+            )
+        );
+        let at_the_edge = format!("{} 1:1 2:1\n", MAX_DENSE_VALUES / 2 - 1);
+        let fits = parse(&at_the_edge, LibsvmOptions::default());
+        assert!(fits.is_ok(), "2 x 2^30 weights fit: {:?}", fits.err());
         let err = parse_err("0 3000000000:1\n", LibsvmOptions::default());
         assert!(matches!(err, DataError::TooLarge { .. }), "{err}");
 

@@ -26,6 +26,19 @@ struct BlockTokens {
     topics: Vec<u32>,
 }
 
+/// What an executor holds per token: its document, word and topic ([`BlockTokens`]).
+const BYTES_PER_TOKEN: u64 = 12;
+
+impl BlockTokens {
+    fn with_capacity(tokens: usize) -> Self {
+        Self {
+            docs: Vec::with_capacity(tokens),
+            words: Vec::with_capacity(tokens),
+            topics: Vec::with_capacity(tokens),
+        }
+    }
+}
+
 pub struct LdaExecutor {
     me: u32,
     params: LdaParams,
@@ -115,6 +128,22 @@ fn lda_error(message: String) -> AppError {
     message.into()
 }
 
+/// Refuses executor `me`'s `tokens` (in `docs` documents of corpus `source`) when they do
+/// not fit in the memory `available` ([`BYTES_PER_TOKEN`] each).
+fn tokens_fit(
+    (me, docs, tokens): (u32, usize, u64),
+    source: &str,
+    available: Option<u64>,
+) -> Result<(), AppError> {
+    let what = || {
+        format!(
+            "lda: the {docs} documents of executor {me} hold {tokens} tokens (is the count column of {source} right?)"
+        )
+    };
+    let needed = tokens.saturating_mul(BYTES_PER_TOKEN);
+    crate::host_memory::check_fits(needed, available, what, "12 bytes a token").map_err(lda_error)
+}
+
 impl LdaExecutor {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -145,7 +174,20 @@ impl LdaExecutor {
             .into_iter()
             .nth(me as usize)
             .ok_or_else(|| lda_error(format!("lda: executor {me} of {executors}")))?;
-        let mut tokens: Vec<BlockTokens> = (0..blocks.len()).map(|_| Default::default()).collect();
+        // Each token's document, word and topic, in the block of its word: presized, and
+        // refused with a message when this machine cannot hold them.
+        let mut block_tokens = vec![0u64; blocks.len()];
+        for d in my_docs.clone() {
+            for (word, count) in corpus.doc(d) {
+                block_tokens[block_of_row[rows.row_of(word)] as usize] += u64::from(count);
+            }
+        }
+        let my_tokens: u64 = block_tokens.iter().sum();
+        let held = (me, my_docs.len(), my_tokens);
+        tokens_fit(held, &corpus.source, crate::host_memory::available_bytes())?;
+        let mut tokens: Vec<BlockTokens> = (block_tokens.iter())
+            .map(|&n| BlockTokens::with_capacity(n as usize))
+            .collect();
         let mut doc_topic = vec![0u32; my_docs.len() * k];
         for (local, d) in my_docs.clone().enumerate() {
             // Topics drawn per document from the seed: the same for any executor count.
@@ -810,6 +852,20 @@ mod tests {
     use crate::data::Corpus;
     use crate::lda::{LdaApp, LdaConfig};
     use harp::{App, Executor, ExecutorId, JobInfo};
+
+    /// Tokens this machine cannot hold are refused before they are laid out, naming the
+    /// executor, its documents, the corpus and both figures (a six-line docword that claims
+    /// four billion tokens used to grow until the OOM killer ended the process).
+    #[test]
+    fn tokens_beyond_the_memory_available_are_refused_with_a_message() {
+        let refused = tokens_fit((2, 1, 4_000_000_005), "hugecount.txt", Some(16 << 30));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "lda: the 1 documents of executor 2 hold 4000000005 tokens (is the count column of hugecount.txt right?); that needs 44.7 GiB (12 bytes a token), more than the 16.0 GiB this machine has available"
+        );
+        assert!(tokens_fit((0, 1, 1 << 30), "fits", Some(12 << 30)).is_ok());
+        assert!(tokens_fit((0, 1, u64::MAX), "unknown machine", None).is_ok());
+    }
 
     /// Two executors' worth of documents over 6 words, 4 topics.
     fn tiny_app() -> LdaApp {

@@ -27,6 +27,11 @@ use tokio::runtime::Handle;
 /// The environment variable that chooses where executors run (module doc).
 pub const EXECUTOR_THREADS_VAR: &str = "HARP_EXECUTOR_THREADS";
 
+/// The most threads a runtime of a harp process may be given (`--threads`,
+/// [`EXECUTOR_THREADS_VAR`]): far above any machine's cores, far below what makes the OS
+/// refuse threads.
+pub const MAX_RUNTIME_THREADS: usize = 1024;
+
 /// Where executor loops run when `HARP_EXECUTOR_THREADS` does not say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Layout {
@@ -120,10 +125,10 @@ fn parse_layout(value: &str, default: Layout) -> Result<Layout, HarpError> {
     }
     match value.parse::<usize>() {
         Ok(0) => Ok(Layout::Shared),
-        Ok(n) => Ok(Layout::Own(n)),
-        Err(_) => Err(HarpError::InvalidConfig(format!(
-            "{EXECUTOR_THREADS_VAR}={value:?}: expected a number of threads \
-             (0: run executors on the node's runtime)"
+        Ok(n) if n <= MAX_RUNTIME_THREADS => Ok(Layout::Own(n)),
+        _ => Err(HarpError::InvalidConfig(format!(
+            "{EXECUTOR_THREADS_VAR}={value:?}: expected a number of threads up to \
+             {MAX_RUNTIME_THREADS} (0: run executors on the node's runtime)"
         ))),
     }
 }

@@ -43,7 +43,7 @@ pub use consistent::{
 };
 pub use control::{job_control, ControlInbox, JobControl, JobEvent, ScaleEvent};
 pub use error::{AppError, HarpError};
-pub use executor_runtime::EXECUTOR_THREADS_VAR;
+pub use executor_runtime::{EXECUTOR_THREADS_VAR, MAX_RUNTIME_THREADS};
 /// The splitmix64 finalizer, for apps that derive seeds and hashes the way the runtime does.
 pub use harp_core::key_hash::mix64;
 pub use harp_core::scar::{Norm, Selection};

@@ -11,6 +11,14 @@ fn the_variable_chooses_the_layout_and_nonsense_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(refused.contains("HARP_EXECUTOR_THREADS") && refused.contains("many"));
+    assert_eq!(
+        parse_layout("1024", Layout::Shared).unwrap(),
+        Layout::Own(MAX_RUNTIME_THREADS)
+    );
+    let refused = parse_layout("100000", Layout::Shared)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("up to 1024"), "{refused}");
 }
 
 fn node_runtime(threads: usize) -> tokio::runtime::Runtime {

@@ -351,6 +351,13 @@ fn invalid_cluster_shapes() {
     for threads in ["0", "1025", "100000", "18446744073709551615"] {
         refused(counter(&["--threads", threads]), &["--threads", "1..=1024"]);
     }
+    // A lease QUIC cannot keep alive was refused as an "invalid TLS configuration".
+    for lease in ["0", "5", "3600001"] {
+        refused(
+            counter(&["--processes", "2", "--lease-timeout-ms", lease]),
+            &["--lease-timeout-ms", "100..=3600000"],
+        );
+    }
 }
 
 #[test]

@@ -197,6 +197,28 @@ fn bad_idx_files_are_refused_naming_the_file() {
         "{error}"
     );
 
+    // 784 pixels each, but not 28x28: refused naming the images file and their shape.
+    let error = case(
+        "not-square",
+        idx_bytes(&[3, 14, 56], &pixels),
+        good_labels.clone(),
+    );
+    assert!(
+        error.contains("x-images-idx3-ubyte: images of 14x56; the CNN takes 28x28"),
+        "{error}"
+    );
+
+    // A label beyond the 10 classes: the labels file is named, not the images file.
+    let error = case(
+        "label",
+        idx_bytes(&[3, 28, 28], &pixels),
+        idx_bytes(&[3], &[1, 200, 3]),
+    );
+    assert!(
+        error.contains("x-labels-idx1-ubyte: labels up to 200; the CNN has 10 classes"),
+        "{error}"
+    );
+
     let error = case(
         "truncated",
         idx_bytes(&[3, 28, 28], &pixels[..100]),

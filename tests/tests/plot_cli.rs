@@ -41,7 +41,8 @@ fn a_run_with_a_fault_is_plotted_with_its_panels_and_the_faults_line() {
         assert!(has_text(&svg, text), "the plot lacks the text {text:?}");
     }
 
-    // The same run against time, one metric, to a file named with --out.
+    // The same run against time, one metric (named twice: one panel), to a file named
+    // with --out.
     let chosen = dir.path().join("accuracy.svg");
     let out = run_process(
         &harp_binary!(),
@@ -50,6 +51,8 @@ fn a_run_with_a_fault_is_plotted_with_its_panels_and_the_faults_line() {
             metrics_arg,
             "--x",
             "time",
+            "--metric",
+            "accuracy",
             "--metric",
             "accuracy",
             "--out",
@@ -64,6 +67,21 @@ fn a_run_with_a_fault_is_plotted_with_its_panels_and_the_faults_line() {
     );
     let svg = std::fs::read_to_string(&chosen).unwrap();
     assert!(has_text(&svg, "seconds since the start"));
+
+    // An --out that is the metrics file itself is refused, and the file is left as it was.
+    let before = std::fs::read(&metrics).unwrap();
+    let out = run_process(&harp_binary!(), ["plot", metrics_arg, "--out", metrics_arg]);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("that is the metrics file") && out.stderr.contains("failure.jsonl"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        std::fs::read(&metrics).unwrap(),
+        before,
+        "the metrics file changed"
+    );
 }
 
 /// Whether `svg` has a text element that says `text` (plotters writes it on a line of

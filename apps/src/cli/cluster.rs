@@ -32,8 +32,9 @@ pub struct ClusterArgs {
     /// Run across processes with N nodes started by hand (`harp node --join`).
     #[arg(long)]
     pub nodes: Option<u32>,
-    /// Where the master listens for nodes (default 127.0.0.1 on a free port).
-    #[arg(long)]
+    /// Where the master listens for nodes (default 127.0.0.1 on a free port; `HOST:PORT`
+    /// or `IP:PORT`).
+    #[arg(long, value_parser = super::host_port::host_port)]
     pub listen: Option<std::net::SocketAddr>,
     /// A directory with the job's certificate authority (`ca.pem`, `ca.key`), made there
     /// when it holds neither (give the nodes a copy); default: a fresh one per job, in a
@@ -47,8 +48,8 @@ pub struct ClusterArgs {
     /// or lets the most recently joined nodes leave. Needs a build with the `etcd` feature.
     #[arg(long)]
     pub etcd: Option<String>,
-    /// A node not heard from for this long is declared dead.
-    #[arg(long, default_value_t = 3_000)]
+    /// A node not heard from for this long is declared dead (100 to 3,600,000).
+    #[arg(long, default_value_t = 3_000, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(harp::MIN_LEASE_TIMEOUT_MS..=harp::MAX_LEASE_TIMEOUT_MS))]
     pub lease_timeout_ms: u64,
     /// Write one JSON object per epoch (or per run) to this file.
     #[arg(long)]

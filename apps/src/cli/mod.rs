@@ -2,6 +2,7 @@
 
 mod checkpoints;
 mod cluster;
+mod host_port;
 mod output;
 mod plot;
 mod processes;
@@ -75,8 +76,8 @@ pub enum Command {
     /// Join a job across processes as a node (a worker, a server, or both). SIGTERM or
     /// Ctrl-C makes it leave gracefully (its load moves to the other nodes; it exits 0).
     Node {
-        /// The master's address.
-        #[arg(long)]
+        /// The master's address (`HOST:PORT` or `IP:PORT`).
+        #[arg(long, value_parser = host_port::host_port)]
         join: std::net::SocketAddr,
         /// The job's credentials directory (`ca.pem`, `ca.key`).
         #[arg(long)]
@@ -99,8 +100,9 @@ pub enum Command {
     /// start N more node processes (masters started with `--processes`), which get load as
     /// they join; with neither, lists the job's nodes.
     Scale {
-        /// The master's address (printed by `harp run` when it starts).
-        #[arg(long)]
+        /// The master's address (printed by `harp run` when it starts; `HOST:PORT` or
+        /// `IP:PORT`).
+        #[arg(long, value_parser = host_port::host_port)]
         job: std::net::SocketAddr,
         /// The job's credentials directory (`ca.pem`, `ca.key`).
         #[arg(long)]

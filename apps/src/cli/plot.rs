@@ -3,7 +3,7 @@
 
 use crate::plot::{self, PlotOptions, XAxis};
 use anyhow::Result;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `harp plot`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -33,22 +33,33 @@ pub enum XChoice {
 }
 
 pub fn run(args: PlotCliArgs) -> Result<()> {
+    let out = (args.out.clone()).unwrap_or_else(|| args.files[0].with_extension("svg"));
+    if let Some(input) = args.files.iter().find(|file| same_file(file, &out)) {
+        anyhow::bail!(
+            "--out {}: that is the metrics file {} this plot reads; write the SVG elsewhere",
+            out.display(),
+            input.display()
+        );
+    }
+    let mut metrics = Vec::new();
+    for metric in args.metrics {
+        if !metrics.contains(&metric) {
+            metrics.push(metric);
+        }
+    }
     let runs = args
         .files
         .iter()
         .map(|path| plot::read_run(path))
         .collect::<Result<Vec<_>, _>>()?;
     let options = PlotOptions {
-        metrics: args.metrics,
+        metrics,
         x: match args.x {
             XChoice::Iteration => XAxis::Iteration,
             XChoice::Time => XAxis::Time,
         },
     };
     let plan = plot::plan(&runs, &options)?;
-    let out = args
-        .out
-        .unwrap_or_else(|| args.files[0].with_extension("svg"));
     plot::chart::write_svg(&plan, &out)?;
     let panels: Vec<&str> = plan.panels.iter().map(|p| p.title.as_str()).collect();
     let unplaced = match plan.unplaced {
@@ -70,4 +81,12 @@ pub fn run(args: PlotCliArgs) -> Result<()> {
         if plan.marks.len() == 1 { "" } else { "s" },
     );
     Ok(())
+}
+
+/// Whether `a` and `b` name the same file (through links and `..` where both exist).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }

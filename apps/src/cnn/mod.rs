@@ -45,7 +45,7 @@ use crate::data::Dataset;
 use crate::device::Compute;
 use harp::{App, AppError, ExecutorId, JobInfo, TableSet};
 use harp_kernels::optim::Adam;
-use network::IMAGE_PIXELS;
+use network::{IMAGE_PIXELS, IMAGE_SIDE};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -125,19 +125,31 @@ pub struct CnnApp {
     compute: Compute,
 }
 
-/// Checks that `data` holds 28×28 images with labels below 10, naming its file otherwise.
+/// Checks that `data` holds 28×28 images with labels below 10, naming the file otherwise
+/// (the labels file of an IDX pair for a label).
 pub fn check_images(data: &Dataset) -> Result<(), AppError> {
-    if data.num_features != IMAGE_PIXELS {
+    let square = [IMAGE_SIDE as u64, IMAGE_SIDE as u64];
+    let dims = data.idx.as_ref().map(|idx| idx.item_dims.as_slice());
+    if data.num_features != IMAGE_PIXELS || dims.is_some_and(|dims| dims != square) {
+        let shape = match dims {
+            Some(dims) => (dims.iter().map(u64::to_string))
+                .collect::<Vec<_>>()
+                .join("x"),
+            None => format!("{} values", data.num_features),
+        };
         return Err(format!(
-            "{}: images of {} values; the CNN takes 28x28 images ({IMAGE_PIXELS} values)",
-            data.source, data.num_features
+            "{}: images of {shape}; the CNN takes {IMAGE_SIDE}x{IMAGE_SIDE} images ({IMAGE_PIXELS} values)",
+            data.source
         )
         .into());
     }
     if data.num_classes > network::CLASSES {
+        let labels_file = data
+            .idx
+            .as_ref()
+            .map_or(&data.source, |idx| &idx.labels_path);
         return Err(format!(
-            "{}: labels up to {}; the CNN has {} classes",
-            data.source,
+            "{labels_file}: labels up to {}; the CNN has {} classes",
             data.num_classes - 1,
             network::CLASSES
         )

@@ -29,6 +29,16 @@ pub struct Dataset {
     pub num_classes: usize,
     /// Where the data came from (a path, or a description of a generator).
     pub source: String,
+    /// For a dataset read from an IDX pair: each image's dimensions and the labels file.
+    pub idx: Option<IdxOrigin>,
+}
+
+/// What an IDX pair says beyond the rows: the dimensions of one item (28 × 28 for MNIST;
+/// their product is `num_features`) and the labels file (`source` names the images file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdxOrigin {
+    pub item_dims: Vec<u64>,
+    pub labels_path: String,
 }
 
 impl Dataset {
@@ -114,6 +124,7 @@ impl Dataset {
             num_features,
             num_classes,
             source,
+            idx: None,
         }
     }
 
@@ -161,13 +172,16 @@ impl Dataset {
         let test_labels = self.labels.split_off(train_rows);
         self.features.shrink_to_fit();
         self.labels.shrink_to_fit();
-        let test = Dataset::from_valid_parts(
-            test_features,
-            test_labels,
-            self.num_features,
-            self.num_classes,
-            self.source.clone(),
-        );
+        let test = Dataset {
+            idx: self.idx.clone(),
+            ..Dataset::from_valid_parts(
+                test_features,
+                test_labels,
+                self.num_features,
+                self.num_classes,
+                self.source.clone(),
+            )
+        };
         Ok((self, test))
     }
 
@@ -216,13 +230,16 @@ impl Dataset {
             .map(<[f32]>::to_vec);
         let labels = self.labels.get(range.clone()).map(<[u32]>::to_vec);
         match (features, labels) {
-            (Some(features), Some(labels)) => Ok(Dataset::from_valid_parts(
-                features,
-                labels,
-                self.num_features,
-                self.num_classes,
-                self.source.clone(),
-            )),
+            (Some(features), Some(labels)) => Ok(Dataset {
+                idx: self.idx.clone(),
+                ..Dataset::from_valid_parts(
+                    features,
+                    labels,
+                    self.num_features,
+                    self.num_classes,
+                    self.source.clone(),
+                )
+            }),
             _ => Err(DataError::ShapeMismatch {
                 path: PathBuf::from(&self.source),
                 message: format!(

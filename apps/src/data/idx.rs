@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use super::dataset::{Dataset, MAX_DENSE_VALUES};
+use super::dataset::{Dataset, IdxOrigin, MAX_DENSE_VALUES};
 use super::error::DataError;
 use super::gzip;
 
@@ -74,13 +74,20 @@ fn load_pair(
     let features: Vec<f32> = image_array.data.iter().map(|&b| f32::from(b)).collect();
     let labels: Vec<u32> = label_array.data.iter().map(|&b| u32::from(b)).collect();
     let num_classes = labels.iter().max().map_or(1, |&max| max as usize + 1);
-    Ok(Dataset::from_valid_parts(
-        features,
-        labels,
-        image_array.item_size,
-        num_classes,
-        images_path.display().to_string(),
-    ))
+    let origin = IdxOrigin {
+        item_dims: image_array.item_dims,
+        labels_path: labels_path.display().to_string(),
+    };
+    Ok(Dataset {
+        idx: Some(origin),
+        ..Dataset::from_valid_parts(
+            features,
+            labels,
+            image_array.item_size,
+            num_classes,
+            images_path.display().to_string(),
+        )
+    })
 }
 
 /// Which file of the pair is being read; they differ in the dimensions allowed.
@@ -94,6 +101,8 @@ enum Role {
 struct IdxArray<'a> {
     count: usize,
     item_size: usize,
+    /// The dimensions of one item (the header's after the count).
+    item_dims: Vec<u64>,
     data: &'a [u8],
 }
 
@@ -183,6 +192,7 @@ fn parse_idx<'a>(bytes: &'a [u8], path: &Path, role: Role) -> Result<IdxArray<'a
     Ok(IdxArray {
         count: as_usize(count)?,
         item_size: as_usize(item_size)?,
+        item_dims: dims.iter().skip(1).copied().collect(),
         data,
     })
 }

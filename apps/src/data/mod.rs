@@ -30,7 +30,7 @@ mod libsvm;
 mod ratings;
 mod synthetic;
 
-pub use dataset::{Dataset, MAX_DENSE_VALUES};
+pub use dataset::{Dataset, IdxOrigin, MAX_DENSE_VALUES};
 pub use discover::load_path;
 pub use docword::{
     load_docword, load_docword_dir, parse_docword_reader, parse_vocab_reader, Corpus,

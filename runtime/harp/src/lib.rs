@@ -61,8 +61,8 @@ pub use param_client::{ParamClient, Row};
 pub use remote::{
     check_bind_reaches, default_bind, dialable, run_job_across, run_job_across_consistent,
     run_job_across_controlled, run_job_across_watched, run_node, run_node_leaving, run_node_with,
-    send_scale_command, ClusterOptions, NodeFailure, NodeLauncher, ScaleError, NODES_STARTED_MAX,
-    NODE_LAUNCH_ID_VAR,
+    send_scale_command, ClusterOptions, NodeFailure, NodeLauncher, ScaleError,
+    MAX_LEASE_TIMEOUT_MS, MIN_LEASE_TIMEOUT_MS, NODES_STARTED_MAX, NODE_LAUNCH_ID_VAR,
 };
 pub use scar::{
     CheckpointStats, Fault, FaultTiming, Injection, InjectionReport, LostValues, Recovery,

@@ -162,16 +162,24 @@ async fn within_deadline(
     deadline_ms: u64,
 ) -> Result<PeerConnection, NetError> {
     let deadline = Duration::from_millis(deadline_ms);
+    let started = std::time::Instant::now();
+    let timed_out = |after_ms| NetError::Timeout {
+        what: what.to_string(),
+        after_ms,
+    };
     match tokio::time::timeout(deadline, handshake).await {
         Ok(Ok(conn)) => Ok(PeerConnection { conn }),
+        // QUIC's idle timeout can end a handshake nobody answers before the deadline
+        // does (with the default settings, a moment before): the same silence, said the
+        // same way.
+        Ok(Err(quinn::ConnectionError::TimedOut)) => {
+            Err(timed_out(started.elapsed().as_millis() as u64))
+        }
         Ok(Err(e)) => Err(NetError::Handshake {
             addr,
             message: e.to_string(),
         }),
-        Err(_) => Err(NetError::Timeout {
-            what: what.to_string(),
-            after_ms: deadline_ms,
-        }),
+        Err(_) => Err(timed_out(deadline_ms)),
     }
 }
 

@@ -133,6 +133,30 @@ async fn connecting_to_a_silent_address_times_out() {
     assert!(matches!(err, NetError::Timeout { .. }), "{err}");
 }
 
+/// When QUIC's idle timeout ends a handshake nobody answers before the dial's deadline does,
+/// the dial still says it timed out (it said `handshake with ADDR refused: timed out`, as
+/// if a peer had refused it, while a dial that reached its deadline said it timed out).
+#[tokio::test]
+async fn a_dial_that_quic_gives_up_on_first_says_it_timed_out() {
+    let creds = JobCredentials::generate("job-d").unwrap();
+    let silent = std::net::UdpSocket::bind(loopback()).unwrap();
+    let config = TransportConfig {
+        connect_timeout_ms: 20_000,
+        idle_timeout_ms: 300,
+        keep_alive_ms: 100,
+    };
+    let identity = creds.issue_node().unwrap();
+    let a = NetEndpoint::bind(loopback(), &creds, &identity, config).unwrap();
+    let addr = silent.local_addr().unwrap();
+    let err = a.connect(addr).await.err().unwrap();
+    assert!(matches!(err, NetError::Timeout { .. }), "{err}");
+    let said = err.to_string();
+    assert!(
+        said.starts_with(&format!("connecting to {addr} timed out after ")),
+        "{said}"
+    );
+}
+
 #[tokio::test]
 async fn a_peer_that_closes_ends_the_connection_with_its_reason() {
     let creds = JobCredentials::generate("job-e").unwrap();

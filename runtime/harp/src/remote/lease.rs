@@ -3,8 +3,28 @@
 //! silent node, and the QUIC settings of every link, so that a peer silent for less than
 //! the lease is never taken for dead, by the master or by another node.
 
+use crate::error::HarpError;
 use harp_net::TransportConfig;
 use std::time::Duration;
+
+/// The shortest lease a job takes: a node renews it every 50 ms at least often, and QUIC
+/// needs its keep-alive shorter than the lease.
+pub const MIN_LEASE_TIMEOUT_MS: u64 = 100;
+
+/// The longest lease a job takes (an hour): a peer silent that long is gone.
+pub const MAX_LEASE_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Refuses a lease outside [`MIN_LEASE_TIMEOUT_MS`]`..=`[`MAX_LEASE_TIMEOUT_MS`], naming the
+/// option that sets it.
+pub(crate) fn check_lease(lease_timeout_ms: u64) -> Result<(), HarpError> {
+    if (MIN_LEASE_TIMEOUT_MS..=MAX_LEASE_TIMEOUT_MS).contains(&lease_timeout_ms) {
+        return Ok(());
+    }
+    Err(HarpError::InvalidConfig(format!(
+        "a lease of {lease_timeout_ms} ms (--lease-timeout-ms): it must be {MIN_LEASE_TIMEOUT_MS} to {MAX_LEASE_TIMEOUT_MS} ms \
+         (a node renews it every sixth of it, at least every 50 ms)"
+    )))
+}
 
 /// How often a node renews its lease (and QUIC sends a keep-alive): a sixth of it, at
 /// least every 50 ms.
@@ -55,6 +75,27 @@ pub(crate) fn lease_transport(lease_timeout_ms: u64) -> TransportConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_outside_its_range_is_refused_naming_the_option() {
+        for ok in [MIN_LEASE_TIMEOUT_MS, 3_000, MAX_LEASE_TIMEOUT_MS] {
+            assert!(check_lease(ok).is_ok(), "{ok}");
+            assert!(lease_transport(ok).quinn_transport().is_ok(), "{ok}");
+        }
+        for bad in [
+            0,
+            5,
+            MIN_LEASE_TIMEOUT_MS - 1,
+            MAX_LEASE_TIMEOUT_MS + 1,
+            u64::MAX,
+        ] {
+            let refused = check_lease(bad).unwrap_err().to_string();
+            assert!(
+                refused.contains("--lease-timeout-ms") && refused.contains(&bad.to_string()),
+                "{refused}"
+            );
+        }
+    }
 
     #[test]
     fn a_lease_sets_the_heartbeat_the_verdict_and_the_links() {

@@ -204,6 +204,7 @@ async fn run_across_body<A: App>(
     control: crate::control::ControlInbox,
 ) -> Result<(JobOutcome<A>, ConsistentReport), HarpError> {
     options.consistent.validate()?;
+    super::lease::check_lease(options.lease_timeout_ms)?;
     if options.nodes == 0 || options.executors_per_worker == 0 || options.shards_per_server == 0 {
         return Err(HarpError::InvalidConfig(
             "a job across processes needs at least one node, one executor per worker and one shard per server".into(),

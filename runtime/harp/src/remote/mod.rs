@@ -70,6 +70,7 @@ pub use fault_delays::{
     APPLY_ANSWER_DELAY_VAR, DRAIN_ANSWER_DELAY_VAR, HAND_OFF_ANSWER_DELAY_VAR, JOIN_DELAY_VAR,
     RELEASED_STATE_SERVE_DELAY_VAR, STAGED_REPORT_DELAY_VAR,
 };
+pub use lease::{MAX_LEASE_TIMEOUT_MS, MIN_LEASE_TIMEOUT_MS};
 pub use listen_addr::{check_bind_reaches, default_bind, dialable};
 pub use master_side::{
     run_job_across, run_job_across_consistent, run_job_across_controlled, run_job_across_watched,

@@ -246,7 +246,8 @@ fn mf_test_rmse(solver: MfSolver, lambda: f32, compute: Compute) -> f64 {
     let outcome = runtime(Threads::Multi(2))
         .block_on(harp::run_job(Arc::new(app), &job()))
         .unwrap();
-    outcome.driver.history().last().unwrap().test_rmse
+    let last = outcome.driver.history().last().unwrap();
+    last.test_rmse.expect("ratings are held out")
 }
 
 #[test]

@@ -80,13 +80,14 @@ fn mf_on_movielens_small_reaches_a_held_out_rmse_of_at_most_0_95() {
     assert_eq!(history.len(), 10);
     for m in &history {
         eprintln!(
-            "iteration {}: train {:.4} test {:.4}",
+            "iteration {}: train {:.4} test {:?}",
             m.iteration, m.train_rmse, m.test_rmse
         );
     }
     let (first, last) = (&history[0], &history[history.len() - 1]);
     assert!(last.train_rmse < first.train_rmse, "{history:?}");
-    assert!(last.test_rmse <= 0.95, "held-out RMSE {}", last.test_rmse);
+    let held_out = last.test_rmse.expect("ratings are held out");
+    assert!(held_out <= 0.95, "held-out RMSE {held_out}");
 }
 
 fn sgd() -> MfConfig {
@@ -108,13 +109,14 @@ fn sgd_on_movielens_small_reaches_a_held_out_rmse_of_at_most_0_95() {
     assert_eq!(history.len(), 20);
     for m in &history {
         eprintln!(
-            "SGD iteration {}: train {:.4} test {:.4}",
+            "SGD iteration {}: train {:.4} test {:?}",
             m.iteration, m.train_rmse, m.test_rmse
         );
     }
     let (first, last) = (&history[0], &history[history.len() - 1]);
     assert!(last.train_rmse < first.train_rmse - 0.2, "{history:?}");
-    assert!(last.test_rmse <= 0.95, "held-out RMSE {}", last.test_rmse);
+    let held_out = last.test_rmse.expect("ratings are held out");
+    assert!(held_out <= 0.95, "held-out RMSE {held_out}");
 }
 
 /// Each SGD sub-round gives every item block to one executor and every user to its owner,
@@ -136,7 +138,8 @@ fn sgd_gives_the_same_factors_on_one_or_several_workers() {
     // The executors' squared errors are summed in completion order: equal up to rounding.
     for (a, b) in one.iter().zip(&spread) {
         assert!((a.train_rmse - b.train_rmse).abs() < 1e-9, "{a:?} vs {b:?}");
-        assert!((a.test_rmse - b.test_rmse).abs() < 1e-9, "{a:?} vs {b:?}");
+        let (ta, tb) = (a.test_rmse.unwrap(), b.test_rmse.unwrap());
+        assert!((ta - tb).abs() < 1e-9, "{a:?} vs {b:?}");
     }
     assert!(one[4].train_rmse < one[0].train_rmse, "{one:?}");
 }
@@ -154,7 +157,8 @@ fn the_factors_do_not_depend_on_how_many_executors_solve_them() {
     assert_eq!(one.len(), 4);
     for (a, b) in one.iter().zip(&many) {
         assert!((a.train_rmse - b.train_rmse).abs() < 1e-6, "{a:?} vs {b:?}");
-        assert!((a.test_rmse - b.test_rmse).abs() < 1e-6, "{a:?} vs {b:?}");
+        let (ta, tb) = (a.test_rmse.unwrap(), b.test_rmse.unwrap());
+        assert!((ta - tb).abs() < 1e-6, "{a:?} vs {b:?}");
     }
     // ALS fits the rank-3 model: the training error falls several-fold after the first
     // iteration (to about 0.2, the clamping and λ·n shrinkage's floor).
@@ -226,4 +230,41 @@ fn bad_ratings_files_are_refused_with_the_file_and_line() {
         .unwrap_err()
         .to_string();
     assert!(missing.contains("/nonexistent/ratings.csv"), "{missing}");
+}
+
+/// `--test-fraction 0` holds nothing out: there is no held-out RMSE, so the metrics file
+/// leaves it out and the terminal says so (it said `test RMSE 0.0000`, a perfect fit, and
+/// `harp plot` drew it as a line at 0).
+#[test]
+fn nothing_held_out_means_no_test_rmse_rather_than_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("ratings.csv");
+    std::fs::write(&csv, synthetic_csv()).unwrap();
+    let metrics = dir.path().join("all.jsonl");
+    let args = [
+        "run",
+        "mf",
+        "--data",
+        csv.to_str().unwrap(),
+        "--rank",
+        "4",
+        "--iterations",
+        "2",
+        "--test-fraction",
+        "0",
+    ];
+    let (out, records) = run_with_metrics(&harp_binary!(), &args, &metrics, "train_rmse");
+    assert_eq!(records.len(), 2, "{}", out.describe());
+    for record in &records {
+        assert!(record.get("test_rmse").is_none(), "{record}");
+        assert!(
+            record["train_rmse"].as_f64().is_some_and(|r| r > 0.0),
+            "{record}"
+        );
+    }
+    assert!(
+        out.stderr.contains("test RMSE n/a (none held out)"),
+        "{}",
+        out.describe()
+    );
 }

@@ -108,12 +108,21 @@ pub fn build_app(args: &MfCliArgs) -> Result<Arc<MfApp>> {
     Ok(Arc::new(app))
 }
 
+/// The held-out RMSE as printed: `n/a` when nothing is held out.
+fn test_rmse(m: &MfMetrics) -> String {
+    m.test_rmse
+        .map_or_else(|| "n/a (none held out)".into(), |rmse| format!("{rmse:.4}"))
+}
+
 /// Iterations on the terminal and in the metrics file.
 impl MfObserver for RunOutput {
     fn iteration_completed(&self, m: &MfMetrics) {
         self.line(format!(
-            "iteration {:>3}  train RMSE {:.4}  test RMSE {:.4}  {:.2}s",
-            m.iteration, m.train_rmse, m.test_rmse, m.elapsed_s
+            "iteration {:>3}  train RMSE {:.4}  test RMSE {}  {:.2}s",
+            m.iteration,
+            m.train_rmse,
+            test_rmse(m),
+            m.elapsed_s
         ));
         self.record(m);
     }
@@ -146,8 +155,11 @@ pub fn run(args: MfCliArgs) -> Result<()> {
     let (outcome, checkpoints) = super::execute_app(app, &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {
         eprintln!(
-            "done: {} iterations in {:.2}s, train RMSE {:.4}, test RMSE {:.4}",
-            m.iteration, outcome.stats.elapsed_s, m.train_rmse, m.test_rmse
+            "done: {} iterations in {:.2}s, train RMSE {:.4}, test RMSE {}",
+            m.iteration,
+            outcome.stats.elapsed_s,
+            m.train_rmse,
+            test_rmse(m)
         );
     }
     super::report_end(

@@ -14,7 +14,10 @@ pub struct MfMetrics {
     /// 1-based.
     pub iteration: u32,
     pub train_rmse: f64,
-    pub test_rmse: f64,
+    /// `None` when no rating is held out (`--test-fraction 0`): left out of the metrics
+    /// file rather than written as a 0 that reads as a perfect fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_rmse: Option<f64>,
     /// Seconds since the driver started.
     pub elapsed_s: f64,
 }
@@ -119,10 +122,10 @@ impl MfDriver {
     }
 
     fn finish_iteration(&mut self, ctx: &mut DriverContext<'_, MfArgs>) -> Result<(), AppError> {
-        let rmse = |sse: f64, n: u64| if n == 0 { 0.0 } else { (sse / n as f64).sqrt() };
+        let rmse = |sse: f64, n: u64| (n > 0).then(|| (sse / n as f64).sqrt());
         let metrics = MfMetrics {
             iteration: self.iteration,
-            train_rmse: rmse(self.tally.train_sse, self.tally.train_count),
+            train_rmse: rmse(self.tally.train_sse, self.tally.train_count).unwrap_or(0.0),
             test_rmse: rmse(self.tally.test_sse, self.tally.test_count),
             elapsed_s: self.elapsed_before + self.started.elapsed().as_secs_f64(),
         };

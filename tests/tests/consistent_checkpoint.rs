@@ -620,6 +620,32 @@ fn resumes_that_cannot_work_are_refused_clearly() {
         &counter(&["--checkpoint-dir", d, "--checkpoint-every", "0"]),
         &["--checkpoint-every must be at least 1"],
     );
+    // A model of another shape (the data has other features): named by its table and
+    // widths, not as a row kind mismatch deep in a server.
+    let mlr_dir = tmp.path().join("mlr-ckpt");
+    let m = path_arg(&mlr_dir);
+    let data = |features: &str| format!("synthetic:300,{features},3");
+    let twenty = data("20");
+    succeeded(&mlr(
+        "2",
+        &[
+            "--data",
+            &twenty,
+            "--checkpoint-dir",
+            m,
+            "--checkpoint-every",
+            "1",
+        ],
+    ));
+    let thirty = data("30");
+    refused(
+        &mlr("3", &["--data", &thirty, "--resume", m]),
+        &[
+            "cannot resume from checkpoint",
+            "values, and this job's rows of",
+            "written with other data or model options",
+        ],
+    );
 }
 
 /// `--stop-wait`: a stopped job waits that long for its micro-tasks in flight, and no

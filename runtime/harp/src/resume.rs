@@ -14,6 +14,7 @@ use crate::error::HarpError;
 use crate::master::Held;
 use crate::server::checkpoint_round::{checkpoint_round, RoundOutcome};
 use crate::server::{reset_on_servers, RowsToReset, ServerMsg};
+use crate::table::TableSet;
 use harp_checkpoint::{CheckpointStore, LoadedCheckpoint};
 use harp_core::scar::{CheckpointSelector, Selection};
 use harp_core::{ExecutorId, ParamKey, RowData, ServerId, ShardMap};
@@ -97,6 +98,7 @@ pub(crate) fn load<A: App>(
     })?;
     let rows: Vec<(ParamKey, RowData)> = postcard::from_bytes(&loaded.read(ROWS_FILE)?)
         .map_err(|e| mismatch(format!("its parameter rows do not decode ({e})")))?;
+    rows_fit_tables(&rows, app.tables()).map_err(mismatch)?;
     let executors = read_executors(&loaded, meta.layout, &mismatch)?;
     let record = ResumeRecord {
         dir: dir.to_path_buf(),
@@ -114,6 +116,32 @@ pub(crate) fn load<A: App>(
         rows,
         record,
     })
+}
+
+/// Whether every checkpointed row fits the table this job declares for it (its kind and
+/// width); otherwise what differs, for the first row that does not.
+fn rows_fit_tables(rows: &[(ParamKey, RowData)], tables: &TableSet) -> Result<(), String> {
+    for (key, row) in rows {
+        let Ok(spec) = tables.get(key.table) else {
+            return Err(format!(
+                "its rows include table {}, which this job does not declare",
+                key.table.0
+            ));
+        };
+        if (spec.kind, spec.width) != (row.kind(), row.width()) {
+            return Err(format!(
+                "its table '{}' holds rows of {} {:?} values, and this job's rows of {} {:?} values: \
+                 the checkpoint was written with other data or model options (a dataset with \
+                 other features or classes, another --rank or --topics, ...)",
+                spec.name,
+                row.width(),
+                row.kind(),
+                spec.width,
+                spec.kind
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn read_executors(
@@ -170,4 +198,46 @@ pub(crate) async fn restore_rows(
         resets.push((id, server.clone(), rows));
     }
     reset_on_servers(resets).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{Init, UpdateRule};
+
+    /// A checkpoint's rows against this job's tables: each must have its table's kind and
+    /// width, and a table the job does not declare is named.
+    #[test]
+    fn rows_of_another_shape_are_named_by_their_table() {
+        let mut tables = TableSet::new();
+        let w = tables
+            .dense_f32("mlr.w", 4, UpdateRule::Add, Init::Zeros)
+            .unwrap();
+        let row = |width| RowData::F32(vec![0.0; width]);
+        let fits = [(ParamKey::new(w.id(), 0), row(4))];
+        assert_eq!(rows_fit_tables(&fits, &tables), Ok(()));
+        let wider = [
+            (ParamKey::new(w.id(), 0), row(4)),
+            (ParamKey::new(w.id(), 1), row(7)),
+        ];
+        let why = rows_fit_tables(&wider, &tables).unwrap_err();
+        assert!(
+            why.starts_with(
+                "its table 'mlr.w' holds rows of 7 F32 values, and this job's rows of 4 F32 values"
+            ),
+            "{why}"
+        );
+        let counters = [(ParamKey::new(w.id(), 0), RowData::I64(vec![0; 4]))];
+        let why = rows_fit_tables(&counters, &tables).unwrap_err();
+        assert!(
+            why.contains("4 I64 values, and this job's rows of 4 F32"),
+            "{why}"
+        );
+        let unknown = [(ParamKey::new(harp_core::TableId(9), 0), row(4))];
+        let why = rows_fit_tables(&unknown, &tables).unwrap_err();
+        assert_eq!(
+            why,
+            "its rows include table 9, which this job does not declare"
+        );
+    }
 }

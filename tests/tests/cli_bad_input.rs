@@ -351,6 +351,17 @@ fn invalid_cluster_shapes() {
     for threads in ["0", "1025", "100000", "18446744073709551615"] {
         refused(counter(&["--threads", threads]), &["--threads", "1..=1024"]);
     }
+    // How checkpoints are written, without where: refused instead of ignored.
+    for (flag, value) in [
+        ("--checkpoint-every", "5"),
+        ("--checkpoint-keep", "2"),
+        ("--stop-wait", "3"),
+    ] {
+        refused(
+            counter(&[flag, value]),
+            &[flag, "--checkpoint-dir", "--resume"],
+        );
+    }
     // A lease QUIC cannot keep alive was refused as an "invalid TLS configuration".
     for lease in ["0", "5", "3600001"] {
         refused(

@@ -6,7 +6,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 use harp::JobConfig;
 
+/// `--checkpoint-every`, `--checkpoint-keep` and `--stop-wait` say how checkpoints are
+/// written: given without `--checkpoint-dir` or `--resume` (where they go), they are refused
+/// rather than ignored.
 #[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("checkpointing").args(["checkpoint_dir", "resume"]).multiple(true)))]
 pub struct ClusterArgs {
     /// Worker actors (each hosts executors).
     #[arg(long, default_value_t = 2)]
@@ -91,16 +95,16 @@ pub struct ClusterArgs {
     pub checkpoint_dir: Option<std::path::PathBuf>,
     /// Iterations between consistent checkpoints (MLR: an epoch; counter: one task per
     /// executor).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, requires = "checkpointing")]
     pub checkpoint_every: u64,
     /// Complete checkpoints kept in the directory.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, requires = "checkpointing")]
     pub checkpoint_keep: usize,
     /// With --checkpoint-dir: how long a stopped job (SIGTERM or Ctrl-C on the master) waits
     /// for its micro-tasks in flight to finish, for one last checkpoint to go on from,
     /// before it ends without it (seconds; 0: only if nothing is in flight). Keep it below
     /// your scheduler's grace period.
-    #[arg(long, value_name = "SECONDS", default_value_t = harp::STOP_WAIT_DEFAULT.as_secs_f64(), value_parser = stop_wait_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECONDS", default_value_t = harp::STOP_WAIT_DEFAULT.as_secs_f64(), value_parser = stop_wait_seconds, allow_negative_numbers = true, requires = "checkpointing")]
     pub stop_wait: f64,
     /// Survive the death of worker nodes (across processes): each flush is staged on the
     /// servers and committed by the master (one more round trip per flush), so a dead

@@ -181,17 +181,22 @@ fn execute_app<A: harp::App>(
     Ok(outcome)
 }
 
-/// The reports every app prints and writes at its end: SCAR's checkpoint rounds and the sum
-/// of the consistent checkpoints (each fault, recovery and checkpoint was printed and
+/// The reports every app prints and writes at its end: SCAR's checkpoint rounds, a warning
+/// for each `--inject` fault that never struck (the job ended before its iteration), and
+/// the sum of the consistent checkpoints (each fault, recovery and checkpoint was printed and
 /// recorded as it happened).
 fn report_end(
     stats: &harp::JobStats,
+    injected: &[harp::Injection],
     checkpoints: Option<&harp::ConsistentReport>,
     metrics: Option<&metrics::MetricsWriter>,
     counters: traffic_report::CountersRecord,
 ) -> Result<()> {
     traffic_report::report(stats, metrics, counters)?;
     scar_report::report(stats, metrics)?;
+    for line in scar_report::never_struck(injected, &stats.injections) {
+        eprintln!("{line}");
+    }
     if let Some(checkpoints) = checkpoints {
         checkpoints::report(checkpoints);
     }

@@ -98,6 +98,7 @@ pub fn run(args: CounterCliArgs) -> Result<()> {
     let counters = super::traffic_report::CountersRecord::InTheAppsRecord;
     super::report_end(
         &report.stats,
+        &args.cluster.inject,
         checkpoints.as_ref(),
         output.metrics(),
         counters,

@@ -169,6 +169,7 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
     }
     super::report_end(
         &outcome.stats,
+        &args.cluster.inject,
         checkpoints.as_ref(),
         output.metrics(),
         super::traffic_report::CountersRecord::Write,

@@ -175,6 +175,7 @@ pub fn run(args: MlrCliArgs) -> Result<()> {
     }
     super::report_end(
         &outcome.stats,
+        &args.cluster.inject,
         checkpoints.as_ref(),
         output.metrics(),
         super::traffic_report::CountersRecord::Write,

@@ -35,6 +35,28 @@ pub fn report(stats: &JobStats, metrics: Option<&MetricsWriter>) -> Result<()> {
     Ok(())
 }
 
+/// A warning for each fault `injected` asked for that is not among those that `struck` (its
+/// iteration never came: the job ended before it).
+pub(super) fn never_struck(
+    injected: &[harp::Injection],
+    struck: &[InjectionReport],
+) -> Vec<String> {
+    let mut struck_at: Vec<u64> = struck.iter().map(|f| f.at_iteration).collect();
+    let mut lines = Vec::new();
+    for injection in injected {
+        match struck_at.iter().position(|&at| at == injection.at_iteration) {
+            Some(found) => {
+                struck_at.swap_remove(found);
+            }
+            None => lines.push(format!(
+                "warning: the fault injected at iteration {} never struck: the job ended before that iteration",
+                injection.at_iteration
+            )),
+        }
+    }
+    lines
+}
+
 /// An injected fault struck: the line printed for it.
 pub(super) fn fault_line(f: &InjectionReport) -> String {
     let image = match (f.recovery, f.image_round) {
@@ -100,6 +122,42 @@ pub(super) fn worker_recovery_line(r: &WorkerRecovery) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `--inject` fault whose iteration never came is warned about; one that struck,
+    /// also a second one at the same iteration, is not.
+    #[test]
+    fn faults_that_never_struck_are_warned_about() {
+        let at = |at_iteration| harp::Injection {
+            at_iteration,
+            fault: harp::Fault::Lose {
+                fraction: 0.5,
+                seed: 1,
+            },
+            timing: harp::FaultTiming::default(),
+        };
+        let struck = |at_iteration| InjectionReport {
+            event: "fault",
+            at_iteration,
+            fault: "lose",
+            recovery: None,
+            rows_chosen: 1,
+            rows_replaced: 1,
+            perturbation_l2: 0.0,
+            timing: harp::FaultTiming::default(),
+            image_round: None,
+        };
+        let injected = [at(2), at(2), at(100_000)];
+        let lines = never_struck(&injected, &[struck(2), struck(2)]);
+        assert_eq!(
+            lines,
+            vec!["warning: the fault injected at iteration 100000 never struck: the job ended before that iteration"]
+        );
+        assert_eq!(
+            never_struck(&injected[..1], &[struck(2)]),
+            Vec::<String>::new()
+        );
+        assert_eq!(never_struck(&injected[..2], &[struck(2)]).len(), 1);
+    }
 
     #[test]
     fn a_worker_recovery_line_names_the_checkpoint_each_executor_came_from() {

@@ -351,6 +351,16 @@ fn invalid_cluster_shapes() {
     for threads in ["0", "1025", "100000", "18446744073709551615"] {
         refused(counter(&["--threads", threads]), &["--threads", "1..=1024"]);
     }
+    // A fault out of range is said in the command's own words (it showed `Lose { fraction:
+    // 2.0, seed: 1 }`).
+    refused(
+        mlr_default(&["--scar-fraction", "0.5", "--inject", "lose:2@1"]),
+        &["SCAR fault injection: lose with a fraction of 2: it must be in (0, 1]"],
+    );
+    refused(
+        mlr_default(&["--scar-fraction", "0.5", "--inject", "perturb:-1@1"]),
+        &["perturb with a norm of -1: it must be finite and at least 0"],
+    );
     // How checkpoints are written, without where: refused instead of ignored.
     for (flag, value) in [
         ("--checkpoint-every", "5"),

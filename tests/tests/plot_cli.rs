@@ -98,7 +98,10 @@ fn bad_metrics_files_are_refused_with_the_file_and_line() {
     let summary = dir.path().join("summary.jsonl");
     std::fs::write(&summary, "{\"tasks\":100,\"exact\":true}\n").unwrap();
     let cases = [
-        (bad.clone(), "bad.jsonl: line 2: not a JSON object"),
+        (
+            bad.clone(),
+            "bad.jsonl: line 2: not valid JSON: EOF while parsing a value",
+        ),
         (
             summary,
             "summary.jsonl: no epoch or iteration lines to plot",

@@ -173,13 +173,16 @@ pub fn run(args: CnnCliArgs) -> Result<()> {
     let (app, name) = new_app(&args, output.clone(), compute)?;
     output.set_length(u64::from(args.epochs) * u64::from(app.batches_per_epoch()));
     eprintln!(
-        "cnn on {name}: {} parameters (channels {}, hidden {}), batch {}, Adam lr {}, --partition {:?}",
+        "cnn on {name}: {} parameters (channels {}, hidden {}), batch {}, Adam lr {}, --partition {}",
         app.network().parameter_count(),
         args.channels,
         args.hidden,
         args.batch,
         args.lr,
-        args.partition
+        match args.partition {
+            PartitionArg::Layer => "layer",
+            PartitionArg::Shard => "shard",
+        }
     );
     let (outcome, checkpoints) = super::execute_app(Arc::new(app), &args.cluster, false, &output)?;
     if let Some(m) = outcome.driver.history().last() {

@@ -138,7 +138,7 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
     let corpus = load(&args)?;
     let config = lda_config(&args);
     eprintln!(
-        "lda on {}: {} documents, {} words, {} tokens, {} topics, alpha {}, beta {}, {:?} sampler on {}",
+        "lda on {}: {} documents, {} words, {} tokens, {} topics, alpha {}, beta {}, {} sampler on {}",
         corpus.source,
         corpus.num_docs(),
         corpus.num_words(),
@@ -146,7 +146,10 @@ pub fn run(args: LdaCliArgs) -> Result<()> {
         args.topics,
         args.alpha,
         args.beta,
-        config.sampler,
+        match config.sampler {
+            LdaSampler::Sequential => "sequential",
+            LdaSampler::Parallel => "parallel",
+        },
         args.device
     );
     let output = RunOutput::lines(&args.cluster)?;

@@ -147,7 +147,11 @@ fn panel_metrics(runs: &[Run], named: &[String]) -> Result<Vec<(String, Vec<Stri
             .collect();
         all.sort_unstable();
         all.dedup();
-        all.join(", ")
+        if all.is_empty() {
+            "no numeric figure at all".into()
+        } else {
+            all.join(", ")
+        }
     };
     if !named.is_empty() {
         return named

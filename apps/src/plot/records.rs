@@ -17,7 +17,7 @@ pub enum PlotError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: line {line}: not a JSON object: {message}", .path.display())]
+    #[error("{}: line {line}: {message}", .path.display())]
     Syntax {
         path: PathBuf,
         line: usize,
@@ -120,13 +120,13 @@ pub fn parse_run(name: &str, path: &Path, text: &str) -> Result<Run, PlotError> 
             serde_json::from_str(line).map_err(|e| PlotError::Syntax {
                 path: path.to_path_buf(),
                 line: line_no,
-                message: e.to_string(),
+                message: not_json(&e),
             })?;
         let serde_json::Value::Object(record) = value else {
             return Err(PlotError::Syntax {
                 path: path.to_path_buf(),
                 line: line_no,
-                message: format!("found {}", kind_of(&value)),
+                message: format!("not a JSON object: found {}", kind_of(&value)),
             });
         };
         if let Some(kind) = record.get("event") {
@@ -260,6 +260,15 @@ fn finite(value: &serde_json::Value) -> Option<f64> {
     value.as_f64().filter(|x| x.is_finite())
 }
 
+/// What is wrong with a line that is not JSON, at its column (serde_json says `at line 1`
+/// of the one line it was given, which is not the file's line).
+fn not_json(e: &serde_json::Error) -> String {
+    let said = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let what = said.strip_suffix(&position).unwrap_or(&said);
+    format!("not valid JSON: {what} (column {})", e.column())
+}
+
 fn kind_of(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
@@ -367,7 +376,11 @@ mod tests {
         let cases = [
             (
                 "{\"epoch\":1}\n{\"epoch\":",
-                "m.jsonl: line 2: not a JSON object",
+                "m.jsonl: line 2: not valid JSON: EOF while parsing a value (column 9)",
+            ),
+            (
+                "{\"epoch\":1,\"loss\":1e400}",
+                "m.jsonl: line 1: not valid JSON: number out of range (column 23)",
             ),
             (
                 "[1,2]",

@@ -94,6 +94,20 @@ fn a_run_without_the_usual_metrics_is_told_to_name_one() {
     );
 }
 
+/// Lines whose figures are not numbers (a loss written as a string) leave nothing to name:
+/// the message says so instead of an empty list.
+#[test]
+fn a_run_without_a_numeric_figure_says_so() {
+    let strings = run("s", r#"{"epoch":1,"loss":"low"}"#);
+    let message = plan(&[strings], &options(XAxis::Iteration))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.ends_with("(the runs have: no numeric figure at all)"),
+        "{message}"
+    );
+}
+
 #[test]
 fn events_are_placed_on_either_axis_by_the_runs_own_clock() {
     let plan_it = plan(&[mlr_run("a")], &options(XAxis::Iteration)).unwrap();

@@ -94,12 +94,21 @@ impl Fault {
             Fault::Perturb { norm, .. } => norm.is_finite() && *norm >= 0.0,
         };
         if ok {
-            Ok(())
-        } else {
-            Err(HarpError::InvalidConfig(format!(
-                "SCAR fault injection: {self:?} needs a fraction in (0, 1] or a finite norm >= 0"
-            )))
+            return Ok(());
         }
+        let (name, why) = match self {
+            Fault::Lose { fraction, .. } | Fault::ResetToInitial { fraction, .. } => (
+                self.name(),
+                format!("a fraction of {fraction}: it must be in (0, 1]"),
+            ),
+            Fault::Perturb { norm, .. } => (
+                self.name(),
+                format!("a norm of {norm}: it must be finite and at least 0"),
+            ),
+        };
+        Err(HarpError::InvalidConfig(format!(
+            "SCAR fault injection: {name} with {why}"
+        )))
     }
 
     fn name(&self) -> &'static str {
